@@ -1,0 +1,143 @@
+//! ABI layer: each pass's kernel parameters (name, PTX type, meaning) and launch geometry,
+//! written once and read by the kernels, the printer, the manifest and the runtime.
+
+use serde::Serialize;
+
+use crate::ptx::{Param, Ty};
+use crate::spec::{KernelSpec, Pass};
+
+/// One kernel parameter. `ty` is the PTX type: `u64` pointers, `u32`, `f32`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ParamDesc {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub ty: &'static str,
+    pub meaning: &'static str,
+}
+
+const fn p(name: &'static str, ty: &'static str, meaning: &'static str) -> ParamDesc {
+    ParamDesc { name, ty, meaning }
+}
+
+/// Forward parameters, in launch order. Strides are in elements; the last dim of every
+/// tensor is contiguous.
+pub const FWD_PARAMS: [ParamDesc; 23] = [
+    p(
+        "q",
+        "u64",
+        "device pointer to q [batch, seqlen_q, heads, head_dim], 16-byte aligned",
+    ),
+    p(
+        "k",
+        "u64",
+        "device pointer to k [batch, seqlen_k, heads_k, head_dim], 16-byte aligned",
+    ),
+    p(
+        "v",
+        "u64",
+        "device pointer to v [batch, seqlen_k, heads_k, head_dim], 16-byte aligned",
+    ),
+    p(
+        "o",
+        "u64",
+        "device pointer to o [batch, seqlen_q, heads, head_dim] (written), 16-byte aligned",
+    ),
+    p(
+        "lse",
+        "u64",
+        "device pointer to lse f32 [batch, heads, seqlen_q] (written, natural log), or 0 to skip",
+    ),
+    p("seqlen_q", "u32", "query sequence length"),
+    p("seqlen_k", "u32", "key/value sequence length"),
+    p(
+        "head_dim",
+        "u32",
+        "the problem's head dim: a multiple of 8, at most the kernel's",
+    ),
+    p("heads", "u32", "number of query heads"),
+    p(
+        "heads_per_kv",
+        "u32",
+        "heads / heads_k (1 = MHA, heads = MQA)",
+    ),
+    p(
+        "scale_log2",
+        "f32",
+        "softmax scale times log2(e) (default 1/sqrt(head_dim) * 1.4426950408889634)",
+    ),
+    p("q_batch_stride", "u64", "elements between batches of q"),
+    p(
+        "q_row_stride",
+        "u32",
+        "elements between sequence positions of q",
+    ),
+    p("q_head_stride", "u32", "elements between heads of q"),
+    p("k_batch_stride", "u64", "elements between batches of k"),
+    p(
+        "k_row_stride",
+        "u32",
+        "elements between sequence positions of k",
+    ),
+    p("k_head_stride", "u32", "elements between heads of k"),
+    p("v_batch_stride", "u64", "elements between batches of v"),
+    p(
+        "v_row_stride",
+        "u32",
+        "elements between sequence positions of v",
+    ),
+    p("v_head_stride", "u32", "elements between heads of v"),
+    p("o_batch_stride", "u64", "elements between batches of o"),
+    p(
+        "o_row_stride",
+        "u32",
+        "elements between sequence positions of o",
+    ),
+    p("o_head_stride", "u32", "elements between heads of o"),
+];
+
+/// The parameter list of a pass.
+pub fn params(pass: Pass) -> &'static [ParamDesc] {
+    match pass {
+        Pass::Fwd => &FWD_PARAMS,
+    }
+}
+
+/// The IR parameters of a pass (what the entry declares).
+pub fn ir_params(pass: Pass) -> Vec<Param> {
+    params(pass)
+        .iter()
+        .map(|d| Param {
+            name: d.name.to_string(),
+            ty: match d.ty {
+                "u64" => Ty::U64,
+                "u32" => Ty::U32,
+                "f32" => Ty::F32,
+                t => panic!("generator bug: parameter type {t}"),
+            },
+        })
+        .collect()
+}
+
+/// Launch geometry of a kernel: block size, dynamic shared memory and the grid formula.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Launch {
+    pub block: [u32; 3],
+    pub grid: [&'static str; 3],
+    pub dynamic_smem_bytes: u32,
+}
+
+pub fn launch(spec: &KernelSpec) -> Launch {
+    let t = spec.tiles();
+    match spec.pass {
+        Pass::Fwd => Launch {
+            block: [t.threads(), 1, 1],
+            grid: ["ceil(seqlen_q / block_m)", "heads", "batch"],
+            dynamic_smem_bytes: spec.smem_bytes(),
+        },
+    }
+}
+
+/// The grid for a forward launch.
+pub fn fwd_grid(spec: &KernelSpec, seqlen_q: u32, heads: u32, batch: u32) -> [u32; 3] {
+    [seqlen_q.div_ceil(spec.tiles().block_m), heads, batch]
+}

@@ -1,0 +1,12 @@
+//! PTX IR layer: typed registers, instructions, builder, modules and the printer.
+
+pub mod builder;
+pub mod inst;
+pub mod module;
+pub mod print;
+pub mod types;
+
+pub use builder::Builder;
+pub use inst::{AluOp, AnyOperand, AnyReg, Cmp, HalfFmt, Inst, LdCache, Space, Special, Stmt, Ty};
+pub use module::{Entry, LaunchBounds, Module, Param, Target};
+pub use types::{Addr, B32, B64, F32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};

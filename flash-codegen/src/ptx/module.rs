@@ -1,0 +1,71 @@
+//! PTX IR layer: modules and kernel entries (what the printer turns into a `.ptx` file).
+
+use serde::{Deserialize, Serialize};
+
+use super::inst::{Stmt, Ty};
+use super::types::RegClass;
+
+/// The `.target` of a module, with the lowest `.version` its features need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Target {
+    /// mma.sync, ldmatrix, cp.async: JIT-compiled by the driver for sm_80 and every later GPU.
+    Sm80,
+}
+
+impl Target {
+    /// The `.target` directive's argument.
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Sm80 => "sm_80",
+        }
+    }
+    /// The PTX ISA version (major, minor) the module declares.
+    pub fn ptx_version(self) -> (u32, u32) {
+        match self {
+            Target::Sm80 => (7, 0),
+        }
+    }
+}
+
+/// One `.param` of an entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    pub name: String,
+    pub ty: Ty,
+}
+
+/// Performance directives of an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct LaunchBounds {
+    /// `.maxntid`: the CTA size the kernel is launched with.
+    pub max_threads: Option<u32>,
+    /// `.minnctapersm`: resident CTAs per SM the register budget must allow.
+    pub min_ctas_per_sm: Option<u32>,
+}
+
+/// A `.visible .entry` function.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    pub name: String,
+    pub params: Vec<Param>,
+    pub bounds: LaunchBounds,
+    /// Registers of each class (`Pred`, `B32`, `F32`, `B64`) the body uses.
+    pub reg_counts: [u32; 4],
+    pub body: Vec<Stmt>,
+}
+
+impl Entry {
+    pub fn declared(&self, class: RegClass) -> u32 {
+        self.reg_counts[RegClass::ALL
+            .iter()
+            .position(|c| *c == class)
+            .expect("class")]
+    }
+}
+
+/// A PTX module: header plus entries, all using the dynamic shared memory symbol.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Module {
+    pub target: Target,
+    pub entries: Vec<Entry>,
+}

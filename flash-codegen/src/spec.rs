@@ -1,0 +1,362 @@
+//! Spec layer: `KernelSpec`, the one key naming every kernel variant, and its tile table.
+//!
+//! A spec round-trips through its name (`fa2_fwd_d128_bf16_causal_sm80`), which is also
+//! the PTX entry name, the file stem the CLI writes and the key of the runtime's cache.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ptx::Target;
+
+/// Which FlashAttention-2 pass a kernel computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Pass {
+    /// O = softmax(Q K^T * scale) V, plus the row log-sum-exp.
+    Fwd,
+}
+
+impl Pass {
+    pub const ALL: [Pass; 1] = [Pass::Fwd];
+    pub fn name(self) -> &'static str {
+        match self {
+            Pass::Fwd => "fwd",
+        }
+    }
+}
+
+/// Element type of q, k, v, o (and of the gradients).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DType {
+    F16,
+    Bf16,
+}
+
+impl DType {
+    pub const ALL: [DType; 2] = [DType::F16, DType::Bf16];
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F16 => "f16",
+            DType::Bf16 => "bf16",
+        }
+    }
+    /// Bytes per element.
+    pub fn size(self) -> u32 {
+        2
+    }
+}
+
+/// The GPU architecture family a kernel is generated for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arch {
+    /// mma.sync path: runs on every GPU from sm_80 (A100, RTX 30/40, H100/H200).
+    Sm80,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 1] = [Arch::Sm80];
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "sm80",
+        }
+    }
+    pub fn target(self) -> Target {
+        match self {
+            Arch::Sm80 => Target::Sm80,
+        }
+    }
+    /// The lowest compute capability (major, minor) that runs this arch's kernels.
+    pub fn min_compute_capability(self) -> (u32, u32) {
+        match self {
+            Arch::Sm80 => (8, 0),
+        }
+    }
+}
+
+/// The head dimensions with a kernel of their own; any other multiple of 8 up to 256 runs
+/// on the next one up with zero-filled loads.
+pub const HEAD_DIMS: [u32; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
+
+/// The key of one generated kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KernelSpec {
+    pub pass: Pass,
+    pub head_dim: u32,
+    pub dtype: DType,
+    pub causal: bool,
+    pub arch: Arch,
+}
+
+/// Geometry of one kernel: every choice the kernel body reads, from ONE table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TileConfig {
+    /// Query rows per CTA.
+    pub block_m: u32,
+    /// Key/value rows per main-loop iteration.
+    pub block_n: u32,
+    /// Warps per CTA; each owns `block_m / warps` query rows.
+    pub warps: u32,
+    /// K/V shared-memory buffers (2 = load block j+1 while computing block j).
+    pub stages: u32,
+}
+
+/// The forward tile table (sm_80 path). Rows: head_dim -> (block_m, block_n, warps, stages).
+/// block_m = 16 x warps (one m16 tile per warp); block_n halves above d128 to keep the
+/// O accumulator (d/2 f32 per thread) plus S in registers without spills.
+const FWD_TILES: [(u32, TileConfig); 8] = [
+    (
+        32,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+        },
+    ),
+    (
+        64,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+        },
+    ),
+    (
+        96,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+        },
+    ),
+    (
+        128,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+        },
+    ),
+    (
+        160,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+        },
+    ),
+    (
+        192,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+        },
+    ),
+    (
+        224,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+        },
+    ),
+    (
+        256,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+        },
+    ),
+];
+
+impl TileConfig {
+    pub fn threads(&self) -> u32 {
+        self.warps * 32
+    }
+}
+
+impl KernelSpec {
+    /// Every supported variant, in a stable order.
+    pub fn all() -> Vec<KernelSpec> {
+        let mut v = Vec::new();
+        for arch in Arch::ALL {
+            for pass in Pass::ALL {
+                for head_dim in HEAD_DIMS {
+                    for dtype in DType::ALL {
+                        for causal in [false, true] {
+                            v.push(KernelSpec {
+                                pass,
+                                head_dim,
+                                dtype,
+                                causal,
+                                arch,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// The spec of the kernel that runs a problem of head dimension `d`: the next kernel
+    /// head dim up. `None` when `d` is 0, not a multiple of 8, or above 256.
+    pub fn kernel_head_dim(d: u32) -> Option<u32> {
+        if d == 0 || d % 8 != 0 {
+            return None;
+        }
+        HEAD_DIMS.iter().copied().find(|&k| k >= d)
+    }
+
+    pub fn is_supported(&self) -> bool {
+        HEAD_DIMS.contains(&self.head_dim)
+    }
+
+    /// The tile configuration from the one table. Panics for an unsupported head dim
+    /// (a spec from `all()` or `FromStr` is always supported).
+    pub fn tiles(&self) -> TileConfig {
+        match self.pass {
+            Pass::Fwd => FWD_TILES
+                .iter()
+                .find(|(d, _)| *d == self.head_dim)
+                .map(|(_, t)| *t),
+        }
+        .unwrap_or_else(|| panic!("no tile config for head_dim {}", self.head_dim))
+    }
+
+    /// The head dim rounded up to whole 64-column shared-memory panels.
+    pub fn smem_head_dim(&self) -> u32 {
+        self.head_dim.div_ceil(64) * 64
+    }
+
+    /// Dynamic shared memory bytes: Q tile plus `stages` K and V tiles.
+    pub fn smem_bytes(&self) -> u32 {
+        let t = self.tiles();
+        let row = self.smem_head_dim() * self.dtype.size();
+        match self.pass {
+            Pass::Fwd => t.block_m * row + 2 * t.stages * t.block_n * row,
+        }
+    }
+
+    /// The kernel's (and its entry point's) name.
+    pub fn name(&self) -> String {
+        let causal = if self.causal { "_causal" } else { "" };
+        format!(
+            "fa2_{}_d{}_{}{}_{}",
+            self.pass.name(),
+            self.head_dim,
+            self.dtype.name(),
+            causal,
+            self.arch.name()
+        )
+    }
+}
+
+impl fmt::Display for KernelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// Why a kernel name did not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{name}` is not a flash-ptx kernel name: {why} (expected e.g. `fa2_fwd_d128_bf16_causal_sm80`)"
+)]
+pub struct ParseSpecError {
+    pub name: String,
+    pub why: String,
+}
+
+impl FromStr for KernelSpec {
+    type Err = ParseSpecError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why: &str| ParseSpecError {
+            name: s.to_string(),
+            why: why.to_string(),
+        };
+        let parts: Vec<&str> = s.split('_').collect();
+        let (causal, n) = match parts.len() {
+            5 => (false, 5),
+            6 if parts[4] == "causal" => (true, 6),
+            6 => return Err(err("the fifth part must be `causal`")),
+            _ => return Err(err("expected 5 or 6 parts separated by `_`")),
+        };
+        if parts[0] != "fa2" {
+            return Err(err("it must start with `fa2_`"));
+        }
+        let pass = Pass::ALL
+            .into_iter()
+            .find(|p| p.name() == parts[1])
+            .ok_or_else(|| err("unknown pass"))?;
+        let head_dim = parts[2]
+            .strip_prefix('d')
+            .and_then(|d| d.parse::<u32>().ok())
+            .filter(|d| HEAD_DIMS.contains(d))
+            .ok_or_else(|| err("head dim must be d32, d64, d96, d128, d160, d192, d224 or d256"))?;
+        let dtype = DType::ALL
+            .into_iter()
+            .find(|d| d.name() == parts[3])
+            .ok_or_else(|| err("dtype must be f16 or bf16"))?;
+        let arch = Arch::ALL
+            .into_iter()
+            .find(|a| a.name() == parts[n - 1])
+            .ok_or_else(|| err("arch must be sm80"))?;
+        Ok(KernelSpec {
+            pass,
+            head_dim,
+            dtype,
+            causal,
+            arch,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in KernelSpec::all() {
+            assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
+        }
+        assert_eq!(KernelSpec::all().len(), 32);
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        for n in [
+            "",
+            "fa2_fwd_d100_bf16_sm80",
+            "fa2_fwd_d128_fp8_sm80",
+            "fa2_fwd_d128_bf16_masked_sm80",
+            "fa3_fwd_d128_bf16_sm80",
+        ] {
+            assert!(n.parse::<KernelSpec>().is_err(), "{n}");
+        }
+    }
+
+    #[test]
+    fn kernel_head_dim_rounds_up() {
+        assert_eq!(KernelSpec::kernel_head_dim(8), Some(32));
+        assert_eq!(KernelSpec::kernel_head_dim(72), Some(96));
+        assert_eq!(KernelSpec::kernel_head_dim(256), Some(256));
+        assert_eq!(KernelSpec::kernel_head_dim(264), None);
+        assert_eq!(KernelSpec::kernel_head_dim(60), None);
+    }
+}

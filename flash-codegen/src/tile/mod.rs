@@ -1,0 +1,4 @@
+//! Tile layer: fragment layouts, shared-memory layouts and the copies between them.
+
+pub mod frag;
+pub mod smem;

@@ -1,0 +1,6 @@
+//! flash-ptx: FlashAttention-2 forward and backward as generated PTX, from `cargo build`.
+//!
+//! This facade re-exports the code generator and the runtime so users depend on one crate.
+
+pub use flash_codegen as codegen;
+pub use flash_runtime as runtime;
