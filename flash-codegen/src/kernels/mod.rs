@@ -1,7 +1,9 @@
 //! Kernel layer: the FlashAttention-2 passes, written against tiles, plus the mma probe.
 
 pub mod fwd;
+pub mod mask;
 pub mod probe;
+pub mod softmax;
 
 use crate::ptx::Module;
 use crate::spec::{KernelSpec, Pass};

@@ -123,6 +123,13 @@ impl Builder {
         rcp(a) -> F32 = Rcp.F32;
     }
 
+    /// `shl.b64` by a constant (the shift amount of PTX `shl` is always 32-bit).
+    pub fn shl_b64(&mut self, a: Reg<B64>, by: u32) -> Reg<B64> {
+        let d = self.reg::<B64>();
+        self.alu(AluOp::Shl, Ty::B64, d.into(), vec![a.into(), AnyOperand::Int(by as i64)]);
+        d
+    }
+
     /// `mul.wide.u32`: 32 x 32 -> 64-bit product.
     pub fn mul_wide_u32(
         &mut self,
@@ -218,6 +225,9 @@ impl Builder {
         b: impl Into<Operand<F32>>,
     ) -> Reg<Pred> {
         self.setp(cmp, Ty::F32, a.into().into(), b.into().into())
+    }
+    pub fn setp_u64(&mut self, cmp: Cmp, a: impl Into<Operand<B64>>, b: impl Into<Operand<B64>>) -> Reg<Pred> {
+        self.setp(cmp, Ty::U64, a.into().into(), b.into().into())
     }
     fn setp(&mut self, cmp: Cmp, ty: Ty, a: AnyOperand, b: AnyOperand) -> Reg<Pred> {
         let p = self.reg();

@@ -1,4 +1,5 @@
 //! Tile layer: fragment layouts, shared-memory layouts and the copies between them.
 
 pub mod frag;
+pub mod copy;
 pub mod smem;

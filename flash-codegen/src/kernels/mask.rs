@@ -1,0 +1,61 @@
+//! Kernel layer: the key mask of one block of scores: sequence bound and the
+//! bottom-right-aligned causal diagonal (query i sees keys j <= i + seqlen_k - seqlen_q).
+
+use super::softmax::AccTiles;
+use crate::ptx::{B32, Builder, Cmp, Reg};
+use crate::tile::frag::c_frag;
+
+const NEG_INF: f32 = f32::NEG_INFINITY;
+
+/// Per-row key limits of one thread: key `j` of a row is valid iff `j < limit(row)`.
+pub struct KeyMask {
+    /// `limit(row) - 2t` for each of the thread's rows (`2 * mt + h`), so that an element's
+    /// test is `n0 + const < limit - 2t`.
+    limit_rel: Vec<Reg<B32>>,
+}
+
+impl KeyMask {
+    /// `rows[r]` is the absolute query index of thread row r; `t2 = 2 * (lane & 3)`.
+    pub fn new(
+        b: &mut Builder,
+        causal: bool,
+        rows: &[Reg<B32>],
+        t2: Reg<B32>,
+        seqlen_q: Reg<B32>,
+        seqlen_k: Reg<B32>,
+    ) -> Self {
+        let shift = b.sub_s32(seqlen_k, seqlen_q);
+        let limit_rel = rows
+            .iter()
+            .map(|&row| {
+                let limit = if causal {
+                    let diag = b.add_s32(row, shift);
+                    let diag = b.add_s32(diag, 1i32);
+                    b.min_s32(diag, seqlen_k)
+                } else {
+                    seqlen_k
+                };
+                b.sub_s32(limit, t2)
+            })
+            .collect();
+        KeyMask { limit_rel }
+    }
+
+    /// Sets the scores of invalid keys of the block starting at key `n0` to -inf.
+    pub fn apply(&self, b: &mut Builder, s: &AccTiles, n0: Reg<B32>) {
+        for (mt, s_mt) in s.iter().enumerate() {
+            for h in 0..2 {
+                let rel = b.sub_s32(self.limit_rel[2 * mt + h], n0);
+                for (nt, frag) in s_mt.iter().enumerate() {
+                    for e in [2 * h, 2 * h + 1] {
+                        let col = 8 * nt as u32 + c_frag(e as u32).col.constant();
+                        let valid = b.setp_s32(Cmp::Gt, rel, col as i32);
+                        // in place: the masked and unmasked paths must join on the same registers
+                        let v = b.selp_f32(frag[e], NEG_INF, valid);
+                        b.assign(frag[e], v);
+                    }
+                }
+            }
+        }
+    }
+}

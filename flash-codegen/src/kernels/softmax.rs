@@ -1,0 +1,143 @@
+//! Kernel layer: FA2's online softmax in the exp2 domain, on accumulator fragments.
+//!
+//! A thread holds rows g and g+8 of each m16 tile (`row = 2 * mt + h`), spread over the
+//! four lanes of a quad, so row reductions are two butterfly shuffles. Running max `m_i`
+//! is kept unscaled; `m_i * scale_log2` is folded into one `fma` per score:
+//! `p = 2^(s * scale_log2 - m_i * scale_log2)`. Rows that have seen no valid key keep
+//! `m_i = -inf` and use 0 as their scaled max, so `-inf - -inf` (NaN) never happens.
+
+use crate::ptx::{B32, Builder, Cmp, F32, Reg};
+
+/// log(2), to turn the log2-domain row statistics into a natural-log LSE.
+const LN_2: f32 = std::f32::consts::LN_2;
+const NEG_INF: f32 = f32::NEG_INFINITY;
+
+/// Accumulator tiles `[m-tile][n-tile]`, each an m16n8 C fragment.
+pub type AccTiles = Vec<Vec<[Reg<F32>; 4]>>;
+
+/// Zero-initialised accumulators.
+pub fn zeros(b: &mut Builder, m_tiles: usize, n_tiles: usize) -> AccTiles {
+    (0..m_tiles).map(|_| (0..n_tiles).map(|_| std::array::from_fn(|_| b.mov(0.0f32))).collect()).collect()
+}
+
+/// Butterfly reduction over the four lanes of a quad.
+fn quad_reduce(b: &mut Builder, x: Reg<F32>, op: fn(&mut Builder, Reg<F32>, Reg<F32>) -> Reg<F32>) -> Reg<F32> {
+    let y = b.shfl_bfly_f32(x, 1);
+    let x = op(b, x, y);
+    let y = b.shfl_bfly_f32(x, 2);
+    op(b, x, y)
+}
+
+fn max(b: &mut Builder, x: Reg<F32>, y: Reg<F32>) -> Reg<F32> {
+    b.max_f32(x, y)
+}
+fn add(b: &mut Builder, x: Reg<F32>, y: Reg<F32>) -> Reg<F32> {
+    b.add_f32(x, y)
+}
+
+/// The running statistics of `2 * m_tiles` rows per thread.
+pub struct OnlineSoftmax {
+    /// Running row max of the raw scores.
+    m_i: Vec<Reg<F32>>,
+    /// Running row sum of exp2, this thread's columns only (quad-reduced at the end).
+    l_i: Vec<Reg<F32>>,
+    scale_log2: Reg<F32>,
+}
+
+impl OnlineSoftmax {
+    pub fn new(b: &mut Builder, m_tiles: usize, scale_log2: Reg<F32>) -> Self {
+        let m_i = (0..2 * m_tiles).map(|_| b.mov(NEG_INF)).collect();
+        let l_i = (0..2 * m_tiles).map(|_| b.mov(0.0f32)).collect();
+        OnlineSoftmax { m_i, l_i, scale_log2 }
+    }
+
+    /// `max_scaled = (m == -inf) ? 0 : m * scale_log2`.
+    fn scaled_max(&self, b: &mut Builder, m: Reg<F32>) -> Reg<F32> {
+        let none = b.setp_f32(Cmp::Eq, m, NEG_INF);
+        let ms = b.mul_f32(m, self.scale_log2);
+        b.selp_f32(0.0f32, ms, none)
+    }
+
+    /// One key block: turns scores `s` into unnormalised probabilities in place, updates
+    /// `m_i`, `l_i` and rescales the output accumulator `o` by `alpha = 2^(m_old - m_new)`.
+    pub fn step(&mut self, b: &mut Builder, s: &mut AccTiles, o: &AccTiles) {
+        for (mt, s_mt) in s.iter_mut().enumerate() {
+            for h in 0..2 {
+                let row = 2 * mt + h;
+                // -- m_new = max(m_old, rowmax(S)) --
+                let mut mx = self.m_i[row];
+                for frag in s_mt.iter() {
+                    mx = b.max_f32(mx, frag[2 * h]);
+                    mx = b.max_f32(mx, frag[2 * h + 1]);
+                }
+                let m_new = quad_reduce(b, mx, max);
+                let ms = self.scaled_max(b, m_new);
+                let neg_ms = b.neg_f32(ms);
+                // -- alpha = 2^(m_old * scale_log2 - max_scaled): 0 while m_old = -inf --
+                let x = b.fma_f32(self.m_i[row], self.scale_log2, neg_ms);
+                let alpha = b.ex2(x);
+                // -- p = 2^(s * scale_log2 - max_scaled); masked scores (-inf) give 0 --
+                let mut rowsum: Option<Reg<F32>> = None;
+                for frag in s_mt.iter_mut() {
+                    for e in [2 * h, 2 * h + 1] {
+                        let x = b.fma_f32(frag[e], self.scale_log2, neg_ms);
+                        frag[e] = b.ex2(x);
+                        rowsum = Some(match rowsum {
+                            None => frag[e],
+                            Some(acc) => b.add_f32(acc, frag[e]),
+                        });
+                    }
+                }
+                // -- l_i = alpha * l_i + rowsum(P); O *= alpha --
+                let l = b.fma_f32(self.l_i[row], alpha, rowsum.expect("block_n > 0"));
+                b.assign(self.l_i[row], l);
+                b.assign(self.m_i[row], m_new);
+                for frag in &o[mt] {
+                    for e in [2 * h, 2 * h + 1] {
+                        let v = b.mul_f32(frag[e], alpha);
+                        b.assign(frag[e], v);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Normalises `o` by `1 / l_i` and returns each row's natural-log LSE
+    /// (`-inf`, with `o = 0`, for rows without a valid key).
+    pub fn finish(&self, b: &mut Builder, o: &AccTiles) -> Vec<Reg<F32>> {
+        let mut lse = Vec::new();
+        for (mt, o_mt) in o.iter().enumerate() {
+            for h in 0..2 {
+                let row = 2 * mt + h;
+                let l = quad_reduce(b, self.l_i[row], add);
+                let empty = b.setp_f32(Cmp::Eq, l, 0.0f32);
+                let r = b.rcp(l);
+                let inv = b.selp_f32(1.0f32, r, empty);
+                for frag in o_mt {
+                    for e in [2 * h, 2 * h + 1] {
+                        let v = b.mul_f32(frag[e], inv);
+                        b.assign(frag[e], v);
+                    }
+                }
+                // lse = (m * scale_log2 + log2(l)) * ln 2
+                let ms = self.scaled_max(b, self.m_i[row]);
+                let lg = b.lg2(l);
+                let s = b.add_f32(ms, lg);
+                let v = b.mul_f32(s, LN_2);
+                lse.push(b.selp_f32(NEG_INF, v, empty));
+            }
+        }
+        lse
+    }
+}
+
+/// Packs probabilities `p` of m-tile `mt` into the A fragments of P V, one per k16 step:
+/// the C fragments of n-tiles 2kk and 2kk+1 are exactly the A fragment of step kk.
+pub fn p_as_a(b: &mut Builder, fmt: crate::ptx::HalfFmt, p: &[[Reg<F32>; 4]]) -> Vec<[Reg<B32>; 4]> {
+    p.chunks(2)
+        .map(|pair| {
+            let (lo, hi) = (pair[0], pair[1]);
+            [b.pack(fmt, lo[0], lo[1]), b.pack(fmt, lo[2], lo[3]), b.pack(fmt, hi[0], hi[1]), b.pack(fmt, hi[2], hi[3])]
+        })
+        .collect()
+}

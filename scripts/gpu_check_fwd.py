@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Quick GPU check of generated forward PTX with CuPy + PyTorch (float64 reference on GPU).
+
+Usage: python3 gpu_check_fwd.py PTX_DIR [--quick]
+PTX_DIR holds `<kernel>.ptx` files (as written by `flash-codegen emit --all`) and,
+optionally, `probe_mma_{f16,bf16}.ptx`. Prints one line per case and a summary;
+exits non-zero when any case fails.
+"""
+import math, os, sys
+import numpy as np
+import cupy as cp
+import torch
+
+PTX_DIR = sys.argv[1]
+QUICK = "--quick" in sys.argv
+LOG2E = 1.4426950408889634
+HEAD_DIMS = [32, 64, 96, 128, 160, 192, 224, 256]
+TILES = {}  # kernel head dim -> (block_m, threads, smem) filled from the PTX / rule below
+_mods = {}
+
+
+def kernel(name):
+    if name not in _mods:
+        mod = cp.RawModule(path=os.path.join(PTX_DIR, name + ".ptx"))
+        _mods[name] = mod.get_function(name)
+    return _mods[name]
+
+
+def smem_bytes(d, block_m, block_n, stages=2):
+    dp = (d + 63) // 64 * 64
+    return block_m * dp * 2 + 2 * stages * block_n * dp * 2
+
+
+def tiles(d):
+    # mirrors flash-codegen's FWD_TILES (block_m, block_n, warps)
+    return (64, 64 if d <= 128 else 32, 4)
+
+
+def reference(q, k, v, causal, scale):
+    # q [b, sq, h, d], k/v [b, sk, hk, d]; float64
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    qd, kd, vd = (x.double().permute(0, 2, 1, 3) for x in (q, k, v))
+    kd = kd.repeat_interleave(h // hk, dim=1)
+    vd = vd.repeat_interleave(h // hk, dim=1)
+    s = (qd @ kd.transpose(-1, -2)) * scale
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + sk - sq, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)  # [b, h, sq]; -inf for fully masked rows
+    p = torch.exp(s - lse[..., None])
+    p = torch.nan_to_num(p, nan=0.0)
+    o = (p @ vd).permute(0, 2, 1, 3)
+    return o, lse
+
+
+def run_fwd(q, k, v, o, lse, causal, scale=None):
+    b, sq, h, d = q.shape
+    sk, hk = k.shape[1], k.shape[2]
+    kd = next(x for x in HEAD_DIMS if x >= d)
+    dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
+    name = f"fa2_fwd_d{kd}_{dt}{'_causal' if causal else ''}_sm80"
+    f = kernel(name)
+    bm, bn, warps = tiles(kd)
+    smem = smem_bytes(kd, bm, bn)
+    f.max_dynamic_shared_size_bytes = smem
+    scale = scale if scale is not None else 1.0 / math.sqrt(d)
+    u64, u32 = np.uint64, np.uint32
+    args = [u64(q.data_ptr()), u64(k.data_ptr()), u64(v.data_ptr()), u64(o.data_ptr()),
+            u64(lse.data_ptr() if lse is not None else 0), u32(sq), u32(sk), u32(d), u32(h),
+            u32(h // hk), np.float32(scale * LOG2E)]
+    for t in (q, k, v, o):
+        st = t.stride()
+        args += [u64(st[0]), u32(st[1]), u32(st[2])]
+    grid = ((sq + bm - 1) // bm, h, b)
+    with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+        f(grid, (32 * warps, 1, 1), tuple(args), shared_mem=smem)
+    return name
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def check_case(b, sq, sk, h, hk, d, dtype, causal, packed=False):
+    dev = "cuda"
+    if packed:  # q, k, v sliced out of one [b, s, 3, h, d] buffer (sq == sk, h == hk)
+        qkv = torch.randn(b, sq, 3, h, d, device=dev, dtype=dtype)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    else:
+        q = torch.randn(b, sq, h, d, device=dev, dtype=dtype)
+        k = torch.randn(b, sk, hk, d, device=dev, dtype=dtype)
+        v = torch.randn(b, sk, hk, d, device=dev, dtype=dtype)
+    o = torch.full((b, sq, h, d), float("nan"), device=dev, dtype=dtype)
+    lse = torch.full((b, h, sq), float("nan"), device=dev, dtype=torch.float32)
+    name = run_fwd(q, k, v, o, lse, causal)
+    torch.cuda.synchronize()
+    o_ref, lse_ref = reference(q, k, v, causal, 1.0 / math.sqrt(d))
+    nan_o = torch.isnan(o).sum().item()
+    nan_l = torch.isnan(lse).sum().item()
+    err = rel(o, o_ref)
+    fin = torch.isfinite(lse_ref)
+    lse_err = (lse.double()[fin] - lse_ref[fin]).abs().max().item() if fin.any() else 0.0
+    inf_ok = bool((lse[~fin] == float("-inf")).all().item()) if (~fin).any() else True
+    tol = 3e-3 if dtype == torch.bfloat16 else 4e-4
+    ok = nan_o == 0 and nan_l == 0 and err <= tol and lse_err <= 1e-3 and inf_ok
+    print(f"{'ok  ' if ok else 'FAIL'} {name:34s} b{b} sq{sq} sk{sk} h{h}/{hk} d{d}{' packed' if packed else ''}: "
+          f"rel_l2 {err:.2e} lse {lse_err:.1e} nan {nan_o}/{nan_l} inf_ok {inf_ok}", flush=True)
+    return ok
+
+
+def check_probe():
+    ok = True
+    for dt, tdt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        path = os.path.join(PTX_DIR, f"probe_mma_{dt}.ptx")
+        if not os.path.exists(path):
+            continue
+        f = cp.RawModule(path=path).get_function(f"probe_mma_{dt}")
+        a, bt, v = (torch.randn(16, 16, device="cuda", dtype=tdt) for _ in range(3))
+        c1 = torch.full((16, 16), float("nan"), device="cuda")
+        c2 = torch.full((16, 16), float("nan"), device="cuda")
+        f((1,), (32,), tuple(np.uint64(x.data_ptr()) for x in (a, bt, v, c1, c2)), shared_mem=3 * 16 * 128)
+        torch.cuda.synchronize()
+        e1 = rel(c1, a.double() @ bt.double().T)
+        e2 = rel(c2, a.double() @ v.double())
+        good = e1 < 1e-5 and e2 < 1e-5
+        ok &= good
+        print(f"{'ok  ' if good else 'FAIL'} probe_mma_{dt}: c1 = a bt^T rel {e1:.1e}, c2 = a v rel {e2:.1e}")
+    return ok
+
+
+def main():
+    torch.manual_seed(0)
+    ok = check_probe()
+    dims = HEAD_DIMS + [40, 72, 200]
+    lens = [(1, 1), (17, 17), (128, 128), (1000, 1000), (2061, 2061), (128, 1000), (1000, 128), (17, 2061), (2061, 17)]
+    if QUICK:
+        dims, lens = [64, 128], [(17, 17), (1000, 1000), (128, 1000), (1000, 128)]
+    for dtype in (torch.float16, torch.bfloat16):
+        for causal in (False, True):
+            for d in dims:
+                for sq, sk in lens:
+                    if sq * sk > 1000 * 1000 and d not in (64, 128):
+                        continue
+                    ok &= check_case(1, sq, sk, 2, 2, d, dtype, causal)
+            ok &= check_case(2, 300, 300, 8, 2, 128, dtype, causal)       # GQA 8/2, batch 2
+            ok &= check_case(2, 257, 513, 8, 1, 64, dtype, causal)        # MQA
+            ok &= check_case(3, 333, 333, 4, 4, 96, dtype, causal, packed=True)
+    print("ALL OK" if ok else "SOME FAILED")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
