@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+import warnings; warnings.filterwarnings("ignore", category=DeprecationWarning)
 """Quick GPU check of generated forward PTX with CuPy + PyTorch (float64 reference on GPU).
 
 Usage: python3 gpu_check_fwd.py PTX_DIR [--quick]
@@ -6,7 +7,7 @@ PTX_DIR holds `<kernel>.ptx` files (as written by `flash-codegen emit --all`) an
 optionally, `probe_mma_{f16,bf16}.ptx`. Prints one line per case and a summary;
 exits non-zero when any case fails.
 """
-import math, os, sys
+import json, math, os, sys
 import numpy as np
 import cupy as cp
 import torch
@@ -26,14 +27,17 @@ def kernel(name):
     return _mods[name]
 
 
-def smem_bytes(d, block_m, block_n, stages=2):
-    dp = (d + 63) // 64 * 64
-    return block_m * dp * 2 + 2 * stages * block_n * dp * 2
-
-
-def tiles(d):
-    # mirrors flash-codegen's FWD_TILES (block_m, block_n, warps)
-    return (64, 64 if d <= 128 else 32, 4)
+def geometry(name):
+    """(block_m, threads, smem bytes) from manifest.json when present, else the PTX header comment."""
+    man = os.path.join(PTX_DIR, "manifest.json")
+    if os.path.exists(man):
+        for k in json.load(open(man))["kernels"]:
+            if k["entry"] == name:
+                return k["tiles"]["block_m"], k["block"][0], k["dynamic_smem_bytes"]
+    import re
+    text = open(os.path.join(PTX_DIR, name + ".ptx")).read()
+    m = re.search(r"block (\d+)x(\d+), (\d+) warps, (\d+) stages, d (\d+), smem (\d+) bytes", text)
+    return int(m.group(1)), 32 * int(m.group(3)), int(m.group(6))
 
 
 def reference(q, k, v, causal, scale):
@@ -62,8 +66,7 @@ def run_fwd(q, k, v, o, lse, causal, scale=None):
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
     name = f"fa2_fwd_d{kd}_{dt}{'_causal' if causal else ''}_sm80"
     f = kernel(name)
-    bm, bn, warps = tiles(kd)
-    smem = smem_bytes(kd, bm, bn)
+    bm, threads, smem = geometry(name)
     f.max_dynamic_shared_size_bytes = smem
     scale = scale if scale is not None else 1.0 / math.sqrt(d)
     u64, u32 = np.uint64, np.uint32
@@ -75,7 +78,7 @@ def run_fwd(q, k, v, o, lse, causal, scale=None):
         args += [u64(st[0]), u32(st[1]), u32(st[2])]
     grid = ((sq + bm - 1) // bm, h, b)
     with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
-        f(grid, (32 * warps, 1, 1), tuple(args), shared_mem=smem)
+        f(grid, (threads, 1, 1), tuple(args), shared_mem=smem)
     return name
 
 

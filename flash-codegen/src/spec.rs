@@ -105,81 +105,19 @@ pub struct TileConfig {
 }
 
 /// The forward tile table (sm_80 path). Rows: head_dim -> (block_m, block_n, warps, stages).
-/// block_m = 16 x warps (one m16 tile per warp); block_n halves above d128 to keep the
-/// O accumulator (d/2 f32 per thread) plus S in registers without spills.
+/// Each warp owns block_m / warps query rows (one or two m16 tiles): two tiles share every
+/// K/V fragment loaded from shared memory, halving ldmatrix traffic per mma; above d160
+/// the O accumulator (d/2 f32 per m-tile per thread) only fits with one. Shared memory
+/// stays <= 96 KiB so every variant also runs on RTX 30/40 (99 KiB per block).
 const FWD_TILES: [(u32, TileConfig); 8] = [
-    (
-        32,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-        },
-    ),
-    (
-        64,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-        },
-    ),
-    (
-        96,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-        },
-    ),
-    (
-        128,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-        },
-    ),
-    (
-        160,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-        },
-    ),
-    (
-        192,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-        },
-    ),
-    (
-        224,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-        },
-    ),
-    (
-        256,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-        },
-    ),
+    (32, TileConfig { block_m: 128, block_n: 64, warps: 4, stages: 2 }),
+    (64, TileConfig { block_m: 128, block_n: 64, warps: 4, stages: 2 }),
+    (96, TileConfig { block_m: 128, block_n: 64, warps: 4, stages: 2 }),
+    (128, TileConfig { block_m: 128, block_n: 32, warps: 4, stages: 2 }),
+    (160, TileConfig { block_m: 128, block_n: 16, warps: 4, stages: 2 }),
+    (192, TileConfig { block_m: 64, block_n: 32, warps: 4, stages: 2 }),
+    (224, TileConfig { block_m: 64, block_n: 32, warps: 4, stages: 2 }),
+    (256, TileConfig { block_m: 64, block_n: 32, warps: 4, stages: 2 }),
 ];
 
 impl TileConfig {

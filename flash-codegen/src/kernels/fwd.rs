@@ -69,7 +69,13 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
 
-    b.comment(format!("{}: block {bm}x{bn}, {} warps, d {d} (smem rows {dp})", spec.name(), t.warps));
+    b.comment(format!(
+        "{}: block {bm}x{bn}, {} warps, {} stages, d {d}, smem {} bytes",
+        spec.name(),
+        t.warps,
+        t.stages,
+        spec.smem_bytes()
+    ));
     let p = Params::load(&mut b, &ir_params);
     let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
     let scale_log2 = p.f32("scale_log2");

@@ -1,25 +1,37 @@
 //! Tile layer: global -> shared copies of a [rows][head_dim] tile with 16-byte `cp.async`.
 //!
-//! Thread `tid` moves chunks `tid + i * threads` (row = idx / chunks_per_row). Each
-//! thread's (row, chunk, smem offset) is computed once; per block only the global base
-//! and the valid-row bound change. Rows past the sequence end and chunks past the
-//! problem's head dim are zero-filled (`src-size` 0) with the source clamped to the base.
+//! Thread `tid` owns chunk column `tid % cpr` (cpr = chunks per row rounded up to a power
+//! of two; lanes past the head dim idle) and rows `tid / cpr + i * step`, step =
+//! threads / cpr. So one row, one shared offset per swizzle phase and one global offset
+//! serve all of a thread's copies; only the block's global base and valid-row count
+//! change per block. Rows past the sequence end and chunks past the problem's head dim
+//! are zero-filled (`src-size` 0) with the source clamped to the block base.
 
-use super::smem::SmemTile;
+use super::smem::{ROW_BYTES, SmemTile};
 use crate::ptx::inst::CpSize;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, Pred, Reg};
 
 /// One thread's share of a tile copy.
 pub struct TileCopy {
-    rows: Vec<Reg<B32>>,
+    /// Copies per thread.
+    count: u32,
+    /// Rows between a thread's successive copies.
+    step: u32,
+    row0: Reg<B32>,
+    /// Shared offsets of the first `phases` copies; later ones repeat them 8 rows down.
     smem_off: Vec<Reg<B32>>,
-    gmem_off: Vec<Reg<B64>>,
-    chunk_ok: Vec<Reg<Pred>>,
+    /// Global byte offset of the first copy, and between successive copies.
+    gmem_off: Reg<B64>,
+    gmem_step: Reg<B64>,
+    /// The thread's chunk is inside the kernel's head dim (else the lane idles).
+    in_kernel: Reg<Pred>,
+    /// ... and inside the problem's head dim (else it is zero-filled).
+    chunk_ok: Reg<Pred>,
 }
 
 impl TileCopy {
-    /// Plans the copy of `rows` x `cols` elements (cols = the kernel's head dim, a multiple
-    /// of 8) into `tile`. `row_stride` is in elements; `head_dim` bounds the valid chunks.
+    /// Plans the copy of `tile.rows` x `cols` elements (cols = the kernel's head dim, a
+    /// multiple of 8). `row_stride` is in elements; `head_dim` bounds the valid chunks.
     pub fn new(
         b: &mut Builder,
         tile: &SmemTile,
@@ -29,37 +41,49 @@ impl TileCopy {
         row_stride: Reg<B32>,
         head_dim: Reg<B32>,
     ) -> Self {
-        let per_row = cols / 8;
-        let total = tile.rows * per_row;
-        assert!(total % threads == 0, "generator bug: {total} chunks over {threads} threads");
-        let row_bytes = b.shl_b32(row_stride, 1);
-        let mut plan = TileCopy { rows: vec![], smem_off: vec![], gmem_off: vec![], chunk_ok: vec![] };
-        for i in 0..total / threads {
-            let idx = b.add_u32(tid, i * threads);
-            let row = b.div_u32(idx, per_row);
-            let chunk = b.rem_u32(idx, per_row);
-            plan.smem_off.push(tile.emit_offset(b, row, chunk));
-            let col_bytes = b.shl_b32(chunk, 4);
-            let col64 = b.cvt_u64_u32(col_bytes);
-            plan.gmem_off.push(b.mad_wide_u32(row, row_bytes, col64));
-            let col = b.shl_b32(chunk, 3);
-            plan.chunk_ok.push(b.setp_u32(Cmp::Lt, col, head_dim));
-            plan.rows.push(row);
-        }
-        plan
+        let cpr = (cols / 8).next_power_of_two();
+        assert!(threads % cpr == 0, "generator bug: {cpr} chunks per row over {threads} threads");
+        let step = threads / cpr;
+        assert!(tile.rows % step == 0, "generator bug: {} rows in steps of {step}", tile.rows);
+        let phases = if step % 8 == 0 { 1 } else { 8 / step };
+        let chunk = b.and_b32(tid, cpr - 1);
+        let row0 = b.shr_u32(tid, cpr.trailing_zeros());
+        let smem_off = (0..phases.min(tile.rows / step))
+            .map(|p| {
+                let row = b.add_u32(row0, p * step);
+                tile.emit_offset(b, row, chunk)
+            })
+            .collect();
+        let col = b.shl_b32(chunk, 3u32);
+        let in_kernel = b.setp_u32(Cmp::Lt, col, cols);
+        let in_problem = b.setp_u32(Cmp::Lt, col, head_dim);
+        let chunk_ok = b.and_pred(in_kernel, in_problem);
+        let row_bytes = b.shl_b32(row_stride, 1u32);
+        let col_bytes = b.shl_b32(chunk, 4u32);
+        let col_bytes = b.cvt_u64_u32(col_bytes);
+        let gmem_off = b.mad_wide_u32(row0, row_bytes, col_bytes);
+        let gmem_step = b.mul_wide_u32(row_bytes, step);
+        TileCopy { count: tile.rows / step, step, row0, smem_off, gmem_off, gmem_step, in_kernel, chunk_ok }
     }
 
     /// Issues the copies of the block at global byte address `base` whose first
     /// `valid_rows` rows exist, into the tile at shared address `smem + tile_base`.
     pub fn issue(&self, b: &mut Builder, smem: Reg<B32>, tile_base: u32, base: Reg<B64>, valid_rows: Reg<B32>) {
-        for i in 0..self.rows.len() {
-            let row_ok = b.setp_s32(Cmp::Lt, self.rows[i], valid_rows);
-            let ok = b.and_pred(row_ok, self.chunk_ok[i]);
+        let mut src = b.add_s64(base, self.gmem_off);
+        let phases = self.smem_off.len() as u32;
+        for i in 0..self.count {
+            if i > 0 {
+                src = b.add_s64(src, self.gmem_step);
+            }
+            let row = b.add_u32(self.row0, i * self.step);
+            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
+            let ok = b.and_pred(row_ok, self.chunk_ok);
             let size = b.selp_b32(16u32, 0u32, ok);
-            let off = b.selp_b64(self.gmem_off[i], 0i64, ok);
-            let src = b.add_s64(base, off);
-            let dst = b.add_u32(smem, self.smem_off[i]);
-            b.cp_async(CpSize::B16, Addr::Shared(dst, tile_base as i32), Addr::Global(src, 0), Some(size.into()));
+            let from = b.selp_b64(src, base, ok);
+            let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
+            let below = (i / phases) * phases * self.step * ROW_BYTES;
+            let dst = Addr::Shared(dst, (tile_base + below) as i32);
+            b.when(self.in_kernel, false, |b| b.cp_async(CpSize::B16, dst, Addr::Global(from, 0), Some(size.into())));
         }
     }
 }
