@@ -1,0 +1,253 @@
+//! Forward-pass benchmark, FlashAttention-2 paper setup: hidden 2048 (heads = 2048 / d),
+//! 16384 tokens (batch = 16384 / seqlen), d in {64, 128, 256}, causal and not, seqlen
+//! 512..16K, bf16 and f16. Each row: 5 warm-ups, then the median of >= 20 launches timed
+//! with CUDA events; TFLOP/s from 4 * b * h * n^2 * d (half if causal).
+//!
+//! Env: BENCH_OUT (JSON path, default bench_fwd.json), BENCH_D, BENCH_SEQ (comma lists),
+//! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20).
+//! Run: `cargo run --release --features gpu --example bench_fwd`.
+
+use std::error::Error;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, CudaStream};
+use flash_runtime::rng::Rng;
+use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
+
+const TOKENS: usize = 16384;
+const HIDDEN: usize = 2048;
+const WARMUP: usize = 5;
+
+#[derive(Debug)]
+struct Row {
+    dtype: &'static str,
+    d: usize,
+    causal: bool,
+    n: usize,
+    b: usize,
+    h: usize,
+    ms_median: f64,
+    ms_min: f64,
+    tflops: f64,
+    error: Option<String>,
+}
+
+impl Row {
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "backend": "flash_ptx", "dtype": self.dtype, "d": self.d, "causal": self.causal,
+            "n": self.n, "b": self.b, "h": self.h, "fwd_ms": self.ms_median,
+            "fwd_ms_min": self.ms_min, "fwd_tflops": self.tflops, "error": self.error,
+        })
+    }
+}
+
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(name) {
+        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+struct Sweep {
+    dims: Vec<usize>,
+    seqs: Vec<usize>,
+    causal: Vec<bool>,
+    iters: usize,
+}
+
+/// Inputs for one dtype: flat buffers of TOKENS * HIDDEN elements, reshaped per row.
+struct Bufs<T> {
+    q: CudaSlice<T>,
+    k: CudaSlice<T>,
+    v: CudaSlice<T>,
+    o: CudaSlice<T>,
+    nan: CudaSlice<T>,
+    lse: CudaSlice<f32>,
+}
+
+fn bufs<T: Element>(stream: &Arc<CudaStream>, seed: u64) -> Result<Bufs<T>, Box<dyn Error>> {
+    let n = TOKENS * HIDDEN;
+    let mut rng = Rng::new(seed);
+    let mut rand = || -> Vec<T> { (0..n).map(|_| T::from_f32(rng.normal())).collect() };
+    let (q, k, v) = (rand(), rand(), rand());
+    Ok(Bufs {
+        q: stream.clone_htod(&q)?,
+        k: stream.clone_htod(&k)?,
+        v: stream.clone_htod(&v)?,
+        o: stream.alloc_zeros(n)?,
+        nan: stream.clone_htod(&vec![T::from_f32(f32::NAN); n])?,
+        lse: stream.alloc_zeros(TOKENS * (HIDDEN / 8))?,
+    })
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn time_row<T: Element>(
+    rt: &FlashAttention,
+    stream: &Arc<CudaStream>,
+    bu: &mut Bufs<T>,
+    d: usize,
+    n: usize,
+    causal: bool,
+    iters: usize,
+) -> Result<(f64, f64), Box<dyn Error>> {
+    let (b, h) = (TOKENS / n, HIDDEN / d);
+    let shape = [b, n, h, d];
+    stream.memcpy_dtod(&bu.nan, &mut bu.o)?; // poison: every launch must overwrite o
+    let params = FwdParams {
+        causal,
+        softmax_scale: None,
+    };
+    let (q, k, v) = (
+        Tensor4::contiguous(&bu.q, shape),
+        Tensor4::contiguous(&bu.k, shape),
+        Tensor4::contiguous(&bu.v, shape),
+    );
+    let mut o = Tensor4Mut::contiguous(&mut bu.o, shape);
+    let ctx = rt.context();
+    let (start, end) = (
+        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
+    );
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..WARMUP + iters {
+        start.record(stream)?;
+        rt.forward(stream, &q, &k, &v, &mut o, Some(&mut bu.lse), &params)?;
+        end.record(stream)?;
+        let ms = start.elapsed_ms(&end)? as f64;
+        if i >= WARMUP {
+            times.push(ms);
+        }
+    }
+    let out: Vec<T> = stream.clone_dtoh(&bu.o)?;
+    let bad = out.iter().filter(|x| !x.to_f32().is_finite()).count();
+    if bad > 0 {
+        return Err(format!(
+            "{bad} of {} outputs not finite (kernel wrong or not writing)",
+            out.len()
+        )
+        .into());
+    }
+    let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+    Ok((median(times), min))
+}
+
+fn sweep<T: Element>(
+    rt: &FlashAttention,
+    stream: &Arc<CudaStream>,
+    sw: &Sweep,
+    rows: &mut Vec<Row>,
+) -> Result<(), Box<dyn Error>> {
+    let mut bu = bufs::<T>(stream, 0xbe4c ^ T::DTYPE as u64)?;
+    for &d in &sw.dims {
+        for &causal in &sw.causal {
+            for &n in &sw.seqs {
+                let (b, h) = (TOKENS / n.max(1), HIDDEN / d.max(1));
+                let flops = 4.0 * (b * h * n * n * d) as f64 / if causal { 2.0 } else { 1.0 };
+                let mut row = Row {
+                    dtype: T::DTYPE.name(),
+                    d,
+                    causal,
+                    n,
+                    b,
+                    h,
+                    ms_median: f64::NAN,
+                    ms_min: f64::NAN,
+                    tflops: f64::NAN,
+                    error: None,
+                };
+                if n == 0 || d == 0 || TOKENS % n != 0 || HIDDEN % d != 0 {
+                    row.error = Some("seqlen must divide 16384 and d must divide 2048".into());
+                } else {
+                    match time_row(rt, stream, &mut bu, d, n, causal, sw.iters) {
+                        Ok((med, min)) => {
+                            (row.ms_median, row.ms_min) = (med, min);
+                            row.tflops = flops / med / 1e9;
+                        }
+                        Err(e) => row.error = Some(e.to_string()),
+                    }
+                }
+                println!(
+                    "{:5} {:4} {:6} {:6} {:4} {:4} {:10.4} {:10.4} {:9.1}  {}",
+                    row.dtype,
+                    d,
+                    causal as u8,
+                    n,
+                    b,
+                    h,
+                    row.ms_median,
+                    row.ms_min,
+                    row.tflops,
+                    row.error.as_deref().unwrap_or("")
+                );
+                rows.push(row);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench_fwd: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn Error>> {
+    let rt = FlashAttention::on_device(0)?;
+    let stream = rt.context().default_stream();
+    let ctx = rt.context();
+    let gpu = ctx.name()?;
+    let sw = Sweep {
+        dims: env_list("BENCH_D", &[64, 128, 256]),
+        seqs: env_list("BENCH_SEQ", &[512, 1024, 2048, 4096, 8192, 16384]),
+        causal: env_list("BENCH_CAUSAL", &[0, 1])
+            .into_iter()
+            .map(|c| c != 0)
+            .collect(),
+        iters: env_list("BENCH_ITERS", &[20])
+            .first()
+            .copied()
+            .unwrap_or(20)
+            .max(1),
+    };
+    let dtypes = std::env::var("BENCH_DTYPE").unwrap_or_else(|_| "bf16,f16".into());
+    println!(
+        "flash-ptx forward on {gpu}: {TOKENS} tokens, hidden {HIDDEN}, median of {} launches",
+        sw.iters
+    );
+    println!(
+        "{:5} {:>4} {:>6} {:>6} {:>4} {:>4} {:>10} {:>10} {:>9}",
+        "dtype", "d", "causal", "n", "b", "h", "ms", "ms_min", "TFLOP/s"
+    );
+    let mut rows = Vec::new();
+    for dt in dtypes.split(',').map(str::trim) {
+        match dt {
+            "bf16" => sweep::<half::bf16>(&rt, &stream, &sw, &mut rows)?,
+            "f16" => sweep::<half::f16>(&rt, &stream, &sw, &mut rows)?,
+            other => eprintln!("skipping unknown dtype `{other}` (use bf16, f16)"),
+        }
+    }
+    let (maj, min) = ctx.compute_capability()?;
+    let report = serde_json::json!({
+        "gpu": gpu, "compute_capability": format!("{maj}.{min}"),
+        "tokens": TOKENS, "hidden": HIDDEN, "warmup": WARMUP, "iters": sw.iters,
+        "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+    });
+    let path = std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench_fwd.json".into());
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("wrote {path}");
+    Ok(())
+}

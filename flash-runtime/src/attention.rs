@@ -1,0 +1,345 @@
+//! [`FlashAttention`]: per-context module cache and the checked kernel launches.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    DeviceSlice, LaunchConfig, PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use flash_codegen::kernels::probe;
+use flash_codegen::{Arch, DType, KernelSpec};
+
+use crate::error::{FlashError, Result};
+use crate::tensor::{Element, Tensor4, Tensor4Mut};
+use crate::validate::{FwdArgs, FwdParams, FwdPlan, LseDesc, ParamValue, TensorDesc, plan_fwd};
+
+/// True when the NVIDIA driver library can be loaded. cudarc panics on the first driver
+/// call without it, so this is checked before any.
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the driver library by its known names; no driver call.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// A loaded kernel: the module (kept alive) and its entry point.
+type Loaded = (Arc<CudaModule>, CudaFunction);
+
+/// FlashAttention-2 on one CUDA context: generates (or takes registered) PTX per kernel
+/// variant on first use, JIT-loads it, caches it, and launches it after checking every
+/// argument. Cheap to share between threads (`Send + Sync`).
+pub struct FlashAttention {
+    ctx: Arc<CudaContext>,
+    arch: Arch,
+    smem_optin: u64,
+    modules: Mutex<BTreeMap<KernelSpec, Loaded>>,
+    registered: Mutex<BTreeMap<KernelSpec, &'static str>>,
+    entries: Mutex<BTreeMap<String, CudaFunction>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl FlashAttention {
+    /// A runtime on device `ordinal`'s primary context. Returns [`FlashError::NoDriver`]
+    /// (instead of panicking) when libcuda is missing.
+    pub fn on_device(ordinal: usize) -> Result<Self> {
+        if !driver_present() {
+            return Err(FlashError::NoDriver);
+        }
+        Self::new(CudaContext::new(ordinal)?)
+    }
+
+    /// A runtime on `ctx`. Checks that the driver is present and that the GPU has compute
+    /// capability 8.0 or newer.
+    pub fn new(ctx: Arc<CudaContext>) -> Result<Self> {
+        if !driver_present() {
+            return Err(FlashError::NoDriver);
+        }
+        let arch = Arch::Sm80;
+        let (major, minor) = ctx.compute_capability()?;
+        let (min_major, min_minor) = arch.min_compute_capability();
+        if (major as i64, minor as i64) < (min_major as i64, min_minor as i64) {
+            return Err(FlashError::UnsupportedGpu {
+                name: ctx.name().unwrap_or_else(|_| "unknown".into()),
+                major,
+                minor,
+            });
+        }
+        let optin = ctx
+            .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        Ok(FlashAttention {
+            ctx,
+            arch,
+            smem_optin: optin.max(0) as u64,
+            modules: Mutex::new(BTreeMap::new()),
+            registered: Mutex::new(BTreeMap::new()),
+            entries: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The context this runtime launches on.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// Use `ptx` (e.g. embedded at compile time by `flash_kernel!`) for `spec` instead of
+    /// generating it. Takes effect if the spec has not been loaded yet; returns whether it will.
+    pub fn register_ptx(&self, spec: KernelSpec, ptx: &'static str) -> bool {
+        lock(&self.registered).insert(spec, ptx);
+        !lock(&self.modules).contains_key(&spec)
+    }
+
+    /// The specs loaded so far, in order.
+    pub fn loaded_specs(&self) -> Vec<KernelSpec> {
+        lock(&self.modules).keys().copied().collect()
+    }
+
+    /// The entry point of `spec`, loading (and caching) its module on first use.
+    pub fn function(&self, spec: &KernelSpec) -> Result<CudaFunction> {
+        if !spec.is_supported() {
+            return Err(FlashError::UnsupportedHeadDim {
+                head_dim: spec.head_dim as usize,
+            });
+        }
+        let mut modules = lock(&self.modules);
+        if let Some((_, f)) = modules.get(spec) {
+            return Ok(f.clone());
+        }
+        let registered = lock(&self.registered).get(spec).copied();
+        let name = spec.name();
+        let loaded = match registered {
+            Some(ptx) => self.load(&name, ptx, spec.smem_bytes())?,
+            None => self.load(&name, &flash_codegen::generate(spec), spec.smem_bytes())?,
+        };
+        let f = loaded.1.clone();
+        modules.insert(*spec, loaded);
+        Ok(f)
+    }
+
+    /// Load entry `name` from `ptx` (cached by name: the first PTX given for a name wins),
+    /// allowing `dynamic_smem_bytes` of dynamic shared memory. For hand-written or probe kernels.
+    pub fn load_entry(
+        &self,
+        name: &str,
+        ptx: &str,
+        dynamic_smem_bytes: u32,
+    ) -> Result<CudaFunction> {
+        let mut entries = lock(&self.entries);
+        if let Some(f) = entries.get(name) {
+            return Ok(f.clone());
+        }
+        let (_, f) = self.load(name, ptx, dynamic_smem_bytes)?;
+        entries.insert(name.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// JIT-load one entry, fetch the JIT log on failure, and raise its dynamic shared
+    /// memory limit once (the attribute is per function).
+    fn load(&self, name: &str, ptx: &str, smem: u32) -> Result<Loaded> {
+        if ptx.contains('\0') {
+            return Err(FlashError::Jit {
+                kernel: name.to_string(),
+                log: "the PTX text contains a NUL byte".into(),
+            });
+        }
+        self.ctx.bind_to_thread()?;
+        let module = match self.ctx.load_module(Ptx::from_src(ptx)) {
+            Ok(m) => m,
+            Err(e) => {
+                let log = crate::jit::error_log(ptx);
+                let log = if log.trim().is_empty() {
+                    format!("{e} (the driver gave no JIT log)")
+                } else {
+                    format!("{e}\n{log}")
+                };
+                return Err(FlashError::Jit {
+                    kernel: name.to_string(),
+                    log,
+                });
+            }
+        };
+        let f = module.load_function(name).map_err(|e| FlashError::Jit {
+            kernel: name.to_string(),
+            log: format!("the module loaded but has no entry `{name}`: {e}"),
+        })?;
+        let static_smem = f.shared_size_bytes()?.max(0) as u64;
+        let needed = static_smem + smem as u64;
+        if needed > self.smem_optin {
+            return Err(FlashError::SharedMemoryLimit {
+                kernel: name.to_string(),
+                needed,
+                limit: self.smem_optin,
+            });
+        }
+        if smem > 0 {
+            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            f.set_attribute(attr, smem as i32)?;
+        }
+        Ok((module, f))
+    }
+
+    fn check_ctx(&self, what: &'static str, ctx: &Arc<CudaContext>) -> Result<()> {
+        if ctx.cu_ctx() == self.ctx.cu_ctx() {
+            Ok(())
+        } else {
+            Err(FlashError::WrongContext { what })
+        }
+    }
+
+    /// Attention forward: `o = softmax(q k^T * scale [+ causal mask]) v` and, if given,
+    /// `lse` (f32 `[batch, heads, seqlen_q]`, natural log), enqueued on `stream`.
+    ///
+    /// q `[b, sq, h, d]`, k and v `[b, sk, hk, d]`, o like q; `h % hk == 0`; `d` a multiple
+    /// of 8 up to 256. Every check runs before the launch and fails with a typed
+    /// [`FlashError`]; the launch itself is asynchronous.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward<T: Element>(
+        &self,
+        stream: &CudaStream,
+        q: &Tensor4<'_, T>,
+        k: &Tensor4<'_, T>,
+        v: &Tensor4<'_, T>,
+        o: &mut Tensor4Mut<'_, T>,
+        lse: Option<&mut CudaSlice<f32>>,
+        params: &FwdParams,
+    ) -> Result<()> {
+        self.check_ctx("stream", stream.context())?;
+        self.check_ctx("q", q.view.stream().context())?;
+        self.check_ctx("k", k.view.stream().context())?;
+        self.check_ctx("v", v.view.stream().context())?;
+        self.check_ctx("o", o.view.stream().context())?;
+        if let Some(l) = &lse {
+            self.check_ctx("lse", l.context())?;
+        }
+        // The guards make `stream` wait for earlier writes (and, for o/lse, reads) of each
+        // buffer; dropped after the launch, they record this launch's read/write events.
+        let (q_ptr, _q_guard) = q.view.device_ptr(stream);
+        let (k_ptr, _k_guard) = k.view.device_ptr(stream);
+        let (v_ptr, _v_guard) = v.view.device_ptr(stream);
+        let (o_shape, o_strides, o_len) = (o.shape(), o.strides(), o.buffer_len());
+        let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
+        let (lse_desc, _lse_guard) = match lse {
+            Some(l) => {
+                let len = l.len();
+                let (ptr, guard) = l.device_ptr_mut(stream);
+                (Some(LseDesc { ptr, len }), Some(guard))
+            }
+            None => (None, None),
+        };
+        let desc = |t: &Tensor4<'_, T>, ptr| TensorDesc {
+            shape: t.shape(),
+            strides: t.strides(),
+            ptr,
+            len: t.buffer_len(),
+            dtype: T::DTYPE,
+        };
+        let args = FwdArgs {
+            q: desc(q, q_ptr),
+            k: desc(k, k_ptr),
+            v: desc(v, v_ptr),
+            o: TensorDesc {
+                shape: o_shape,
+                strides: o_strides,
+                ptr: o_ptr,
+                len: o_len,
+                dtype: T::DTYPE,
+            },
+            lse: lse_desc,
+            params: *params,
+        };
+        let plan = plan_fwd(&args, self.arch)?;
+        if plan.is_noop() {
+            return Ok(());
+        }
+        let f = self.function(&plan.spec)?;
+        self.launch_plan(stream, &f, &plan)
+    }
+
+    fn launch_plan(&self, stream: &CudaStream, f: &CudaFunction, plan: &FwdPlan) -> Result<()> {
+        let mut b = stream.launch_builder(f);
+        for (_, p) in &plan.params {
+            match p {
+                ParamValue::U64(x) => b.arg(x),
+                ParamValue::U32(x) => b.arg(x),
+                ParamValue::F32(x) => b.arg(x),
+            };
+        }
+        let cfg = LaunchConfig {
+            grid_dim: (plan.grid[0], plan.grid[1], plan.grid[2]),
+            block_dim: (plan.block[0], plan.block[1], plan.block[2]),
+            shared_mem_bytes: plan.smem_bytes,
+        };
+        // SAFETY:
+        // - `f` is `plan.spec`'s entry, whose `.param` list is `abi::FWD_PARAMS`; `plan.params`
+        //   was built in that order with matching widths (u64/u32/f32), checked in `plan_fwd`.
+        // - Every pointer comes from a live cudarc view of this context (checked above) and
+        //   `plan_fwd` proved each tensor's shape and strides stay inside its view, that o's
+        //   elements are disjoint, that lse holds batch*heads*seqlen_q f32, and alignment.
+        // - q/k/v are only read; o and lse are borrowed mutably, so nothing else aliases them.
+        // - The argument values live in `plan` until `launch` returns; the SyncOnDrop guards
+        //   in `forward` outlive the launch, so buffers are not freed or reused early.
+        // - grid/block/smem are within device limits (grid checked, smem raised at load).
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Run the mma probe (`flash_codegen::kernels::probe`): `c1 = a @ bt^T`, `c2 = a @ v`,
+    /// with a, bt, v 16x16 row-major `T` and c1, c2 16x16 row-major f32.
+    pub fn launch_probe<T: Element>(
+        &self,
+        stream: &CudaStream,
+        a: &CudaSlice<T>,
+        bt: &CudaSlice<T>,
+        v: &CudaSlice<T>,
+        c1: &mut CudaSlice<f32>,
+        c2: &mut CudaSlice<f32>,
+    ) -> Result<()> {
+        self.check_ctx("stream", stream.context())?;
+        for (name, len) in [("a", a.len()), ("bt", bt.len()), ("v", v.len())] {
+            if len < 256 {
+                return Err(FlashError::ShapeMismatch(format!(
+                    "probe input `{name}` needs 256 elements (16x16), has {len}"
+                )));
+            }
+        }
+        for (name, len) in [("c1", c1.len()), ("c2", c2.len())] {
+            if len < 256 {
+                return Err(FlashError::ShapeMismatch(format!(
+                    "probe output `{name}` needs 256 f32 (16x16), has {len}"
+                )));
+            }
+        }
+        let f = self.probe_function(T::DTYPE)?;
+        let mut b = stream.launch_builder(&f);
+        b.arg(a).arg(bt).arg(v).arg(c1).arg(c2);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: probe::SMEM_BYTES,
+        };
+        // SAFETY: the probe's params are five u64 pointers (probe::PARAMS), passed as five
+        // cudarc slices of this context holding at least 256 elements each (checked above),
+        // which is all the probe reads or writes; cudarc allocations are 256-byte aligned,
+        // as cp.async needs; the slices are borrowed for the whole call.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    fn probe_function(&self, dtype: DType) -> Result<CudaFunction> {
+        let name = probe::entry_name(dtype);
+        let ptx = flash_codegen::ptx::print::module(&probe::module(dtype));
+        self.load_entry(&name, &ptx, probe::SMEM_BYTES)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runtime_is_shareable_between_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<super::FlashAttention>();
+    }
+}

@@ -1,0 +1,380 @@
+//! CPU float64 reference of the forward pass, with exactly the kernels' semantics:
+//! GQA/MQA (`heads % heads_k == 0`), bottom-right aligned causal mask (query `i` sees keys
+//! `j <= i + seqlen_k - seqlen_q`), fully masked rows give `o = 0` and `lse = -inf`.
+//! Naive `O(sq * sk * d)` per head, spread over threads; for tests, not for speed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::error::{FlashError, Result};
+
+/// Problem sizes of a contiguous attention call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// Batch size.
+    pub batch: usize,
+    /// Query sequence length.
+    pub seqlen_q: usize,
+    /// Key/value sequence length.
+    pub seqlen_k: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`).
+    pub heads_k: usize,
+    /// Head dimension.
+    pub head_dim: usize,
+}
+
+impl Shape {
+    /// Elements of q and o: `batch * seqlen_q * heads * head_dim`.
+    pub fn q_len(&self) -> usize {
+        self.batch * self.seqlen_q * self.heads * self.head_dim
+    }
+    /// Elements of k and v: `batch * seqlen_k * heads_k * head_dim`.
+    pub fn kv_len(&self) -> usize {
+        self.batch * self.seqlen_k * self.heads_k * self.head_dim
+    }
+    /// Elements of lse: `batch * heads * seqlen_q`.
+    pub fn lse_len(&self) -> usize {
+        self.batch * self.heads * self.seqlen_q
+    }
+}
+
+/// Reference outputs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RefOutput {
+    /// `[batch, seqlen_q, heads, head_dim]`, contiguous.
+    pub o: Vec<f64>,
+    /// `[batch, heads, seqlen_q]`, natural log; `-inf` for fully masked rows.
+    pub lse: Vec<f64>,
+}
+
+/// The last key index query `i` may see, or `None` if it sees none.
+pub fn last_visible_key(i: usize, seqlen_q: usize, seqlen_k: usize, causal: bool) -> Option<usize> {
+    if seqlen_k == 0 {
+        return None;
+    }
+    if !causal {
+        return Some(seqlen_k - 1);
+    }
+    let limit = i as i64 + seqlen_k as i64 - seqlen_q as i64;
+    if limit < 0 {
+        None
+    } else {
+        Some((limit as usize).min(seqlen_k - 1))
+    }
+}
+
+const ROWS_PER_TASK: usize = 32;
+
+/// Forward attention on contiguous host tensors q `[b, sq, h, d]`, k/v `[b, sk, hk, d]`
+/// (any element type that widens to f64: f32, f64, `half::f16`, `half::bf16`).
+/// `softmax_scale` defaults to `1 / sqrt(head_dim)`.
+pub fn attention_forward<T: Copy + Into<f64> + Sync>(
+    shape: &Shape,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    causal: bool,
+    softmax_scale: Option<f64>,
+) -> Result<RefOutput> {
+    let Shape {
+        batch: b,
+        seqlen_q: sq,
+        seqlen_k: sk,
+        heads: h,
+        heads_k: hk,
+        head_dim: d,
+    } = *shape;
+    if q.len() != shape.q_len() || k.len() != shape.kv_len() || v.len() != shape.kv_len() {
+        return Err(FlashError::ShapeMismatch(format!(
+            "reference: {shape:?} needs q {} and k/v {} elements, got {}, {}, {}",
+            shape.q_len(),
+            shape.kv_len(),
+            q.len(),
+            k.len(),
+            v.len()
+        )));
+    }
+    if (hk == 0 && h != 0) || (hk != 0 && h % hk != 0) {
+        return Err(FlashError::HeadsNotDivisible {
+            heads: h,
+            heads_k: hk,
+        });
+    }
+    let scale = softmax_scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let mut out = RefOutput {
+        o: vec![0.0; shape.q_len()],
+        lse: vec![f64::NEG_INFINITY; shape.lse_len()],
+    };
+    if shape.q_len() == 0 || sk == 0 {
+        return Ok(out);
+    }
+    let chunks = sq.div_ceil(ROWS_PER_TASK);
+    let tasks = b * h * chunks;
+    let next = AtomicUsize::new(0);
+    // One task: rows [r0, r1) of head (bi, hi). Results: (task, o rows [r][d], lse rows).
+    let run = |t: usize| -> (usize, Vec<f64>, Vec<f64>) {
+        let (bi, rest) = (t / (h * chunks), t % (h * chunks));
+        let (hi, c) = (rest / chunks, rest % chunks);
+        let khi = hi / (h / hk);
+        let (r0, r1) = (c * ROWS_PER_TASK, ((c + 1) * ROWS_PER_TASK).min(sq));
+        let mut o = vec![0.0; (r1 - r0) * d];
+        let mut lse = vec![f64::NEG_INFINITY; r1 - r0];
+        let mut s = vec![0.0f64; sk];
+        let mut qi = vec![0.0f64; d];
+        for i in r0..r1 {
+            let Some(last) = last_visible_key(i, sq, sk, causal) else {
+                continue;
+            };
+            let qo = ((bi * sq + i) * h + hi) * d;
+            for (x, &y) in qi.iter_mut().zip(&q[qo..qo + d]) {
+                *x = y.into();
+            }
+            let mut m = f64::NEG_INFINITY;
+            for (j, sj) in s.iter_mut().enumerate().take(last + 1) {
+                let ko = ((bi * sk + j) * hk + khi) * d;
+                let dot: f64 = qi
+                    .iter()
+                    .zip(&k[ko..ko + d])
+                    .map(|(a, &b)| a * b.into())
+                    .sum();
+                *sj = dot * scale;
+                m = m.max(*sj);
+            }
+            let orow = &mut o[(i - r0) * d..(i - r0 + 1) * d];
+            let mut l = 0.0;
+            for (j, sj) in s.iter().enumerate().take(last + 1) {
+                let p = (sj - m).exp();
+                l += p;
+                let vo = ((bi * sk + j) * hk + khi) * d;
+                for (x, &y) in orow.iter_mut().zip(&v[vo..vo + d]) {
+                    *x += p * y.into();
+                }
+            }
+            orow.iter_mut().for_each(|x| *x /= l);
+            lse[i - r0] = m + l.ln();
+        }
+        (t, o, lse)
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(tasks);
+    let results: Vec<(usize, Vec<f64>, Vec<f64>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let t = next.fetch_add(1, Ordering::Relaxed);
+                        if t >= tasks {
+                            break mine;
+                        }
+                        mine.push(run(t));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    if results.len() != tasks {
+        return Err(FlashError::Internal(
+            "a reference worker thread panicked".into(),
+        ));
+    }
+    for (t, o, lse) in results {
+        let (bi, rest) = (t / (h * chunks), t % (h * chunks));
+        let (hi, c) = (rest / chunks, rest % chunks);
+        let r0 = c * ROWS_PER_TASK;
+        for (r, row) in o.chunks(d).enumerate() {
+            let dst = ((bi * sq + r0 + r) * h + hi) * d;
+            out.o[dst..dst + d].copy_from_slice(row);
+        }
+        let dst = (bi * h + hi) * sq + r0;
+        out.lse[dst..dst + lse.len()].copy_from_slice(&lse);
+    }
+    Ok(out)
+}
+
+/// [`attention_forward`] for tests that know their shapes: returns `(o, lse)`.
+///
+/// # Panics
+/// If the slice lengths do not match `shape` or `heads % heads_k != 0`; use
+/// [`attention_forward`] to get a [`FlashError`] instead.
+pub fn forward<T: Copy + Into<f64> + Sync>(
+    shape: &Shape,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    causal: bool,
+    softmax_scale: Option<f64>,
+) -> (Vec<f64>, Vec<f64>) {
+    match attention_forward(shape, q, k, v, causal, softmax_scale) {
+        Ok(r) => (r.o, r.lse),
+        Err(e) => panic!("reference::forward: {e}"),
+    }
+}
+
+/// Relative L2 error `||got - want|| / ||want||` (plain `||got - want||` when `want` is 0),
+/// over any element types that widen to f64. Pairs where both are the same infinity count
+/// as equal; any NaN, or a length mismatch, gives NaN.
+pub fn rel_l2<A: Copy + Into<f64>, B: Copy + Into<f64>>(got: &[A], want: &[B]) -> f64 {
+    if got.len() != want.len() {
+        return f64::NAN;
+    }
+    let (mut num, mut den) = (0.0, 0.0);
+    for (g, w) in got.iter().zip(want) {
+        let (g, w): (f64, f64) = ((*g).into(), (*w).into());
+        if w.is_finite() {
+            den += w * w;
+        }
+        if g != w {
+            num += (g - w) * (g - w);
+        }
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> Shape {
+        Shape {
+            batch: b,
+            seqlen_q: sq,
+            seqlen_k: sk,
+            heads: h,
+            heads_k: hk,
+            head_dim: d,
+        }
+    }
+
+    fn pseudo(n: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn uniform_keys_give_mean_of_v() {
+        let s = shape(1, 3, 5, 1, 1, 8);
+        let q = pseudo(s.q_len(), 1);
+        let k = vec![0.25; s.kv_len()]; // all keys equal -> uniform softmax
+        let v = pseudo(s.kv_len(), 2);
+        let r = attention_forward(&s, &q, &k, &v, false, None).unwrap();
+        for i in 0..3 {
+            for c in 0..8 {
+                let mean: f64 = (0..5).map(|j| v[j * 8 + c]).sum::<f64>() / 5.0;
+                assert!((r.o[i * 8 + c] - mean).abs() < 1e-12);
+            }
+            let score: f64 = q[i * 8..i * 8 + 8].iter().sum::<f64>() * 0.25 / 8f64.sqrt();
+            assert!((r.lse[i] - (score + 5f64.ln())).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn causal_first_row_sees_only_key_zero() {
+        let s = shape(2, 4, 4, 2, 2, 8);
+        let (q, k, v) = (
+            pseudo(s.q_len(), 3),
+            pseudo(s.kv_len(), 4),
+            pseudo(s.kv_len(), 5),
+        );
+        let r = attention_forward(&s, &q, &k, &v, true, Some(0.7)).unwrap();
+        for (bi, hi) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+            let o = ((bi * 4) * 2 + hi) * 8;
+            let kv = ((bi * 4) * 2 + hi) * 8;
+            assert_eq!(&r.o[o..o + 8], &v[kv..kv + 8]);
+            let dot: f64 = (0..8).map(|c| q[o + c] * k[kv + c]).sum();
+            assert!((r.lse[(bi * 2 + hi) * 4] - dot * 0.7).abs() < 1e-12);
+        }
+        // the last row sees every key: same as non-causal
+        let nc = attention_forward(&s, &q, &k, &v, false, Some(0.7)).unwrap();
+        let last = ((4 + 3) * 2 + 1) * 8; // batch 1, row 3, head 1
+        assert_eq!(&r.o[last..last + 8], &nc.o[last..last + 8]);
+    }
+
+    #[test]
+    fn fully_masked_rows_are_zero_and_neg_inf() {
+        // sq > sk, causal, bottom-right: rows i < sq - sk see nothing.
+        let s = shape(1, 6, 2, 1, 1, 8);
+        let (q, k, v) = (
+            pseudo(s.q_len(), 6),
+            pseudo(s.kv_len(), 7),
+            pseudo(s.kv_len(), 8),
+        );
+        let r = attention_forward(&s, &q, &k, &v, true, None).unwrap();
+        for i in 0..6 {
+            let row = &r.o[i * 8..i * 8 + 8];
+            if i < 4 {
+                assert!(row.iter().all(|&x| x == 0.0) && r.lse[i] == f64::NEG_INFINITY);
+            } else {
+                assert!(row.iter().any(|&x| x != 0.0) && r.lse[i].is_finite());
+            }
+        }
+        assert_eq!(r.o[4 * 8..5 * 8], v[0..8]); // row 4 sees key 0 only
+        // seqlen_k = 0: everything masked
+        let s0 = shape(1, 3, 0, 2, 1, 8);
+        let r0 = attention_forward(&s0, &pseudo(s0.q_len(), 9), &[], &[], false, None).unwrap();
+        assert!(r0.o.iter().all(|&x| x == 0.0));
+        assert!(r0.lse.iter().all(|&x| x == f64::NEG_INFINITY));
+    }
+
+    #[test]
+    fn gqa_shares_kv_heads() {
+        // 4 query heads on 2 kv heads == 4 heads with kv heads duplicated.
+        let s = shape(1, 33, 40, 4, 2, 16);
+        let (q, k, v) = (
+            pseudo(s.q_len(), 10),
+            pseudo(s.kv_len(), 11),
+            pseudo(s.kv_len(), 12),
+        );
+        let dup = |x: &[f64]| -> Vec<f64> {
+            x.chunks(16)
+                .flat_map(|c| [c, c])
+                .flatten()
+                .copied()
+                .collect()
+        };
+        let s4 = Shape { heads_k: 4, ..s };
+        for causal in [false, true] {
+            let a = attention_forward(&s, &q, &k, &v, causal, None).unwrap();
+            let b = attention_forward(&s4, &q, &dup(&k), &dup(&v), causal, None).unwrap();
+            assert!(rel_l2(&a.o, &b.o) < 1e-15 && rel_l2(&a.lse, &b.lse) < 1e-15);
+        }
+    }
+
+    #[test]
+    fn bad_inputs_are_errors() {
+        let s = shape(1, 2, 2, 3, 2, 8);
+        let x = vec![0f32; 48];
+        assert!(matches!(
+            attention_forward(&s, &x, &x[..32], &x[..32], false, None),
+            Err(FlashError::HeadsNotDivisible { .. })
+        ));
+        assert!(attention_forward(&s, &x[..1], &x, &x, false, None).is_err());
+    }
+
+    #[test]
+    fn rel_l2_handles_infinities() {
+        let inf = f64::NEG_INFINITY;
+        assert_eq!(rel_l2(&[3.0, inf], &[4.0, inf]), 0.25);
+        assert_eq!(rel_l2(&[1.0], &[0.0]), 1.0);
+        assert_eq!(rel_l2(&[1.0f32, 2.0], &[1.0f64, 2.0]), 0.0);
+        assert!(rel_l2(&[f64::NAN], &[1.0]).is_nan());
+        assert!(rel_l2(&[0.0, 1.0], &[inf, 1.0]).is_infinite());
+    }
+}

@@ -1,0 +1,375 @@
+//! GPU (feature `gpu`): the forward kernels against the f64 CPU reference over a matrix of
+//! head dims x dtypes x causal x shapes (odd seqlens, sq != sk both ways, GQA, MQA,
+//! batch > 1, seqlen_k = 0) x layouts (contiguous, padded strides, packed qkv).
+//! Fresh random inputs per case; every output buffer is poisoned with NaN first, then each
+//! element of the view must be written (no NaN) and every padding element left untouched.
+//! `GPU_FWD_D=64,128` limits the head dims.
+#![cfg(feature = "gpu")]
+
+use cudarc::driver::{CudaSlice, CudaStream};
+use flash_codegen::DType;
+use flash_runtime::reference::{Shape, attention_forward, rel_l2};
+use flash_runtime::rng::Rng;
+use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Layout {
+    /// Row-major, no gaps.
+    Contiguous,
+    /// Gaps after each head, row and batch, and a 16-byte offset: strides are free.
+    Padded,
+    /// q, k, v sliced out of one `[b, s, 3, h, d]` buffer (o contiguous).
+    Packed,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Case {
+    d: usize,
+    dtype: DType,
+    causal: bool,
+    b: usize,
+    sq: usize,
+    sk: usize,
+    h: usize,
+    hk: usize,
+    layout: Layout,
+    lse: bool,
+    seed: u64,
+}
+
+/// (batch, seqlen_q, seqlen_k, heads, heads_k, layout)
+const SHAPES: [(usize, usize, usize, usize, usize, Layout); 12] = [
+    (2, 1, 1, 2, 2, Layout::Contiguous),
+    (1, 17, 17, 4, 2, Layout::Padded),
+    (2, 128, 128, 8, 2, Layout::Contiguous), // GQA 8/2
+    (1, 1000, 1000, 4, 1, Layout::Padded),   // MQA
+    (1, 2061, 2061, 2, 2, Layout::Contiguous),
+    (3, 17, 128, 2, 2, Layout::Contiguous), // sq < sk
+    (2, 128, 17, 2, 1, Layout::Padded),     // sq > sk: causal rows fully masked
+    (1, 1, 1000, 4, 1, Layout::Contiguous), // decode
+    (1, 1000, 2061, 2, 1, Layout::Contiguous),
+    (1, 2061, 1000, 1, 1, Layout::Padded),
+    (2, 300, 300, 4, 4, Layout::Packed),
+    (1, 5, 0, 2, 2, Layout::Contiguous), // no keys: o = 0, lse = -inf
+];
+
+/// Where a logical `[b, s, h, d]` tensor sits in its buffer.
+#[derive(Clone, Copy)]
+struct Placed {
+    shape: [usize; 4],
+    strides: [usize; 4],
+    offset: usize,
+}
+
+impl Placed {
+    fn new(shape: [usize; 4], layout: Layout) -> Self {
+        let [_, s, h, d] = shape;
+        let (strides, offset) = match layout {
+            Layout::Padded => {
+                let row = h * (d + 8) + 8;
+                ([s * row + 16, row, d + 8, 1], 8)
+            }
+            _ => ([s * h * d, h * d, d, 1], 0),
+        };
+        Placed {
+            shape,
+            strides,
+            offset,
+        }
+    }
+    /// Buffer positions of the elements, in logical row-major order.
+    fn positions(&self) -> Vec<usize> {
+        let ([b, s, h, d], st) = (self.shape, self.strides);
+        let mut v = Vec::with_capacity(b * s * h * d);
+        for i in 0..b {
+            for j in 0..s {
+                for k in 0..h {
+                    let base = self.offset + i * st[0] + j * st[1] + k * st[2];
+                    v.extend(base..base + d);
+                }
+            }
+        }
+        v
+    }
+    /// Buffer length: the span plus 8 elements of tail padding (never zero).
+    fn buffer_len(&self) -> usize {
+        self.positions().last().map_or(self.offset, |p| p + 1) + 8
+    }
+}
+
+fn rounded<T: Element>(rng: &mut Rng, n: usize) -> (Vec<T>, Vec<f64>) {
+    let x: Vec<T> = rng.normal_vec(n).into_iter().map(T::from_f32).collect();
+    let f = x.iter().map(|v| v.to_f32() as f64).collect();
+    (x, f)
+}
+
+fn view<'a, T>(buf: &'a CudaSlice<T>, p: &Placed) -> Tensor4<'a, T> {
+    Tensor4::strided(buf.slice(p.offset..), p.shape, p.strides)
+}
+
+/// A NaN-filled buffer of `len` with `vals` at `pos`.
+fn scatter<T: Element>(len: usize, pos: &[usize], vals: &[T]) -> Vec<T> {
+    let mut buf = vec![T::from_f32(f32::NAN); len];
+    for (&p, &x) in pos.iter().zip(vals) {
+        buf[p] = x;
+    }
+    buf
+}
+
+struct Outcome {
+    o_err: f64,
+    lse_err: f64,
+    problems: Vec<String>,
+}
+
+fn run_case<T: Element>(
+    rt: &FlashAttention,
+    stream: &Arc<CudaStream>,
+    c: &Case,
+) -> Result<Outcome, Box<dyn std::error::Error>> {
+    let mut rng = Rng::new(c.seed);
+    let qs = [c.b, c.sq, c.h, c.d];
+    let ks = [c.b, c.sk, c.hk, c.d];
+    let (q, qf) = rounded::<T>(&mut rng, qs.iter().product());
+    let (k, kf) = rounded::<T>(&mut rng, ks.iter().product());
+    let (v, vf) = rounded::<T>(&mut rng, ks.iter().product());
+    let o_layout = if c.layout == Layout::Packed {
+        Layout::Contiguous
+    } else {
+        c.layout
+    };
+    let po = Placed::new(qs, o_layout);
+    let (o_pos, o_len) = (po.positions(), po.buffer_len());
+    let mut o_buf: CudaSlice<T> = stream.clone_htod(&vec![T::from_f32(f32::NAN); o_len])?;
+    let lse_n = c.b * c.h * c.sq;
+    let mut lse_buf = stream.clone_htod(&vec![f32::NAN; lse_n + 32])?;
+    let params = FwdParams {
+        causal: c.causal,
+        softmax_scale: None,
+    };
+    let lse_arg = if c.lse { Some(&mut lse_buf) } else { None };
+    let mut o_t = Tensor4Mut::strided(o_buf.slice_mut(po.offset..), qs, po.strides);
+    if c.layout == Layout::Packed {
+        let (s, h, d) = (c.sq, c.h, c.d);
+        let pq = Placed {
+            shape: qs,
+            strides: [s * 3 * h * d, 3 * h * d, d, 1],
+            offset: 0,
+        };
+        let (len, pos) = (pq.buffer_len() + 2 * h * d, pq.positions());
+        let mut host = vec![T::from_f32(f32::NAN); len];
+        for (i, src) in [&q, &k, &v].into_iter().enumerate() {
+            for (&p, &x) in pos.iter().zip(src.iter()) {
+                host[p + i * h * d] = x;
+            }
+        }
+        let buf = stream.clone_htod(&host)?;
+        let view = |i: usize| Tensor4::strided(buf.slice(i * h * d..), qs, pq.strides);
+        rt.forward(
+            stream,
+            &view(0),
+            &view(1),
+            &view(2),
+            &mut o_t,
+            lse_arg,
+            &params,
+        )?;
+    } else {
+        let (pq, pk) = (Placed::new(qs, c.layout), Placed::new(ks, c.layout));
+        let kpos = pk.positions();
+        let q_d = stream.clone_htod(&scatter(pq.buffer_len(), &pq.positions(), &q))?;
+        let k_d = stream.clone_htod(&scatter(pk.buffer_len(), &kpos, &k))?;
+        let v_d = stream.clone_htod(&scatter(pk.buffer_len(), &kpos, &v))?;
+
+        rt.forward(
+            stream,
+            &view(&q_d, &pq),
+            &view(&k_d, &pk),
+            &view(&v_d, &pk),
+            &mut o_t,
+            lse_arg,
+            &params,
+        )?;
+    }
+    let o_host: Vec<T> = stream.clone_dtoh(&o_buf)?;
+    let lse_host: Vec<f32> = stream.clone_dtoh(&lse_buf)?;
+
+    let shape = Shape {
+        batch: c.b,
+        seqlen_q: c.sq,
+        seqlen_k: c.sk,
+        heads: c.h,
+        heads_k: c.hk,
+        head_dim: c.d,
+    };
+    let r = attention_forward(&shape, &qf, &kf, &vf, c.causal, None)?;
+    let mut problems = Vec::new();
+    let mut in_view = vec![false; o_len];
+    o_pos.iter().for_each(|&p| in_view[p] = true);
+    let untouched = (0..o_len)
+        .filter(|&p| !in_view[p] && !o_host[p].to_f32().is_nan())
+        .count();
+    if untouched > 0 {
+        problems.push(format!("{untouched} o padding elements overwritten"));
+    }
+    let o: Vec<f64> = o_pos.iter().map(|&p| o_host[p].to_f32() as f64).collect();
+    let nan = o.iter().filter(|x| x.is_nan()).count();
+    if nan > 0 {
+        problems.push(format!("{nan} of {} o elements NaN (unwritten?)", o.len()));
+    }
+    let masked_nonzero = (0..o.len())
+        .filter(|&i| r.lse[lse_index(c, i)] == f64::NEG_INFINITY && o[i] != 0.0)
+        .count();
+    if masked_nonzero > 0 {
+        problems.push(format!(
+            "{masked_nonzero} o elements of fully masked rows not 0"
+        ));
+    }
+    let o_err = rel_l2(&o, &r.o);
+    let tol = if c.dtype == DType::Bf16 { 3e-3 } else { 4e-4 };
+    let o_ok = o_err <= tol; // false for NaN
+    if !o_ok {
+        problems.push(format!("o rel-L2 {o_err:.3e} > {tol:.0e}"));
+    }
+    let mut lse_err = 0.0f64;
+    if c.lse {
+        for (i, (&got, &want)) in lse_host.iter().zip(&r.lse).enumerate() {
+            let e = if want == f64::NEG_INFINITY {
+                if got == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    f64::INFINITY
+                }
+            } else {
+                (got as f64 - want).abs()
+            };
+            let e_ok = e <= 1e-3; // false for NaN
+            if !e_ok && lse_err <= 1e-3 {
+                problems.push(format!("lse[{i}] = {got}, want {want}"));
+            }
+            lse_err = if e.is_nan() {
+                f64::INFINITY
+            } else {
+                lse_err.max(e)
+            };
+        }
+    }
+    if lse_host[lse_n..].iter().any(|x| !x.is_nan())
+        || (!c.lse && lse_host.iter().any(|x| !x.is_nan()))
+    {
+        problems.push("lse written out of bounds".into());
+    }
+    Ok(Outcome {
+        o_err,
+        lse_err,
+        problems,
+    })
+}
+
+/// Index into lse `[b, h, sq]` of logical o element `i` (`[b, sq, h, d]`).
+fn lse_index(c: &Case, i: usize) -> usize {
+    let row = i / c.d;
+    let (bi, si, hi) = (row / (c.sq * c.h), (row / c.h) % c.sq, row % c.h);
+    (bi * c.h + hi) * c.sq + si
+}
+
+fn cases() -> Vec<Case> {
+    let dims: Vec<usize> = match std::env::var("GPU_FWD_D") {
+        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => vec![32, 64, 96, 128, 160, 192, 224, 256, 40, 72, 200],
+    };
+    let mut v = Vec::new();
+    for &d in &dims {
+        for dtype in [DType::F16, DType::Bf16] {
+            for causal in [false, true] {
+                for &(b, sq, sk, h, hk, layout) in &SHAPES {
+                    let n = v.len() as u64;
+                    v.push(Case {
+                        d,
+                        dtype,
+                        causal,
+                        b,
+                        sq,
+                        sk,
+                        h,
+                        hk,
+                        layout,
+                        // skip lse on a rotating quarter of the shapes
+                        lse: (n + n / SHAPES.len() as u64) % 4 != 3,
+                        seed: 0x5eed ^ (n << 20),
+                    });
+                }
+            }
+        }
+    }
+    v
+}
+
+#[test]
+fn forward_matches_f64_reference() {
+    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let stream = rt.context().default_stream();
+    let start = std::time::Instant::now();
+    let (mut failures, mut worst) = (Vec::new(), [0.0f64; 2]);
+    let all = cases();
+    for c in &all {
+        let desc = format!(
+            "d={:3} {:4} {:6} b={} sq={:4} sk={:4} h={} hk={} {:10} lse={}",
+            c.d,
+            c.dtype.name(),
+            if c.causal { "causal" } else { "full" },
+            c.b,
+            c.sq,
+            c.sk,
+            c.h,
+            c.hk,
+            format!("{:?}", c.layout),
+            if c.lse { "y" } else { "n" }
+        );
+        let res = match c.dtype {
+            DType::F16 => run_case::<half::f16>(&rt, &stream, c),
+            DType::Bf16 => run_case::<half::bf16>(&rt, &stream, c),
+        };
+        match res {
+            Ok(out) => {
+                let w = &mut worst[(c.dtype == DType::Bf16) as usize];
+                *w = if out.o_err.is_nan() {
+                    f64::INFINITY
+                } else {
+                    w.max(out.o_err)
+                };
+                let status = if out.problems.is_empty() {
+                    "ok".to_string()
+                } else {
+                    out.problems.join("; ")
+                };
+                println!(
+                    "{desc}  o_rel_l2={:.2e} lse_abs={:.2e}  {status}",
+                    out.o_err, out.lse_err
+                );
+                if !out.problems.is_empty() {
+                    failures.push(format!("{desc}: {status}"));
+                }
+            }
+            Err(e) => {
+                println!("{desc}  ERROR {e}");
+                failures.push(format!("{desc}: error {e}"));
+            }
+        }
+    }
+    println!(
+        "\n{} cases in {:.1}s, {} failed; worst o rel-L2: f16 {:.2e}, bf16 {:.2e}",
+        all.len(),
+        start.elapsed().as_secs_f64(),
+        failures.len(),
+        worst[0],
+        worst[1]
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
