@@ -7,6 +7,7 @@
 
 pub mod abi;
 pub mod kernels;
+pub mod manifest;
 pub mod ptx;
 pub mod spec;
 pub mod tile;
