@@ -27,13 +27,23 @@ def kernel(name):
     return _mods[name]
 
 
+_manifest = None
+
+
+def manifest_entry(name):
+    """The kernel's manifest.json entry, or None without a manifest."""
+    global _manifest
+    path = os.path.join(PTX_DIR, "manifest.json")
+    if _manifest is None and os.path.exists(path):
+        _manifest = {k["name"]: k for k in json.load(open(path))["kernels"]}
+    return (_manifest or {}).get(name)
+
+
 def geometry(name):
     """(block_m, threads, smem bytes) from manifest.json when present, else the PTX header comment."""
-    man = os.path.join(PTX_DIR, "manifest.json")
-    if os.path.exists(man):
-        for k in json.load(open(man))["kernels"]:
-            if k["entry"] == name:
-                return k["tiles"]["block_m"], k["block"][0], k["dynamic_smem_bytes"]
+    k = manifest_entry(name)
+    if k is not None:
+        return k["tiles"]["block_m"], k["launch"]["block"][0], k["launch"]["dynamic_smem_bytes"]
     import re
     text = open(os.path.join(PTX_DIR, name + ".ptx")).read()
     m = re.search(r"block (\d+)x(\d+), (\d+) warps, (\d+) stages, d (\d+), smem (\d+) bytes", text)
@@ -69,13 +79,21 @@ def run_fwd(q, k, v, o, lse, causal, scale=None):
     bm, threads, smem = geometry(name)
     f.max_dynamic_shared_size_bytes = smem
     scale = scale if scale is not None else 1.0 / math.sqrt(d)
-    u64, u32 = np.uint64, np.uint32
-    args = [u64(q.data_ptr()), u64(k.data_ptr()), u64(v.data_ptr()), u64(o.data_ptr()),
-            u64(lse.data_ptr() if lse is not None else 0), u32(sq), u32(sk), u32(d), u32(h),
-            u32(h // hk), np.float32(scale * LOG2E)]
-    for t in (q, k, v, o):
-        st = t.stride()
-        args += [u64(st[0]), u32(st[1]), u32(st[2])]
+    vals = {"q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
+            "lse": lse.data_ptr() if lse is not None else 0, "seqlen_q": sq, "seqlen_k": sk,
+            "head_dim": d, "heads": h, "heads_per_kv": h // hk, "scale_log2": scale * LOG2E}
+    for t, x in (("q", q), ("k", k), ("v", v), ("o", o)):
+        st = x.stride()
+        vals.update({f"{t}_batch_stride": st[0], f"{t}_row_stride": st[1], f"{t}_head_stride": st[2]})
+    np_ty = {"u64": np.uint64, "u32": np.uint32, "f32": np.float32}
+    entry = manifest_entry(name)
+    if entry is not None:  # parameter order and types from the manifest alone
+        args = [np_ty[p["type"]](vals[p["name"]]) for p in entry["params"]]
+    else:
+        order = ["q", "k", "v", "o", "lse", "seqlen_q", "seqlen_k", "head_dim", "heads", "heads_per_kv",
+                 "scale_log2"] + [f"{t}_{s}" for t in "qkvo" for s in ("batch_stride", "row_stride", "head_stride")]
+        types = ["u64"] * 5 + ["u32"] * 5 + ["f32"] + ["u64", "u32", "u32"] * 4
+        args = [np_ty[ty](vals[n]) for n, ty in zip(order, types)]
     grid = ((sq + bm - 1) // bm, h, b)
     with cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
         f(grid, (threads, 1, 1), tuple(args), shared_mem=smem)
