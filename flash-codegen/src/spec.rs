@@ -16,14 +16,37 @@ use crate::ptx::Target;
 pub enum Pass {
     /// O = softmax(Q K^T * scale) V, plus the row log-sum-exp.
     Fwd,
+    /// Backward preprocess: D = rowsum(dO * O) (f32) and the dQ accumulator zeroed.
+    BwdPre,
+    /// Backward main pass, parallel over key blocks: dK, dV, and dQ accumulated in f32
+    /// with atomics (or left to [`Pass::BwdDq`] in deterministic mode).
+    Bwd,
+    /// Deterministic dQ, parallel over query blocks (recomputes S and dP; no atomics).
+    BwdDq,
+    /// Backward postprocess: dQ = dq_accum * softmax_scale, converted to the element type.
+    BwdPost,
 }
 
 impl Pass {
-    pub const ALL: [Pass; 1] = [Pass::Fwd];
+    pub const ALL: [Pass; 5] = [
+        Pass::Fwd,
+        Pass::BwdPre,
+        Pass::Bwd,
+        Pass::BwdDq,
+        Pass::BwdPost,
+    ];
     pub fn name(self) -> &'static str {
         match self {
             Pass::Fwd => "fwd",
+            Pass::BwdPre => "bwdpre",
+            Pass::Bwd => "bwd",
+            Pass::BwdDq => "bwddq",
+            Pass::BwdPost => "bwdpost",
         }
+    }
+    /// Whether the pass has causal and non-causal variants (elementwise passes do not).
+    pub fn has_mask(self) -> bool {
+        matches!(self, Pass::Fwd | Pass::Bwd | Pass::BwdDq)
     }
 }
 
@@ -100,8 +123,12 @@ pub struct TileConfig {
     pub block_n: u32,
     /// Warps per CTA; each owns `block_m / warps` query rows.
     pub warps: u32,
-    /// K/V shared-memory buffers (2 = load block j+1 while computing block j).
+    /// Shared-memory buffers of the streamed operand (K/V in the forward, Q/dO in the
+    /// backward): 2 = load block j+1 while computing block j.
     pub stages: u32,
+    /// Backward only: passes over the query blocks. 1 = dV and dK together; 2 = dV first,
+    /// then dK and dQ, when both accumulators (d/2 f32 each per thread) don't fit at once.
+    pub sweeps: u32,
 }
 
 /// The forward tile table (sm_80 path). Rows: head_dim -> (block_m, block_n, warps, stages).
@@ -110,15 +137,276 @@ pub struct TileConfig {
 /// the O accumulator (d/2 f32 per m-tile per thread) only fits with one. Shared memory
 /// stays <= 96 KiB so every variant also runs on RTX 30/40 (99 KiB per block).
 const FWD_TILES: [(u32, TileConfig); 8] = [
-    (32, TileConfig { block_m: 128, block_n: 64, warps: 4, stages: 2 }),
-    (64, TileConfig { block_m: 128, block_n: 64, warps: 4, stages: 2 }),
-    (96, TileConfig { block_m: 128, block_n: 64, warps: 4, stages: 2 }),
-    (128, TileConfig { block_m: 128, block_n: 32, warps: 4, stages: 2 }),
-    (160, TileConfig { block_m: 128, block_n: 16, warps: 4, stages: 2 }),
-    (192, TileConfig { block_m: 64, block_n: 32, warps: 4, stages: 2 }),
-    (224, TileConfig { block_m: 64, block_n: 32, warps: 4, stages: 2 }),
-    (256, TileConfig { block_m: 64, block_n: 32, warps: 4, stages: 2 }),
+    (
+        32,
+        TileConfig {
+            block_m: 128,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        64,
+        TileConfig {
+            block_m: 128,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        96,
+        TileConfig {
+            block_m: 128,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        128,
+        TileConfig {
+            block_m: 128,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        160,
+        TileConfig {
+            block_m: 128,
+            block_n: 16,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        192,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        224,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        256,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
 ];
+
+/// Backward main pass (one CTA per key block): block_n keys per CTA (16 per warp),
+/// block_m queries per inner step (one m16 tile per warp for dQ). Q and dO are double
+/// buffered; K, V and the dS^T tile stay resident.
+const BWD_TILES: [(u32, TileConfig); 8] = [
+    (
+        32,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        64,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        96,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        128,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        160,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 2,
+        },
+    ),
+    (
+        192,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 2,
+        },
+    ),
+    (
+        224,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 2,
+        },
+    ),
+    (
+        256,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 2,
+        },
+    ),
+];
+
+/// Deterministic dQ pass (one CTA per query block, like the forward; one m16 tile per warp).
+const BWD_DQ_TILES: [(u32, TileConfig); 8] = [
+    (
+        32,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        64,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        96,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        128,
+        TileConfig {
+            block_m: 64,
+            block_n: 64,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        160,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        192,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        224,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+    (
+        256,
+        TileConfig {
+            block_m: 64,
+            block_n: 32,
+            warps: 4,
+            stages: 2,
+            sweeps: 1,
+        },
+    ),
+];
+
+/// Elementwise passes (preprocess, postprocess): block_m rows per CTA, one warp per row.
+const ELEMENTWISE_TILES: [(u32, TileConfig); 8] = [
+    (32, ELEMENTWISE),
+    (64, ELEMENTWISE),
+    (96, ELEMENTWISE),
+    (128, ELEMENTWISE),
+    (160, ELEMENTWISE),
+    (192, ELEMENTWISE),
+    (224, ELEMENTWISE),
+    (256, ELEMENTWISE),
+];
+const ELEMENTWISE: TileConfig = TileConfig {
+    block_m: 64,
+    block_n: 0,
+    warps: 4,
+    stages: 1,
+    sweeps: 1,
+};
 
 impl TileConfig {
     pub fn threads(&self) -> u32 {
@@ -135,6 +423,9 @@ impl KernelSpec {
                 for head_dim in HEAD_DIMS {
                     for dtype in DType::ALL {
                         for causal in [false, true] {
+                            if causal && !pass.has_mask() {
+                                continue;
+                            }
                             v.push(KernelSpec {
                                 pass,
                                 head_dim,
@@ -160,19 +451,23 @@ impl KernelSpec {
     }
 
     pub fn is_supported(&self) -> bool {
-        HEAD_DIMS.contains(&self.head_dim)
+        HEAD_DIMS.contains(&self.head_dim) && (self.pass.has_mask() || !self.causal)
     }
 
     /// The tile configuration from the one table. Panics for an unsupported head dim
     /// (a spec from `all()` or `FromStr` is always supported).
     pub fn tiles(&self) -> TileConfig {
-        match self.pass {
-            Pass::Fwd => FWD_TILES
-                .iter()
-                .find(|(d, _)| *d == self.head_dim)
-                .map(|(_, t)| *t),
-        }
-        .unwrap_or_else(|| panic!("no tile config for head_dim {}", self.head_dim))
+        let table: &[(u32, TileConfig)] = match self.pass {
+            Pass::Fwd => &FWD_TILES,
+            Pass::Bwd => &BWD_TILES,
+            Pass::BwdDq => &BWD_DQ_TILES,
+            Pass::BwdPre | Pass::BwdPost => &ELEMENTWISE_TILES,
+        };
+        table
+            .iter()
+            .find(|(d, _)| *d == self.head_dim)
+            .map(|(_, t)| *t)
+            .unwrap_or_else(|| panic!("no tile config for head_dim {}", self.head_dim))
     }
 
     /// The head dim rounded up to whole 64-column shared-memory panels.
@@ -186,6 +481,15 @@ impl KernelSpec {
         let row = self.smem_head_dim() * self.dtype.size();
         match self.pass {
             Pass::Fwd => t.block_m * row + 2 * t.stages * t.block_n * row,
+            // K, V once; Q and dO per stage; dS^T [block_n][block_m, padded to 64 columns]
+            Pass::Bwd => {
+                2 * t.block_n * row
+                    + 2 * t.stages * t.block_m * row
+                    + t.block_n * t.block_m.div_ceil(64) * 64 * self.dtype.size()
+            }
+            // Q, dO once; K and V per stage
+            Pass::BwdDq => 2 * t.block_m * row + 2 * t.stages * t.block_n * row,
+            Pass::BwdPre | Pass::BwdPost => 0,
         }
     }
 
@@ -254,13 +558,20 @@ impl FromStr for KernelSpec {
             .into_iter()
             .find(|a| a.name() == parts[n - 1])
             .ok_or_else(|| err("arch must be sm80"))?;
-        Ok(KernelSpec {
+        let spec = KernelSpec {
             pass,
             head_dim,
             dtype,
             causal,
             arch,
-        })
+        };
+        if spec.causal && !spec.pass.has_mask() {
+            return Err(err("this pass has no causal variant"));
+        }
+        if spec.name() != s {
+            return Err(err("not in canonical form (e.g. `d64`, not `d064`)"));
+        }
+        Ok(spec)
     }
 }
 
@@ -273,7 +584,7 @@ mod tests {
         for s in KernelSpec::all() {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
-        assert_eq!(KernelSpec::all().len(), 32);
+        assert_eq!(KernelSpec::all().len(), 128);
     }
 
     #[test]
@@ -284,6 +595,9 @@ mod tests {
             "fa2_fwd_d128_fp8_sm80",
             "fa2_fwd_d128_bf16_masked_sm80",
             "fa3_fwd_d128_bf16_sm80",
+            "fa2_fwd_d064_bf16_sm80",
+            "fa2_fwd_d+64_bf16_sm80",
+            "fa2_bwdpre_d64_f16_causal_sm80",
         ] {
             assert!(n.parse::<KernelSpec>().is_err(), "{n}");
         }

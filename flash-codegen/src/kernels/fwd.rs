@@ -26,7 +26,11 @@ impl Params {
         Params(params.iter().map(|p| (p.clone(), b.ld_param(p))).collect())
     }
     fn get(&self, name: &str) -> AnyReg {
-        self.0.iter().find(|(p, _)| p.name == name).unwrap_or_else(|| panic!("no param {name}")).1
+        self.0
+            .iter()
+            .find(|(p, _)| p.name == name)
+            .unwrap_or_else(|| panic!("no param {name}"))
+            .1
     }
     fn u32(&self, name: &str) -> Reg<B32> {
         match self.get(name) {
@@ -47,7 +51,14 @@ impl Params {
         }
     }
     /// Global byte address of `t[batch, row, head, 0]` for tensor `t` (q, k, v or o).
-    fn tensor(&self, b: &mut Builder, t: &str, batch: Reg<B32>, row: Reg<B32>, head: Reg<B32>) -> Reg<B64> {
+    fn tensor(
+        &self,
+        b: &mut Builder,
+        t: &str,
+        batch: Reg<B32>,
+        row: Reg<B32>,
+        head: Reg<B32>,
+    ) -> Reg<B64> {
         let base = b.cvta_global(self.u64(t));
         let bs = self.u64(&format!("{t}_batch_stride"));
         let batch64 = b.cvt_u64_u32(batch);
@@ -64,7 +75,10 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let (d, dp) = (spec.head_dim, spec.smem_head_dim());
     let (bm, bn, threads) = (t.block_m, t.block_n, t.threads());
     let m_tiles = (bm / t.warps / 16) as usize;
-    assert!(m_tiles >= 1 && bm % (16 * t.warps) == 0, "generator bug: block_m {bm}");
+    assert!(
+        m_tiles >= 1 && bm % (16 * t.warps) == 0,
+        "generator bug: block_m {bm}"
+    );
     let fmt = half_fmt(spec.dtype);
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
@@ -99,7 +113,11 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let kv_bytes = SmemTile::new(0, bn, dp).bytes();
     let k_tile = |s: u32| SmemTile::new(q_tile.bytes() + s * kv_bytes, bn, dp);
     let v_tile = |s: u32| SmemTile::new(q_tile.bytes() + (t.stages + s) * kv_bytes, bn, dp);
-    assert_eq!(v_tile(t.stages - 1).base + kv_bytes, spec.smem_bytes(), "generator bug: smem size");
+    assert_eq!(
+        v_tile(t.stages - 1).base + kv_bytes,
+        spec.smem_bytes(),
+        "generator bug: smem size"
+    );
 
     b.comment("-- number of key blocks: all of them, or up to the causal diagonal --");
     let n_blocks = b.add_u32(seqlen_k, bn - 1);
@@ -116,9 +134,33 @@ pub fn build(spec: &KernelSpec) -> Entry {
     };
 
     b.comment("-- issue Q and the first K/V block --");
-    let q_copy = TileCopy::new(&mut b, &q_tile, d, threads, tid, p.u32("q_row_stride"), head_dim);
-    let k_copy = TileCopy::new(&mut b, &k_tile(0), d, threads, tid, p.u32("k_row_stride"), head_dim);
-    let v_copy = TileCopy::new(&mut b, &v_tile(0), d, threads, tid, p.u32("v_row_stride"), head_dim);
+    let q_copy = TileCopy::new(
+        &mut b,
+        &q_tile,
+        d,
+        threads,
+        tid,
+        p.u32("q_row_stride"),
+        head_dim,
+    );
+    let k_copy = TileCopy::new(
+        &mut b,
+        &k_tile(0),
+        d,
+        threads,
+        tid,
+        p.u32("k_row_stride"),
+        head_dim,
+    );
+    let v_copy = TileCopy::new(
+        &mut b,
+        &v_tile(0),
+        d,
+        threads,
+        tid,
+        p.u32("v_row_stride"),
+        head_dim,
+    );
     let q_rows = b.sub_u32(seqlen_q, m0);
     q_copy.issue(&mut b, smem, q_tile.base, q_base, q_rows);
     let has_blocks = b.setp_u32(Cmp::Gt, n_blocks, 0u32);
@@ -249,7 +291,10 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let lse = softmax.finish(&mut b, &o);
     store_o(&mut b, spec, &p, &o, &rows, t2, o_base, q_rows, head_dim);
     store_lse(&mut b, &p, &lse, &rows, t2, (batch, head, m0), q_rows);
-    let bounds = LaunchBounds { max_threads: Some(threads), min_ctas_per_sm: None };
+    let bounds = LaunchBounds {
+        max_threads: Some(threads),
+        min_ctas_per_sm: None,
+    };
     b.finish(spec.name(), ir_params, bounds)
 }
 
@@ -299,7 +344,14 @@ fn store_o(
             let col_ok = b.setp_u32(Cmp::Lt, 8 * dt as u32, head_dim);
             let ok = b.and_pred(row_ok, col_ok);
             let packed = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
-            b.when(ok, false, |b| b.st(Space::Global, Ty::B32, Addr::Global(addr, 16 * dt as i32), &[packed]));
+            b.when(ok, false, |b| {
+                b.st(
+                    Space::Global,
+                    Ty::B32,
+                    Addr::Global(addr, 16 * dt as i32),
+                    &[packed],
+                )
+            });
         }
     }
 }
@@ -331,7 +383,9 @@ fn store_lse(
     for (r, &row) in rows.iter().enumerate() {
         let row_ok = b.setp_s32(Cmp::Lt, row, q_rows);
         let addr = b.mad_wide_u32(row, 4u32, base);
-        b.when(row_ok, false, |b| b.st(Space::Global, Ty::F32, Addr::Global(addr, 0), &[lse[r]]));
+        b.when(row_ok, false, |b| {
+            b.st(Space::Global, Ty::F32, Addr::Global(addr, 0), &[lse[r]])
+        });
     }
     b.place(skip);
 }

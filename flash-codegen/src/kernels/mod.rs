@@ -13,9 +13,20 @@ pub fn module(spec: &KernelSpec) -> Module {
     assert!(spec.is_supported(), "unsupported spec {spec:?}");
     let entry = match spec.pass {
         Pass::Fwd => fwd::build(spec),
+        Pass::BwdPre | Pass::Bwd | Pass::BwdDq | Pass::BwdPost => stub(spec),
     };
     Module {
         target: spec.arch.target(),
         entries: vec![entry],
     }
+}
+
+/// Placeholder entry with the pass's ABI and an empty body (backward in progress).
+fn stub(spec: &KernelSpec) -> crate::ptx::Entry {
+    let t = spec.tiles();
+    let bounds = crate::ptx::LaunchBounds {
+        max_threads: Some(t.threads()),
+        min_ctas_per_sm: None,
+    };
+    crate::ptx::Builder::new().finish(spec.name(), crate::abi::ir_params(spec.pass), bounds)
 }

@@ -17,11 +17,21 @@ pub type AccTiles = Vec<Vec<[Reg<F32>; 4]>>;
 
 /// Zero-initialised accumulators.
 pub fn zeros(b: &mut Builder, m_tiles: usize, n_tiles: usize) -> AccTiles {
-    (0..m_tiles).map(|_| (0..n_tiles).map(|_| std::array::from_fn(|_| b.mov(0.0f32))).collect()).collect()
+    (0..m_tiles)
+        .map(|_| {
+            (0..n_tiles)
+                .map(|_| std::array::from_fn(|_| b.mov(0.0f32)))
+                .collect()
+        })
+        .collect()
 }
 
 /// Butterfly reduction over the four lanes of a quad.
-fn quad_reduce(b: &mut Builder, x: Reg<F32>, op: fn(&mut Builder, Reg<F32>, Reg<F32>) -> Reg<F32>) -> Reg<F32> {
+fn quad_reduce(
+    b: &mut Builder,
+    x: Reg<F32>,
+    op: fn(&mut Builder, Reg<F32>, Reg<F32>) -> Reg<F32>,
+) -> Reg<F32> {
     let y = b.shfl_bfly_f32(x, 1);
     let x = op(b, x, y);
     let y = b.shfl_bfly_f32(x, 2);
@@ -48,7 +58,11 @@ impl OnlineSoftmax {
     pub fn new(b: &mut Builder, m_tiles: usize, scale_log2: Reg<F32>) -> Self {
         let m_i = (0..2 * m_tiles).map(|_| b.mov(NEG_INF)).collect();
         let l_i = (0..2 * m_tiles).map(|_| b.mov(0.0f32)).collect();
-        OnlineSoftmax { m_i, l_i, scale_log2 }
+        OnlineSoftmax {
+            m_i,
+            l_i,
+            scale_log2,
+        }
     }
 
     /// `max_scaled = (m == -inf) ? 0 : m * scale_log2`.
@@ -133,11 +147,20 @@ impl OnlineSoftmax {
 
 /// Packs probabilities `p` of m-tile `mt` into the A fragments of P V, one per k16 step:
 /// the C fragments of n-tiles 2kk and 2kk+1 are exactly the A fragment of step kk.
-pub fn p_as_a(b: &mut Builder, fmt: crate::ptx::HalfFmt, p: &[[Reg<F32>; 4]]) -> Vec<[Reg<B32>; 4]> {
+pub fn p_as_a(
+    b: &mut Builder,
+    fmt: crate::ptx::HalfFmt,
+    p: &[[Reg<F32>; 4]],
+) -> Vec<[Reg<B32>; 4]> {
     p.chunks(2)
         .map(|pair| {
             let (lo, hi) = (pair[0], pair[1]);
-            [b.pack(fmt, lo[0], lo[1]), b.pack(fmt, lo[2], lo[3]), b.pack(fmt, hi[0], hi[1]), b.pack(fmt, hi[2], hi[3])]
+            [
+                b.pack(fmt, lo[0], lo[1]),
+                b.pack(fmt, lo[2], lo[3]),
+                b.pack(fmt, hi[0], hi[1]),
+                b.pack(fmt, hi[2], hi[3]),
+            ]
         })
         .collect()
 }

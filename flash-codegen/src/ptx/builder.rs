@@ -126,7 +126,12 @@ impl Builder {
     /// `shl.b64` by a constant (the shift amount of PTX `shl` is always 32-bit).
     pub fn shl_b64(&mut self, a: Reg<B64>, by: u32) -> Reg<B64> {
         let d = self.reg::<B64>();
-        self.alu(AluOp::Shl, Ty::B64, d.into(), vec![a.into(), AnyOperand::Int(by as i64)]);
+        self.alu(
+            AluOp::Shl,
+            Ty::B64,
+            d.into(),
+            vec![a.into(), AnyOperand::Int(by as i64)],
+        );
         d
     }
 
@@ -226,7 +231,12 @@ impl Builder {
     ) -> Reg<Pred> {
         self.setp(cmp, Ty::F32, a.into().into(), b.into().into())
     }
-    pub fn setp_u64(&mut self, cmp: Cmp, a: impl Into<Operand<B64>>, b: impl Into<Operand<B64>>) -> Reg<Pred> {
+    pub fn setp_u64(
+        &mut self,
+        cmp: Cmp,
+        a: impl Into<Operand<B64>>,
+        b: impl Into<Operand<B64>>,
+    ) -> Reg<Pred> {
         self.setp(cmp, Ty::U64, a.into().into(), b.into().into())
     }
     fn setp(&mut self, cmp: Cmp, ty: Ty, a: AnyOperand, b: AnyOperand) -> Reg<Pred> {

@@ -176,6 +176,7 @@ pub enum Special {
     CtaIdY,
     CtaIdZ,
     NCtaIdX,
+    NCtaIdY,
     LaneId,
 }
 

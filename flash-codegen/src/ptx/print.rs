@@ -164,6 +164,7 @@ fn special(s: Special) -> &'static str {
         Special::CtaIdY => "%ctaid.y",
         Special::CtaIdZ => "%ctaid.z",
         Special::NCtaIdX => "%nctaid.x",
+        Special::NCtaIdY => "%nctaid.y",
         Special::LaneId => "%laneid",
     }
 }

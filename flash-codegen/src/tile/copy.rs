@@ -42,9 +42,16 @@ impl TileCopy {
         head_dim: Reg<B32>,
     ) -> Self {
         let cpr = (cols / 8).next_power_of_two();
-        assert!(threads % cpr == 0, "generator bug: {cpr} chunks per row over {threads} threads");
+        assert!(
+            threads % cpr == 0,
+            "generator bug: {cpr} chunks per row over {threads} threads"
+        );
         let step = threads / cpr;
-        assert!(tile.rows % step == 0, "generator bug: {} rows in steps of {step}", tile.rows);
+        assert!(
+            tile.rows % step == 0,
+            "generator bug: {} rows in steps of {step}",
+            tile.rows
+        );
         let phases = if step % 8 == 0 { 1 } else { 8 / step };
         let chunk = b.and_b32(tid, cpr - 1);
         let row0 = b.shr_u32(tid, cpr.trailing_zeros());
@@ -63,12 +70,28 @@ impl TileCopy {
         let col_bytes = b.cvt_u64_u32(col_bytes);
         let gmem_off = b.mad_wide_u32(row0, row_bytes, col_bytes);
         let gmem_step = b.mul_wide_u32(row_bytes, step);
-        TileCopy { count: tile.rows / step, step, row0, smem_off, gmem_off, gmem_step, in_kernel, chunk_ok }
+        TileCopy {
+            count: tile.rows / step,
+            step,
+            row0,
+            smem_off,
+            gmem_off,
+            gmem_step,
+            in_kernel,
+            chunk_ok,
+        }
     }
 
     /// Issues the copies of the block at global byte address `base` whose first
     /// `valid_rows` rows exist, into the tile at shared address `smem + tile_base`.
-    pub fn issue(&self, b: &mut Builder, smem: Reg<B32>, tile_base: u32, base: Reg<B64>, valid_rows: Reg<B32>) {
+    pub fn issue(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        tile_base: u32,
+        base: Reg<B64>,
+        valid_rows: Reg<B32>,
+    ) {
         let mut src = b.add_s64(base, self.gmem_off);
         let phases = self.smem_off.len() as u32;
         for i in 0..self.count {
@@ -83,7 +106,9 @@ impl TileCopy {
             let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
             let below = (i / phases) * phases * self.step * ROW_BYTES;
             let dst = Addr::Shared(dst, (tile_base + below) as i32);
-            b.when(self.in_kernel, false, |b| b.cp_async(CpSize::B16, dst, Addr::Global(from, 0), Some(size.into())));
+            b.when(self.in_kernel, false, |b| {
+                b.cp_async(CpSize::B16, dst, Addr::Global(from, 0), Some(size.into()))
+            });
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Tile layer: fragment layouts, shared-memory layouts and the copies between them.
 
-pub mod frag;
 pub mod copy;
+pub mod frag;
 pub mod smem;

@@ -6,6 +6,9 @@ use serde::Serialize;
 use crate::ptx::{Param, Ty};
 use crate::spec::{KernelSpec, Pass};
 
+mod bwd;
+pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
+
 /// One kernel parameter. `ty` is the PTX type: `u64` pointers, `u32`, `f32`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ParamDesc {
@@ -15,7 +18,7 @@ pub struct ParamDesc {
     pub meaning: &'static str,
 }
 
-const fn p(name: &'static str, ty: &'static str, meaning: &'static str) -> ParamDesc {
+pub(crate) const fn p(name: &'static str, ty: &'static str, meaning: &'static str) -> ParamDesc {
     ParamDesc { name, ty, meaning }
 }
 
@@ -99,6 +102,10 @@ pub const FWD_PARAMS: [ParamDesc; 23] = [
 pub fn params(pass: Pass) -> &'static [ParamDesc] {
     match pass {
         Pass::Fwd => &FWD_PARAMS,
+        Pass::BwdPre => &bwd::BWD_PRE_PARAMS,
+        Pass::Bwd => &bwd::BWD_PARAMS,
+        Pass::BwdDq => &bwd::BWD_DQ_PARAMS,
+        Pass::BwdPost => &bwd::BWD_POST_PARAMS,
     }
 }
 
@@ -129,11 +136,32 @@ pub struct Launch {
 pub fn launch(spec: &KernelSpec) -> Launch {
     let t = spec.tiles();
     match spec.pass {
-        Pass::Fwd => Launch {
+        Pass::Fwd | Pass::BwdPre | Pass::BwdDq | Pass::BwdPost => Launch {
             block: [t.threads(), 1, 1],
             grid: ["ceil(seqlen_q / block_m)", "heads", "batch"],
             dynamic_smem_bytes: spec.smem_bytes(),
         },
+        Pass::Bwd => Launch {
+            block: [t.threads(), 1, 1],
+            grid: ["ceil(seqlen_k / block_n)", "heads_k", "batch"],
+            dynamic_smem_bytes: spec.smem_bytes(),
+        },
+    }
+}
+
+/// The grid of a pass for a problem (batch, seqlen_q, seqlen_k, heads, heads_k).
+pub fn grid(
+    spec: &KernelSpec,
+    batch: u32,
+    seqlen_q: u32,
+    seqlen_k: u32,
+    heads: u32,
+    heads_k: u32,
+) -> [u32; 3] {
+    let t = spec.tiles();
+    match spec.pass {
+        Pass::Bwd => [seqlen_k.div_ceil(t.block_n), heads_k, batch],
+        _ => [seqlen_q.div_ceil(t.block_m), heads, batch],
     }
 }
 
