@@ -88,6 +88,7 @@ pub fn prefix(c: flash_codegen::ptx::RegClass) -> &'static str {
         RegClass::B32 => "%r",
         RegClass::F32 => "%f",
         RegClass::B64 => "%rd",
+        RegClass::B16 => "%h",
     }
 }
 

@@ -9,66 +9,15 @@
 use super::mask::KeyMask;
 use super::probe::half_fmt;
 use super::softmax::{AccTiles, OnlineSoftmax, p_as_a, zeros};
+use super::params::Params;
 use crate::abi;
 use crate::ptx::{
-    Addr, AnyReg, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, Param, Reg, Space, Special, Ty,
+    Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, Reg, Space, Special, Ty,
 };
 use crate::spec::KernelSpec;
 use crate::tile::copy::TileCopy;
 use crate::tile::frag::{LDM_A, LDM_B_KN_TRANS, LDM_B_NK, c_frag};
 use crate::tile::smem::{LdmLanes, SmemTile};
-
-/// The kernel parameters, loaded once, looked up by their ABI name.
-struct Params(Vec<(Param, AnyReg)>);
-
-impl Params {
-    fn load(b: &mut Builder, params: &[Param]) -> Self {
-        Params(params.iter().map(|p| (p.clone(), b.ld_param(p))).collect())
-    }
-    fn get(&self, name: &str) -> AnyReg {
-        self.0
-            .iter()
-            .find(|(p, _)| p.name == name)
-            .unwrap_or_else(|| panic!("no param {name}"))
-            .1
-    }
-    fn u32(&self, name: &str) -> Reg<B32> {
-        match self.get(name) {
-            AnyReg::B32(r) => r,
-            r => panic!("generator bug: param {name} is {r:?}"),
-        }
-    }
-    fn u64(&self, name: &str) -> Reg<B64> {
-        match self.get(name) {
-            AnyReg::B64(r) => r,
-            r => panic!("generator bug: param {name} is {r:?}"),
-        }
-    }
-    fn f32(&self, name: &str) -> Reg<F32> {
-        match self.get(name) {
-            AnyReg::F32(r) => r,
-            r => panic!("generator bug: param {name} is {r:?}"),
-        }
-    }
-    /// Global byte address of `t[batch, row, head, 0]` for tensor `t` (q, k, v or o).
-    fn tensor(
-        &self,
-        b: &mut Builder,
-        t: &str,
-        batch: Reg<B32>,
-        row: Reg<B32>,
-        head: Reg<B32>,
-    ) -> Reg<B64> {
-        let base = b.cvta_global(self.u64(t));
-        let bs = self.u64(&format!("{t}_batch_stride"));
-        let batch64 = b.cvt_u64_u32(batch);
-        let off = b.mul_lo_u64(batch64, bs);
-        let off = b.mad_wide_u32(head, self.u32(&format!("{t}_head_stride")), off);
-        let off = b.mad_wide_u32(row, self.u32(&format!("{t}_row_stride")), off);
-        let bytes = b.add_s64(off, off);
-        b.add_s64(base, bytes)
-    }
-}
 
 pub fn build(spec: &KernelSpec) -> Entry {
     let t = spec.tiles();

@@ -1,7 +1,9 @@
 //! Kernel layer: the FlashAttention-2 passes, written against tiles, plus the mma probe.
 
+pub mod bwd_elementwise;
 pub mod fwd;
 pub mod mask;
+pub mod params;
 pub mod probe;
 pub mod softmax;
 
@@ -13,7 +15,9 @@ pub fn module(spec: &KernelSpec) -> Module {
     assert!(spec.is_supported(), "unsupported spec {spec:?}");
     let entry = match spec.pass {
         Pass::Fwd => fwd::build(spec),
-        Pass::BwdPre | Pass::Bwd | Pass::BwdDq | Pass::BwdPost => stub(spec),
+        Pass::BwdPre => bwd_elementwise::build_pre(spec),
+        Pass::BwdPost => bwd_elementwise::build_post(spec),
+        Pass::Bwd | Pass::BwdDq => stub(spec),
     };
     Module {
         target: spec.arch.target(),

@@ -9,24 +9,19 @@ use super::inst::{
     PredOp, ShflMode, Space, Special, Stmt, Ty,
 };
 use super::module::{Entry, LaunchBounds, Param};
-use super::types::{Addr, B32, B64, F32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};
+use super::types::{Addr, B16, B32, B64, F32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};
 
 /// Builds one kernel body.
 #[derive(Default)]
 pub struct Builder {
-    counts: [u32; 4],
+    counts: [u32; 5],
     labels: u32,
     body: Vec<Stmt>,
     guard: Option<Guard>,
 }
 
 fn slot(c: RegClass) -> usize {
-    match c {
-        RegClass::Pred => 0,
-        RegClass::B32 => 1,
-        RegClass::F32 => 2,
-        RegClass::B64 => 3,
-    }
+    RegClass::ALL.iter().position(|x| *x == c).expect("every class is in ALL")
 }
 
 macro_rules! alu {
@@ -175,6 +170,7 @@ impl Builder {
             RegClass::B32 => Ty::B32,
             RegClass::F32 => Ty::F32,
             RegClass::B64 => Ty::B64,
+            RegClass::B16 => Ty::B16,
         };
         self.push(Inst::Mov {
             ty,
@@ -318,6 +314,27 @@ impl Builder {
         d
     }
 
+    /// Splits a packed 16x2 word into its low and high halves.
+    pub fn unpack(&mut self, a: Reg<B32>) -> (Reg<B16>, Reg<B16>) {
+        let (lo, hi) = (self.reg::<B16>(), self.reg::<B16>());
+        self.push(Inst::Unpack { lo, hi, a });
+        (lo, hi)
+    }
+
+    /// Reinterprets the bits of a 32-bit word as an f32 (`mov.b32`).
+    pub fn bits_f32(&mut self, a: Reg<B32>) -> Reg<F32> {
+        let d = self.reg::<F32>();
+        self.push(Inst::Mov { ty: Ty::B32, d: d.into(), a: a.into() });
+        d
+    }
+
+    /// Exact f16 -> f32.
+    pub fn cvt_f32_f16(&mut self, a: Reg<B16>) -> Reg<F32> {
+        let d = self.reg::<F32>();
+        self.push(Inst::Cvt { d_ty: Ty::F32, s_ty: Ty::F16, d: d.into(), a: a.into() });
+        d
+    }
+
     pub fn cvt_u64_u32(&mut self, a: Reg<B32>) -> Reg<B64> {
         let d = self.reg::<B64>();
         self.push(Inst::Cvt {
@@ -348,7 +365,7 @@ impl Builder {
 
     pub fn ld_param(&mut self, p: &Param) -> AnyReg {
         let d: AnyReg = match p.ty.class() {
-            RegClass::Pred => panic!("generator bug: predicate parameter"),
+            RegClass::Pred | RegClass::B16 => panic!("generator bug: {:?} parameter", p.ty),
             RegClass::B32 => self.reg::<B32>().into(),
             RegClass::F32 => self.reg::<F32>().into(),
             RegClass::B64 => self.reg::<B64>().into(),

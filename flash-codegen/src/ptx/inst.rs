@@ -4,7 +4,7 @@
 //! exists here is one ptxas accepts for the module's target. New families (wgmma,
 //! mbarrier, TMA) are new variants, never changes to these.
 
-use super::types::{Addr, B32, B64, F32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};
+use super::types::{Addr, B16, B32, B64, F32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};
 
 /// The scalar type suffix of an instruction (`.u32`, `.f32`, ...).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -15,6 +15,7 @@ pub enum Ty {
     U32,
     S32,
     F32,
+    F16,
     B64,
     U64,
     S64,
@@ -25,7 +26,8 @@ impl Ty {
     pub fn class(self) -> RegClass {
         match self {
             Ty::Pred => RegClass::Pred,
-            Ty::B16 | Ty::B32 | Ty::U32 | Ty::S32 => RegClass::B32,
+            Ty::B16 | Ty::F16 => RegClass::B16,
+            Ty::B32 | Ty::U32 | Ty::S32 => RegClass::B32,
             Ty::F32 => RegClass::F32,
             Ty::B64 | Ty::U64 | Ty::S64 => RegClass::B64,
         }
@@ -39,6 +41,7 @@ pub enum AnyReg {
     B32(Reg<B32>),
     F32(Reg<F32>),
     B64(Reg<B64>),
+    B16(Reg<B16>),
 }
 
 /// An operand of any class.
@@ -59,7 +62,7 @@ macro_rules! any_conv {
         }
     )*};
 }
-any_conv!(Pred, B32, F32, B64);
+any_conv!(Pred, B32, F32, B64, B16);
 
 impl From<Operand<B32>> for AnyOperand {
     fn from(o: Operand<B32>) -> Self {
@@ -93,6 +96,7 @@ impl AnyReg {
             AnyReg::B32(_) => RegClass::B32,
             AnyReg::F32(_) => RegClass::F32,
             AnyReg::B64(_) => RegClass::B64,
+            AnyReg::B16(_) => RegClass::B16,
         }
     }
     pub fn id(self) -> u32 {
@@ -101,6 +105,7 @@ impl AnyReg {
             AnyReg::B32(r) => r.id(),
             AnyReg::F32(r) => r.id(),
             AnyReg::B64(r) => r.id(),
+            AnyReg::B16(r) => r.id(),
         }
     }
 }
@@ -344,6 +349,8 @@ pub enum Inst {
         hi: Reg<F32>,
         lo: Reg<F32>,
     },
+    /// Split a 32-bit word into its halves (`mov.b32 {lo, hi}, a`).
+    Unpack { lo: Reg<B16>, hi: Reg<B16>, a: Reg<B32> },
     /// Generic to global address.
     CvtaGlobal {
         d: Reg<B64>,
@@ -458,6 +465,7 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         Inst::CvtPack { d, hi, lo, .. } => {
             out.extend::<[AnyReg; 3]>([(*d).into(), (*hi).into(), (*lo).into()])
         }
+        Inst::Unpack { lo, hi, a } => out.extend::<[AnyReg; 3]>([(*lo).into(), (*hi).into(), (*a).into()]),
         Inst::CvtaGlobal { d, a } => out.extend::<[AnyReg; 2]>([(*d).into(), (*a).into()]),
         Inst::LdParam { d, .. } => out.push(*d),
         Inst::Ld { d, addr: a, .. } => {

@@ -9,4 +9,4 @@ pub mod types;
 pub use builder::Builder;
 pub use inst::{AluOp, AnyOperand, AnyReg, Cmp, HalfFmt, Inst, LdCache, Space, Special, Stmt, Ty};
 pub use module::{Entry, LaunchBounds, Module, Param, Target};
-pub use types::{Addr, B32, B64, F32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};
+pub use types::{Addr, B16, B32, B64, F32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};

@@ -49,8 +49,8 @@ pub struct Entry {
     pub name: String,
     pub params: Vec<Param>,
     pub bounds: LaunchBounds,
-    /// Registers of each class (`Pred`, `B32`, `F32`, `B64`) the body uses.
-    pub reg_counts: [u32; 4],
+    /// Registers of each class, in `RegClass::ALL` order, the body uses.
+    pub reg_counts: [u32; 5],
     pub body: Vec<Stmt>,
 }
 

@@ -35,6 +35,7 @@ fn prefix(c: RegClass) -> &'static str {
         RegClass::B32 => "%r",
         RegClass::F32 => "%f",
         RegClass::B64 => "%rd",
+        RegClass::B16 => "%h",
     }
 }
 
@@ -44,6 +45,7 @@ fn decl_ty(c: RegClass) -> &'static str {
         RegClass::B32 => ".b32",
         RegClass::F32 => ".f32",
         RegClass::B64 => ".b64",
+        RegClass::B16 => ".b16",
     }
 }
 
@@ -113,6 +115,7 @@ fn ty(t: Ty) -> &'static str {
         Ty::U32 => "u32",
         Ty::S32 => "s32",
         Ty::F32 => "f32",
+        Ty::F16 => "f16",
         Ty::B64 => "b64",
         Ty::U64 => "u64",
         Ty::S64 => "s64",
@@ -192,7 +195,7 @@ fn half(h: HalfFmt) -> &'static str {
 }
 
 fn is_float(t: Ty) -> bool {
-    t == Ty::F32
+    matches!(t, Ty::F32 | Ty::F16)
 }
 
 /// Writes one instruction.
@@ -267,6 +270,7 @@ pub fn write_inst<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
             R(*hi),
             R(*lo)
         ),
+        Inst::Unpack { lo, hi, a } => write!(w, "mov.b32 {{{}, {}}}, {};", R(*lo), R(*hi), R(*a)),
         Inst::CvtaGlobal { d, a } => write!(w, "cvta.to.global.u64 {}, {};", R(*d), R(*a)),
         Inst::LdParam { ty: t, d, param } => write!(w, "ld.param.{} {}, [{param}];", ty(*t), A(*d)),
         Inst::Ld {

@@ -13,10 +13,13 @@ pub enum RegClass {
     B32,
     F32,
     B64,
+    /// 16-bit halves (`%h`), for conversions of single f16 values.
+    B16,
 }
 
 impl RegClass {
-    pub const ALL: [RegClass; 4] = [RegClass::Pred, RegClass::B32, RegClass::F32, RegClass::B64];
+    /// Declaration order (and index into `Entry::reg_counts`).
+    pub const ALL: [RegClass; 5] = [RegClass::Pred, RegClass::B32, RegClass::F32, RegClass::B64, RegClass::B16];
 }
 
 /// A register class marker type (see [`Pred`], [`B32`], [`F32`], [`B64`]).
@@ -47,6 +50,8 @@ kinds! {
     F32 => F32, f32;
     /// 64-bit integer or address (`%rd`).
     B64 => B64, i64;
+    /// 16-bit data (`%h`).
+    B16 => B16, i64;
 }
 
 /// A virtual register of class `K`. Only the builder creates them.
