@@ -8,7 +8,9 @@
 use super::params::Params;
 use super::probe::half_fmt;
 use crate::abi;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty};
+use crate::ptx::{
+    Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
+};
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::convert::unpack_f32;
 
@@ -35,12 +37,26 @@ fn rows(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Rows {
     let m0 = b.mul_lo_u32(m_block, spec.tiles().block_m);
     let col = b.shl_b32(lane, 3u32);
     let chunk_ok = b.setp_u32(Cmp::Lt, col, p.u32("head_dim"));
-    Rows { warp, lane, head, batch, heads, m0, chunk_ok }
+    Rows {
+        warp,
+        lane,
+        head,
+        batch,
+        heads,
+        m0,
+        chunk_ok,
+    }
 }
 
 /// Runs `body(b, row)` for each of the warp's rows below seqlen_q (row relative to m0),
 /// skipping rows past the end with a warp-uniform branch.
-fn for_rows(b: &mut Builder, spec: &KernelSpec, r: &Rows, sq_left: Reg<B32>, mut body: impl FnMut(&mut Builder, Reg<B32>)) {
+fn for_rows(
+    b: &mut Builder,
+    spec: &KernelSpec,
+    r: &Rows,
+    sq_left: Reg<B32>,
+    mut body: impl FnMut(&mut Builder, Reg<B32>),
+) {
     let t = spec.tiles();
     for i in 0..t.block_m / t.warps {
         let row = b.add_u32(r.warp, i * t.warps);
@@ -126,13 +142,25 @@ pub fn build_pre(spec: &KernelSpec) -> Entry {
         let idx = b.add_s64(drow0, idx);
         let off = b.shl_b64(idx, 2);
         let addr = b.add_s64(dvec, off);
-        b.when(lane0, false, |b| b.st(Space::Global, Ty::F32, Addr::Global(addr, 0), &[acc]));
+        b.when(lane0, false, |b| {
+            b.st(Space::Global, Ty::F32, Addr::Global(addr, 0), &[acc])
+        });
         let zero_here = b.and_pred(zero_accum, r.chunk_ok);
         let z = b.mov(0.0f32);
         let acc_addr = accum_addr(b, &p, &r, row);
         b.when(zero_here, false, |b| {
-            b.st(Space::Global, Ty::F32, Addr::Global(acc_addr, 0), &[z, z, z, z]);
-            b.st(Space::Global, Ty::F32, Addr::Global(acc_addr, 16), &[z, z, z, z]);
+            b.st(
+                Space::Global,
+                Ty::F32,
+                Addr::Global(acc_addr, 0),
+                &[z, z, z, z],
+            );
+            b.st(
+                Space::Global,
+                Ty::F32,
+                Addr::Global(acc_addr, 16),
+                &[z, z, z, z],
+            );
         });
     });
     finish(b, spec, ir_params)
@@ -156,8 +184,18 @@ pub fn build_post(spec: &KernelSpec) -> Entry {
         let dst = b.mad_wide_u32(row, rb, lane16);
         let dst = b.add_s64(dq_base, dst);
         b.when(r.chunk_ok, false, |b| {
-            let lo: [Reg<F32>; 4] = b.ld(Space::Global, LdCache::Default, Ty::F32, Addr::Global(src, 0));
-            let hi: [Reg<F32>; 4] = b.ld(Space::Global, LdCache::Default, Ty::F32, Addr::Global(src, 16));
+            let lo: [Reg<F32>; 4] = b.ld(
+                Space::Global,
+                LdCache::Default,
+                Ty::F32,
+                Addr::Global(src, 0),
+            );
+            let hi: [Reg<F32>; 4] = b.ld(
+                Space::Global,
+                LdCache::Default,
+                Ty::F32,
+                Addr::Global(src, 16),
+            );
             let v: Vec<Reg<F32>> = lo.iter().chain(&hi).map(|x| b.mul_f32(*x, scale)).collect();
             let words: Vec<Reg<B32>> = v.chunks(2).map(|c| b.pack(fmt, c[0], c[1])).collect();
             b.st(Space::Global, Ty::B32, Addr::Global(dst, 0), &words);
@@ -167,6 +205,9 @@ pub fn build_post(spec: &KernelSpec) -> Entry {
 }
 
 fn finish(b: Builder, spec: &KernelSpec, params: Vec<crate::ptx::Param>) -> Entry {
-    let bounds = LaunchBounds { max_threads: Some(spec.tiles().threads()), min_ctas_per_sm: None };
+    let bounds = LaunchBounds {
+        max_threads: Some(spec.tiles().threads()),
+        min_ctas_per_sm: None,
+    };
     b.finish(spec.name(), params, bounds)
 }

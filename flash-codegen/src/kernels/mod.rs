@@ -2,6 +2,7 @@
 
 pub mod bwd_elementwise;
 pub mod fwd;
+pub mod mainloop;
 pub mod mask;
 pub mod params;
 pub mod probe;

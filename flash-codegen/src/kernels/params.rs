@@ -53,4 +53,3 @@ impl Params {
         b.add_s64(base, bytes)
     }
 }
-

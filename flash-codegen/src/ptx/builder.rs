@@ -21,7 +21,10 @@ pub struct Builder {
 }
 
 fn slot(c: RegClass) -> usize {
-    RegClass::ALL.iter().position(|x| *x == c).expect("every class is in ALL")
+    RegClass::ALL
+        .iter()
+        .position(|x| *x == c)
+        .expect("every class is in ALL")
 }
 
 macro_rules! alu {
@@ -324,14 +327,23 @@ impl Builder {
     /// Reinterprets the bits of a 32-bit word as an f32 (`mov.b32`).
     pub fn bits_f32(&mut self, a: Reg<B32>) -> Reg<F32> {
         let d = self.reg::<F32>();
-        self.push(Inst::Mov { ty: Ty::B32, d: d.into(), a: a.into() });
+        self.push(Inst::Mov {
+            ty: Ty::B32,
+            d: d.into(),
+            a: a.into(),
+        });
         d
     }
 
     /// Exact f16 -> f32.
     pub fn cvt_f32_f16(&mut self, a: Reg<B16>) -> Reg<F32> {
         let d = self.reg::<F32>();
-        self.push(Inst::Cvt { d_ty: Ty::F32, s_ty: Ty::F16, d: d.into(), a: a.into() });
+        self.push(Inst::Cvt {
+            d_ty: Ty::F32,
+            s_ty: Ty::F16,
+            d: d.into(),
+            a: a.into(),
+        });
         d
     }
 

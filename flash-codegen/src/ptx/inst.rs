@@ -350,7 +350,11 @@ pub enum Inst {
         lo: Reg<F32>,
     },
     /// Split a 32-bit word into its halves (`mov.b32 {lo, hi}, a`).
-    Unpack { lo: Reg<B16>, hi: Reg<B16>, a: Reg<B32> },
+    Unpack {
+        lo: Reg<B16>,
+        hi: Reg<B16>,
+        a: Reg<B32>,
+    },
     /// Generic to global address.
     CvtaGlobal {
         d: Reg<B64>,
@@ -465,7 +469,9 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         Inst::CvtPack { d, hi, lo, .. } => {
             out.extend::<[AnyReg; 3]>([(*d).into(), (*hi).into(), (*lo).into()])
         }
-        Inst::Unpack { lo, hi, a } => out.extend::<[AnyReg; 3]>([(*lo).into(), (*hi).into(), (*a).into()]),
+        Inst::Unpack { lo, hi, a } => {
+            out.extend::<[AnyReg; 3]>([(*lo).into(), (*hi).into(), (*a).into()])
+        }
         Inst::CvtaGlobal { d, a } => out.extend::<[AnyReg; 2]>([(*d).into(), (*a).into()]),
         Inst::LdParam { d, .. } => out.push(*d),
         Inst::Ld { d, addr: a, .. } => {

@@ -19,7 +19,13 @@ pub enum RegClass {
 
 impl RegClass {
     /// Declaration order (and index into `Entry::reg_counts`).
-    pub const ALL: [RegClass; 5] = [RegClass::Pred, RegClass::B32, RegClass::F32, RegClass::B64, RegClass::B16];
+    pub const ALL: [RegClass; 5] = [
+        RegClass::Pred,
+        RegClass::B32,
+        RegClass::F32,
+        RegClass::B64,
+        RegClass::B16,
+    ];
 }
 
 /// A register class marker type (see [`Pred`], [`B32`], [`F32`], [`B64`]).
