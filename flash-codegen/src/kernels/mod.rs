@@ -1,5 +1,6 @@
 //! Kernel layer: the FlashAttention-2 passes, written against tiles, plus the mma probe.
 
+pub mod bwd_dq;
 pub mod bwd_elementwise;
 pub mod fwd;
 pub mod mainloop;
@@ -18,7 +19,8 @@ pub fn module(spec: &KernelSpec) -> Module {
         Pass::Fwd => fwd::build(spec),
         Pass::BwdPre => bwd_elementwise::build_pre(spec),
         Pass::BwdPost => bwd_elementwise::build_post(spec),
-        Pass::Bwd | Pass::BwdDq => stub(spec),
+        Pass::BwdDq => bwd_dq::build(spec),
+        Pass::Bwd => stub(spec),
     };
     Module {
         target: spec.arch.target(),

@@ -1,0 +1,180 @@
+//! Kernel layer: deterministic dQ (FA2 backward, dQ half), parallel over query blocks.
+//!
+//! One CTA per (query block, head, batch) walks the key blocks in order and keeps dQ in
+//! registers, so no atomics and no scratch: bitwise reproducible. Per key block:
+//! S = Q K^T, P = exp2(S * scale_log2 - LSE * log2 e) (recomputed from the saved LSE),
+//! dP = dO V^T, dS = P * (dP - D), dQ += dS K. At the end dQ *= softmax_scale.
+
+use super::mainloop::{KvStream, QBlock, acc_zeros, kv_blocks, mask_block};
+use super::params::Params;
+use super::probe::half_fmt;
+use super::softmax::{AccTiles, p_as_a};
+use crate::abi;
+use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
+use crate::spec::{KernelSpec, Pass};
+use crate::tile::copy::TileCopy;
+use crate::tile::smem::SmemTile;
+
+const LOG2_E: f32 = std::f32::consts::LOG2_E;
+const INF: f32 = f32::INFINITY;
+const NEG_INF: f32 = f32::NEG_INFINITY;
+
+/// Per-row statistics of the thread's rows: `LSE * log2 e` (+inf for fully masked rows
+/// and rows past the end, so that P = 0 there) and D.
+pub struct RowStats {
+    pub lse_log2: Vec<Reg<F32>>,
+    pub d: Vec<Reg<F32>>,
+}
+
+impl RowStats {
+    pub fn load(b: &mut Builder, p: &Params, q: &QBlock) -> Self {
+        let heads = p.u32("heads");
+        let lse_base = q.row_stats(b, p, "lse", heads);
+        let d_base = q.row_stats(b, p, "dvec", heads);
+        let mut stats = RowStats {
+            lse_log2: vec![],
+            d: vec![],
+        };
+        for &row in &q.rows {
+            let ok = b.setp_s32(Cmp::Lt, row, q.q_rows);
+            let lse = b.mov(NEG_INF);
+            let d = b.mov(0.0f32);
+            let la = b.mad_wide_u32(row, 4u32, lse_base);
+            let da = b.mad_wide_u32(row, 4u32, d_base);
+            b.when(ok, false, |b| {
+                b.push(ld_f32(lse, la));
+                b.push(ld_f32(d, da));
+            });
+            let masked = b.setp_f32(Cmp::Eq, lse, NEG_INF);
+            let l2 = b.mul_f32(lse, LOG2_E);
+            stats.lse_log2.push(b.selp_f32(INF, l2, masked));
+            stats.d.push(d);
+        }
+        stats
+    }
+
+    /// P = exp2(S * scale_log2 - LSE * log2 e), in place of the scores.
+    pub fn probabilities(&self, b: &mut Builder, s: &mut AccTiles, scale_log2: Reg<F32>) {
+        for (mt, s_mt) in s.iter_mut().enumerate() {
+            for frag in s_mt.iter_mut() {
+                for (e, x) in frag.iter_mut().enumerate() {
+                    let neg = b.neg_f32(self.lse_log2[2 * mt + e / 2]);
+                    let y = b.fma_f32(*x, scale_log2, neg);
+                    *x = b.ex2(y);
+                }
+            }
+        }
+    }
+
+    /// dS = P * (dP - D), in place of dP.
+    pub fn ds(&self, b: &mut Builder, p: &AccTiles, dp: &mut AccTiles) {
+        for (mt, (p_mt, dp_mt)) in p.iter().zip(dp.iter_mut()).enumerate() {
+            for (pf, df) in p_mt.iter().zip(dp_mt.iter_mut()) {
+                for e in 0..4 {
+                    let diff = b.sub_f32(df[e], self.d[2 * mt + e / 2]);
+                    df[e] = b.mul_f32(pf[e], diff);
+                }
+            }
+        }
+    }
+}
+
+fn ld_f32(d: Reg<F32>, addr: Reg<crate::ptx::B64>) -> crate::ptx::Inst {
+    crate::ptx::Inst::Ld {
+        space: Space::Global,
+        cache: LdCache::NonCoherent,
+        ty: Ty::F32,
+        d: vec![d.into()],
+        addr: Addr::Global(addr, 0),
+    }
+}
+
+pub fn build(spec: &KernelSpec) -> Entry {
+    assert_eq!(spec.pass, Pass::BwdDq);
+    let t = spec.tiles();
+    let (d, dp) = (spec.head_dim, spec.smem_head_dim());
+    let fmt = half_fmt(spec.dtype);
+    let ir_params = abi::ir_params(spec.pass);
+    let mut b = Builder::new();
+    b.comment(format!(
+        "{}: block {}x{}, {} warps, smem {} bytes",
+        spec.name(),
+        t.block_m,
+        t.block_n,
+        t.warps,
+        spec.smem_bytes()
+    ));
+    let p = Params::load(&mut b, &ir_params);
+    let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
+    let scale_log2 = p.f32("scale_log2");
+    let q = QBlock::new(&mut b, spec, &p);
+    let zero = b.mov(0u32);
+    let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
+    let do_base = p.tensor(&mut b, "do", q.batch, q.m0, q.head);
+    let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);
+    let v_base = p.tensor(&mut b, "v", q.batch, zero, q.kv_head);
+    let (n_blocks, diag) = kv_blocks(&mut b, spec, seqlen_q, seqlen_k, q.m0);
+
+    b.comment("-- shared memory: Q, dO, then `stages` K tiles and `stages` V tiles --");
+    let smem = b.smem_base();
+    let q_tile = SmemTile::new(0, t.block_m, dp);
+    let do_tile = SmemTile::new(q_tile.bytes(), t.block_m, dp);
+    let kv = KvStream::new(&mut b, spec, &p, &q, 2 * q_tile.bytes(), k_base, v_base);
+    assert_eq!(
+        2 * q_tile.bytes() + kv.bytes(),
+        spec.smem_bytes(),
+        "generator bug: smem size"
+    );
+    for (tile, base, stride) in [
+        (&q_tile, q_base, "q_row_stride"),
+        (&do_tile, do_base, "do_row_stride"),
+    ] {
+        let copy = TileCopy::new(&mut b, tile, d, t.threads(), q.tid, p.u32(stride), head_dim);
+        copy.issue(&mut b, smem, tile.base, base, q.q_rows);
+    }
+    kv.issue_first(&mut b, smem, seqlen_k, n_blocks);
+    b.cp_async_commit();
+    let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
+    let stats = RowStats::load(&mut b, &p, &q);
+    let dq = acc_zeros(&mut b, &q, d);
+
+    let (n0, kv_smem) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
+    b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
+    let mut s = acc_zeros(&mut b, &q, t.block_n);
+    q.mma_a_bt(&mut b, fmt, &s, (&q_tile, smem), (&kv.k_tile, kv_smem), d);
+    mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
+    stats.probabilities(&mut b, &mut s, scale_log2);
+    b.comment("-- dS = P * (dO V^T - D) --");
+    let mut dpt = acc_zeros(&mut b, &q, t.block_n);
+    q.mma_a_bt(
+        &mut b,
+        fmt,
+        &dpt,
+        (&do_tile, smem),
+        (&kv.v_tile, kv_smem),
+        d,
+    );
+    stats.ds(&mut b, &s, &mut dpt);
+    b.comment("-- dQ += dS K --");
+    for (mt, ds_mt) in dpt.iter().enumerate() {
+        let a = p_as_a(&mut b, fmt, ds_mt);
+        q.mma_a_b(&mut b, fmt, &dq[mt], &a, (&kv.k_tile, kv_smem));
+    }
+    kv.end(&mut b);
+
+    b.comment("-- epilogue: dQ *= softmax_scale, write dQ --");
+    let scale = p.f32("softmax_scale");
+    for frag in dq.iter().flatten() {
+        for x in frag {
+            let v = b.mul_f32(*x, scale);
+            b.assign(*x, v);
+        }
+    }
+    let dq_base = p.tensor(&mut b, "dq", q.batch, q.m0, q.head);
+    q.store_rows(&mut b, fmt, &dq, dq_base, p.u32("dq_row_stride"), head_dim);
+    let bounds = LaunchBounds {
+        max_threads: Some(t.threads()),
+        min_ctas_per_sm: None,
+    };
+    b.finish(spec.name(), ir_params, bounds)
+}
