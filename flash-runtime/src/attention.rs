@@ -14,7 +14,7 @@ use flash_codegen::{Arch, DType, KernelSpec};
 
 use crate::error::{FlashError, Result};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{FwdArgs, FwdParams, FwdPlan, LseDesc, ParamValue, TensorDesc, plan_fwd};
+use crate::validate::{FwdArgs, FwdParams, LaunchPlan, LseDesc, ParamValue, plan_fwd};
 
 /// True when the NVIDIA driver library can be loaded. cudarc panics on the first driver
 /// call without it, so this is checked before any.
@@ -31,7 +31,7 @@ type Loaded = (Arc<CudaModule>, CudaFunction);
 /// argument. Cheap to share between threads (`Send + Sync`).
 pub struct FlashAttention {
     ctx: Arc<CudaContext>,
-    arch: Arch,
+    pub(crate) arch: Arch,
     smem_optin: u64,
     modules: Mutex<BTreeMap<KernelSpec, Loaded>>,
     registered: Mutex<BTreeMap<KernelSpec, &'static str>>,
@@ -181,7 +181,7 @@ impl FlashAttention {
         Ok((module, f))
     }
 
-    fn check_ctx(&self, what: &'static str, ctx: &Arc<CudaContext>) -> Result<()> {
+    pub(crate) fn check_ctx(&self, what: &'static str, ctx: &Arc<CudaContext>) -> Result<()> {
         if ctx.cu_ctx() == self.ctx.cu_ctx() {
             Ok(())
         } else {
@@ -219,7 +219,7 @@ impl FlashAttention {
         let (q_ptr, _q_guard) = q.view.device_ptr(stream);
         let (k_ptr, _k_guard) = k.view.device_ptr(stream);
         let (v_ptr, _v_guard) = v.view.device_ptr(stream);
-        let (o_shape, o_strides, o_len) = (o.shape(), o.strides(), o.buffer_len());
+        let o_desc = o.desc(0);
         let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
         let (lse_desc, _lse_guard) = match lse {
             Some(l) => {
@@ -229,24 +229,11 @@ impl FlashAttention {
             }
             None => (None, None),
         };
-        let desc = |t: &Tensor4<'_, T>, ptr| TensorDesc {
-            shape: t.shape(),
-            strides: t.strides(),
-            ptr,
-            len: t.buffer_len(),
-            dtype: T::DTYPE,
-        };
         let args = FwdArgs {
-            q: desc(q, q_ptr),
-            k: desc(k, k_ptr),
-            v: desc(v, v_ptr),
-            o: TensorDesc {
-                shape: o_shape,
-                strides: o_strides,
-                ptr: o_ptr,
-                len: o_len,
-                dtype: T::DTYPE,
-            },
+            q: q.desc(q_ptr),
+            k: k.desc(k_ptr),
+            v: v.desc(v_ptr),
+            o: o_desc.with_ptr(o_ptr),
             lse: lse_desc,
             params: *params,
         };
@@ -255,10 +242,31 @@ impl FlashAttention {
             return Ok(());
         }
         let f = self.function(&plan.spec)?;
-        self.launch_plan(stream, &f, &plan)
+        // SAFETY:
+        // - `f` is `plan.spec`'s entry and `plan` comes from `plan_fwd`, which bound its
+        //   parameters in the order and PTX types of `abi::FWD_PARAMS`.
+        // - Every pointer comes from a live cudarc view of this context (checked above) and
+        //   `plan_fwd` proved each tensor's shape and strides stay inside its view, that o's
+        //   elements are disjoint, that lse holds batch*heads*seqlen_q f32, and alignment.
+        // - q/k/v are only read; o and lse are borrowed mutably, so nothing else aliases them.
+        // - The guards above outlive the launch, so no buffer is freed or reused early.
+        unsafe { self.launch_unchecked(stream, &f, &plan) }
     }
 
-    fn launch_plan(&self, stream: &CudaStream, f: &CudaFunction, plan: &FwdPlan) -> Result<()> {
+    /// Enqueue `plan` (grid, block, smem and parameters in ABI order) on `stream`.
+    ///
+    /// # Safety
+    /// `f` must be `plan.spec`'s entry and `plan` must come from `plan_fwd` / `plan_bwd` for
+    /// pointers into live device buffers of this context that stay alive and unaliased by
+    /// other writers until the launch has run (the callers hold cudarc's guards for that).
+    /// Grid, block and smem are then within device limits: the grid was checked in
+    /// planning and the dynamic smem limit raised when `f` was loaded.
+    pub(crate) unsafe fn launch_unchecked(
+        &self,
+        stream: &CudaStream,
+        f: &CudaFunction,
+        plan: &LaunchPlan,
+    ) -> Result<()> {
         let mut b = stream.launch_builder(f);
         for (_, p) in &plan.params {
             match p {
@@ -272,16 +280,8 @@ impl FlashAttention {
             block_dim: (plan.block[0], plan.block[1], plan.block[2]),
             shared_mem_bytes: plan.smem_bytes,
         };
-        // SAFETY:
-        // - `f` is `plan.spec`'s entry, whose `.param` list is `abi::FWD_PARAMS`; `plan.params`
-        //   was built in that order with matching widths (u64/u32/f32), checked in `plan_fwd`.
-        // - Every pointer comes from a live cudarc view of this context (checked above) and
-        //   `plan_fwd` proved each tensor's shape and strides stay inside its view, that o's
-        //   elements are disjoint, that lse holds batch*heads*seqlen_q f32, and alignment.
-        // - q/k/v are only read; o and lse are borrowed mutably, so nothing else aliases them.
-        // - The argument values live in `plan` until `launch` returns; the SyncOnDrop guards
-        //   in `forward` outlive the launch, so buffers are not freed or reused early.
-        // - grid/block/smem are within device limits (grid checked, smem raised at load).
+        // SAFETY: the caller's contract (see `# Safety`); the argument values live in
+        // `plan` until `launch` returns, and the parameter widths match the entry's.
         unsafe { b.launch(cfg) }?;
         Ok(())
     }

@@ -115,6 +115,21 @@ pub enum FlashError {
         why: String,
     },
 
+    /// A backward scratch buffer is smaller than the call needs (or missing).
+    #[error(
+        "backward scratch `{buffer}` holds {available} f32 values but this call needs {needed}: \
+         make the scratch with `BwdScratch::new` for this q shape and mode (atomic mode, \
+         `deterministic: false`, needs a dq_accum buffer), or pass `None` to allocate per call"
+    )]
+    ScratchTooSmall {
+        /// `dvec` or `dq_accum`.
+        buffer: &'static str,
+        /// f32 elements the call needs.
+        needed: usize,
+        /// f32 elements the buffer holds (0 when missing).
+        available: usize,
+    },
+
     /// A parameter value the kernels cannot use (e.g. a non-finite softmax scale).
     #[error("invalid parameter: {0}")]
     InvalidParam(String),

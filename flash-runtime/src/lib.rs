@@ -30,6 +30,7 @@
 #![warn(missing_docs)]
 
 mod attention;
+mod backward;
 pub mod error;
 mod jit;
 pub mod reference;
@@ -38,9 +39,12 @@ pub mod tensor;
 pub mod validate;
 
 pub use attention::{FlashAttention, driver_present};
+pub use backward::BwdScratch;
 pub use error::{FlashError, Result};
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut};
-pub use validate::{FwdParams, FwdPlan, ParamValue, plan_fwd};
+pub use validate::{
+    BwdParams, BwdPlan, FwdParams, FwdPlan, LaunchPlan, ParamValue, plan_bwd, plan_fwd,
+};
 
 /// The cudarc version this crate is built against, re-exported so users name the same types.
 pub use cudarc;

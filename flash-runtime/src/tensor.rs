@@ -8,6 +8,8 @@
 use cudarc::driver::{CudaSlice, CudaView, CudaViewMut, DeviceRepr, ValidAsZeroBits};
 use flash_codegen::DType;
 
+use crate::validate::TensorDesc;
+
 mod sealed {
     pub trait Sealed {}
     impl Sealed for half::f16 {}
@@ -140,6 +142,30 @@ impl<'a, T> Tensor4<'a, T> {
     /// Elements in the underlying device view.
     pub fn buffer_len(&self) -> usize {
         self.view.len()
+    }
+}
+
+impl<T: Element> Tensor4<'_, T> {
+    /// What the checks see of this tensor, with its view starting at device address `ptr`.
+    pub(crate) fn desc(&self, ptr: u64) -> TensorDesc {
+        desc::<T>(self.shape, self.strides, ptr, self.view.len())
+    }
+}
+
+impl<T: Element> Tensor4Mut<'_, T> {
+    /// What the checks see of this tensor, with its view starting at device address `ptr`.
+    pub(crate) fn desc(&self, ptr: u64) -> TensorDesc {
+        desc::<T>(self.shape, self.strides, ptr, self.view.len())
+    }
+}
+
+fn desc<T: Element>(shape: [usize; 4], strides: [usize; 4], ptr: u64, len: usize) -> TensorDesc {
+    TensorDesc {
+        shape,
+        strides,
+        ptr,
+        len,
+        dtype: T::DTYPE,
     }
 }
 

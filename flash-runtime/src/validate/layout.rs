@@ -43,6 +43,38 @@ pub(crate) fn effective_strides(t: &TensorDesc) -> [usize; 4] {
     })
 }
 
+/// The elements of a tensor that passed [`check_tensor`], as contiguous runs: `(run_len,
+/// starts)`, in elements from the start of its view, starts ascending. Dims that continue a
+/// run (stride == run length so far) are merged into it, so a contiguous tensor is one run
+/// and q sliced out of a packed `[b, s, 3, h, d]` buffer is `b * s` runs of `h * d`.
+pub fn contiguous_runs(shape: [usize; 4], strides: [usize; 4]) -> (usize, Vec<usize>) {
+    if shape.contains(&0) {
+        return (0, Vec::new());
+    }
+    let mut dims: Vec<(usize, usize)> = (0..3)
+        .filter(|&i| shape[i] > 1)
+        .map(|i| (strides[i], shape[i]))
+        .collect();
+    dims.sort_unstable();
+    let mut run = shape[3];
+    let mut outer = dims.as_slice();
+    while let Some((&(stride, n), rest)) = outer.split_first() {
+        if stride != run {
+            break;
+        }
+        run *= n;
+        outer = rest;
+    }
+    let mut starts = vec![0usize];
+    for &(stride, n) in outer {
+        starts = (0..n)
+            .flat_map(|i| starts.iter().map(move |s| s + i * stride))
+            .collect();
+    }
+    starts.sort_unstable();
+    (run, starts)
+}
+
 /// Layout checks of one non-empty tensor; returns its (row, head) strides as u32.
 pub(crate) fn check_tensor(
     name: &'static str,
@@ -123,5 +155,22 @@ mod tests {
         assert!(!non_overlapping([2, 3, 4, 8], [96, 32, 0, 1]));
         assert!(!non_overlapping([1, 3, 4, 16], [0, 64, 8, 1]));
         assert!(non_overlapping([1, 1, 1, 8], [0, 0, 0, 1]));
+    }
+
+    #[test]
+    fn runs_merge_contiguous_dims() {
+        assert_eq!(
+            contiguous_runs([2, 3, 4, 8], [96, 32, 8, 1]),
+            (192, vec![0])
+        );
+        assert_eq!(contiguous_runs([2, 0, 4, 8], [96, 32, 8, 1]), (0, vec![]));
+        // packed qkv: [b, s, 3, h, d] with b = 2, s = 2, h = 2, d = 8
+        let (run, starts) = contiguous_runs([2, 2, 2, 8], [96, 48, 8, 1]);
+        assert_eq!((run, starts), (16, vec![0, 48, 96, 144]));
+        // heads outer of rows, padded rows: one run per row
+        let (run, starts) = contiguous_runs([1, 2, 3, 8], [0, 16, 40, 1]);
+        assert_eq!((run, starts), (8, vec![0, 16, 40, 56, 80, 96]));
+        // size-1 dims with odd strides are skipped
+        assert_eq!(contiguous_runs([1, 1, 1, 8], [3, 5, 7, 1]), (8, vec![0]));
     }
 }

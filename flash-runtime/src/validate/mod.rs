@@ -1,35 +1,28 @@
-//! Argument checks for the forward pass: pure functions from shapes, strides, pointers and
-//! parameters to a launch plan or a [`FlashError`]. No CUDA calls, so every rule is tested
-//! on a CPU machine (see `tests/runtime_errors.rs`).
+//! Argument checks: pure functions from shapes, strides, pointers and parameters to a launch
+//! plan or a [`FlashError`]. No CUDA calls, so every rule is tested on a CPU machine (see
+//! `tests/runtime_errors.rs` and `tests/runtime_errors_bwd.rs`).
 //!
-//! Edge cases: an empty batch, zero heads or `seqlen_q == 0` plan nothing to launch.
-//! `seqlen_k == 0` with `seqlen_q > 0` *is launched*: the kernel treats every row as fully
-//! masked and writes `o = 0`, `lse = -inf` without reading k or v (chosen over a host-side
-//! fill because `o` may be strided, which no single memset covers).
+//! [`plan_fwd`] checks a forward call, [`plan_bwd`] a backward call; both fill each kernel's
+//! parameters by name, in the order of `flash_codegen::abi::params(pass)`.
 
-use flash_codegen::abi::{FWD_PARAMS, fwd_grid};
-use flash_codegen::{Arch, DType, KernelSpec, Pass};
+use flash_codegen::abi::params as abi_params;
+use flash_codegen::{DType, KernelSpec, Pass};
 
 use crate::error::{FlashError, Result};
 
+mod bwd;
+mod fwd;
 mod layout;
-use layout::{check_tensor, effective_strides};
+pub use bwd::{BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd};
+pub use fwd::{FwdArgs, FwdParams, plan_fwd};
+pub use layout::contiguous_runs;
 
 /// Largest grid x dimension.
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 /// Largest grid y and z dimensions.
 pub const MAX_GRID_YZ: u64 = 65535;
 
-/// Options of a forward call.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct FwdParams {
-    /// Causal mask, bottom-right aligned: query `i` sees keys `j <= i + seqlen_k - seqlen_q`.
-    pub causal: bool,
-    /// Softmax scale; `None` means `1 / sqrt(head_dim)`.
-    pub softmax_scale: Option<f32>,
-}
-
-/// What the checks need to know about one of q, k, v, o.
+/// What the checks need to know about one of q, k, v, o (and dO, dq, dk, dv).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TensorDesc {
     /// `[batch, seqlen, heads, head_dim]`.
@@ -44,31 +37,24 @@ pub struct TensorDesc {
     pub dtype: DType,
 }
 
-/// What the checks need to know about the optional lse output (f32 `[batch, heads, seqlen_q]`).
+impl TensorDesc {
+    /// The same tensor at device address `ptr`.
+    pub fn with_ptr(self, ptr: u64) -> Self {
+        TensorDesc { ptr, ..self }
+    }
+}
+
+/// A plain f32 device buffer: lse `[batch, heads, seqlen_q]`, or backward scratch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LseDesc {
+pub struct BufDesc {
     /// Device address.
     pub ptr: u64,
     /// Elements available from `ptr` on.
     pub len: usize,
 }
 
-/// All arguments of a forward call, as plain numbers.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FwdArgs {
-    /// Queries `[b, sq, h, d]`.
-    pub q: TensorDesc,
-    /// Keys `[b, sk, hk, d]`.
-    pub k: TensorDesc,
-    /// Values `[b, sk, hk, d]`.
-    pub v: TensorDesc,
-    /// Output `[b, sq, h, d]`.
-    pub o: TensorDesc,
-    /// Optional log-sum-exp output.
-    pub lse: Option<LseDesc>,
-    /// Mask and scale.
-    pub params: FwdParams,
-}
+/// The forward's optional lse output (f32 `[batch, heads, seqlen_q]`).
+pub type LseDesc = BufDesc;
 
 /// One kernel argument value, typed as the PTX `.param` is.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -77,26 +63,52 @@ pub enum ParamValue {
     U64(u64),
     /// `.u32` (lengths, row/head strides).
     U32(u32),
-    /// `.f32` (scale_log2).
+    /// `.f32` (scale_log2, softmax_scale).
     F32(f32),
 }
 
-/// A checked forward launch: which kernel, its geometry and its arguments in ABI order.
+impl ParamValue {
+    /// The PTX type name (`u64`, `u32`, `f32`), as in `flash_codegen::abi::ParamDesc::ty`.
+    pub fn ty(&self) -> &'static str {
+        match self {
+            ParamValue::U64(_) => "u64",
+            ParamValue::U32(_) => "u32",
+            ParamValue::F32(_) => "f32",
+        }
+    }
+}
+
+/// One checked kernel launch: which kernel, its geometry and its arguments in ABI order.
 #[derive(Clone, Debug, PartialEq)]
-pub struct FwdPlan {
+pub struct LaunchPlan {
     /// The kernel variant to run.
     pub spec: KernelSpec,
-    /// Grid `[ceil(sq / block_m), heads, batch]`; all zeros when there is nothing to do.
+    /// Grid (see `flash_codegen::abi::grid`); all zeros when there is nothing to do.
     pub grid: [u32; 3],
     /// Block `[threads, 1, 1]`.
     pub block: [u32; 3],
     /// Dynamic shared memory bytes.
     pub smem_bytes: u32,
-    /// `(name, value)` in the order of `flash_codegen::abi::FWD_PARAMS`; empty for a no-op.
+    /// `(name, value)` in the order of `flash_codegen::abi::params(spec.pass)`; empty for a
+    /// no-op.
     pub params: Vec<(&'static str, ParamValue)>,
 }
 
-impl FwdPlan {
+/// A checked forward launch.
+pub type FwdPlan = LaunchPlan;
+
+impl LaunchPlan {
+    /// A plan that launches nothing (grid all zeros, no parameters).
+    pub(crate) fn noop(spec: KernelSpec) -> Self {
+        LaunchPlan {
+            spec,
+            grid: [0; 3],
+            block: [spec.tiles().threads(), 1, 1],
+            smem_bytes: spec.smem_bytes(),
+            params: Vec::new(),
+        }
+    }
+
     /// True when the problem is empty and nothing must be launched.
     pub fn is_noop(&self) -> bool {
         self.grid.contains(&0)
@@ -111,18 +123,22 @@ impl FwdPlan {
     }
 }
 
-fn shape_err(msg: String) -> FlashError {
+pub(crate) fn shape_err(msg: String) -> FlashError {
     FlashError::ShapeMismatch(msg)
 }
 
-fn u32_of(x: usize, what: &str) -> Result<u32> {
+pub(crate) fn u32_of(x: usize, what: &str) -> Result<u32> {
     u32::try_from(x).map_err(|_| shape_err(format!("{what} = {x} does not fit in u32")))
 }
 
-/// Check a forward call and plan its launch (kernels of `arch`).
-pub fn plan_fwd(a: &FwdArgs, arch: Arch) -> Result<FwdPlan> {
-    let dtype = a.q.dtype;
-    for (name, t) in [("k", &a.k), ("v", &a.v), ("o", &a.o)] {
+/// `a * b * c`, saturating (a saturated count is then larger than any buffer).
+pub(crate) fn prod(xs: &[usize]) -> usize {
+    xs.iter().fold(1usize, |a, &x| a.saturating_mul(x))
+}
+
+/// Every tensor of `list` has q's dtype `dtype`.
+pub(crate) fn check_dtypes(dtype: DType, list: &[(&'static str, &TensorDesc)]) -> Result<()> {
+    for (name, t) in list {
         if t.dtype != dtype {
             return Err(FlashError::DTypeMismatch {
                 tensor: name,
@@ -131,24 +147,23 @@ pub fn plan_fwd(a: &FwdArgs, arch: Arch) -> Result<FwdPlan> {
             });
         }
     }
-    let [b, sq, h, d] = a.q.shape;
-    let [bk, sk, hk, dk] = a.k.shape;
-    if a.v.shape != a.k.shape {
-        return Err(shape_err(format!(
-            "v has shape {:?} but k has {:?}; both must be [batch, seqlen_k, heads_k, head_dim]",
-            a.v.shape, a.k.shape
-        )));
-    }
-    if a.o.shape != a.q.shape {
-        return Err(shape_err(format!(
-            "o has shape {:?} but q has {:?}; o must be [batch, seqlen_q, heads, head_dim] like q",
-            a.o.shape, a.q.shape
-        )));
-    }
+    Ok(())
+}
+
+/// Checks shared by every pass: q `[b, sq, h, d]` vs k `[b, sk, hk, d]` agree on batch and
+/// head dim, `d` has a kernel, `h % hk == 0`, the scale is finite. Returns the kernel head dim
+/// and the softmax scale (default `1 / sqrt(d)`).
+pub(crate) fn check_problem(
+    q: &TensorDesc,
+    k: &TensorDesc,
+    softmax_scale: Option<f32>,
+) -> Result<(u32, f64)> {
+    let [b, _, h, d] = q.shape;
+    let [bk, _, hk, dk] = k.shape;
     if bk != b || dk != d {
         return Err(shape_err(format!(
             "q {:?} and k {:?} must agree on batch (dim 0) and head_dim (dim 3)",
-            a.q.shape, a.k.shape
+            q.shape, k.shape
         )));
     }
     let kernel_d = u32::try_from(d)
@@ -161,7 +176,7 @@ pub fn plan_fwd(a: &FwdArgs, arch: Arch) -> Result<FwdPlan> {
             heads_k: hk,
         });
     }
-    let scale = match a.params.softmax_scale {
+    let scale = match softmax_scale {
         None => 1.0 / (d as f64).sqrt(),
         Some(s) if s.is_finite() => s as f64,
         Some(s) => {
@@ -170,131 +185,98 @@ pub fn plan_fwd(a: &FwdArgs, arch: Arch) -> Result<FwdPlan> {
             )));
         }
     };
-    let spec = KernelSpec {
-        pass: Pass::Fwd,
-        head_dim: kernel_d,
-        dtype,
-        causal: a.params.causal,
-        arch,
-    };
-    let block = [spec.tiles().threads(), 1, 1];
-    let smem_bytes = spec.smem_bytes();
-    if b == 0 || h == 0 || sq == 0 {
-        return Ok(FwdPlan {
-            spec,
-            grid: [0; 3],
-            block,
-            smem_bytes,
-            params: Vec::new(),
-        });
-    }
+    Ok((kernel_d, scale))
+}
 
-    // Grid first: it names the limit users hit with huge batches or head counts.
-    let block_m = spec.tiles().block_m as u64;
-    let grid64 = [(sq as u64).div_ceil(block_m), h as u64, b as u64];
+/// The grid `[ceil(seqlen_q / block_m), heads, batch]` must fit the hardware limits (the
+/// backward's key-block grid `[ceil(seqlen_k / block_n), heads_k, batch]` is then smaller
+/// in y and z, and its x fits whenever seqlen_k fits in u32).
+pub(crate) fn check_grid(sq: usize, h: usize, b: usize, block_m: u32) -> Result<()> {
+    let grid64 = [(sq as u64).div_ceil(block_m as u64), h as u64, b as u64];
     if grid64[0] > MAX_GRID_X || grid64[1] > MAX_GRID_YZ || grid64[2] > MAX_GRID_YZ {
         return Err(FlashError::GridTooLarge {
             grid: grid64,
             why: format!("limits are x <= {MAX_GRID_X}, y (heads) and z (batch) <= {MAX_GRID_YZ}"),
         });
     }
-    let (sq32, sk32, h32) = (u32_of(sq, "seqlen_q")?, u32_of(sk, "seqlen_k")?, h as u32);
-    let grid = fwd_grid(&spec, sq32, h32, b as u32);
+    Ok(())
+}
 
-    let (q_row, q_head) = check_tensor("q", &a.q, false)?;
-    let (o_row, o_head) = check_tensor("o", &a.o, true)?;
-    let (k_row, k_head, v_row, v_head) = if sk == 0 {
-        (0, 0, 0, 0) // nothing of k or v is read
-    } else {
-        let (kr, kh) = check_tensor("k", &a.k, false)?;
-        let (vr, vh) = check_tensor("v", &a.v, false)?;
-        (kr, kh, vr, vh)
-    };
-    let lse_ptr = match a.lse {
-        None => 0,
-        Some(l) => {
-            let need = b
-                .checked_mul(h)
-                .and_then(|x| x.checked_mul(sq))
-                .unwrap_or(usize::MAX);
-            if l.len < need {
-                return Err(shape_err(format!(
-                    "lse must hold batch * heads * seqlen_q = {need} f32 values \
-                     ([batch, heads, seqlen_q], contiguous) but its buffer holds {}",
-                    l.len
-                )));
-            }
-            if l.ptr % 4 != 0 || l.ptr == 0 {
-                return Err(FlashError::Misaligned {
-                    tensor: "lse",
-                    why: format!("its pointer {:#x} is null or not 4-byte aligned", l.ptr),
-                });
-            }
-            l.ptr
+/// A checked tensor as the kernels see it: pointer and (effective) strides.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub ptr: u64,
+    pub batch: u64,
+    pub row: u32,
+    pub head: u32,
+}
+
+/// Layout checks of a non-empty tensor (`output`: its elements must not share memory).
+pub(crate) fn place(name: &'static str, t: &TensorDesc, output: bool) -> Result<Placed> {
+    let (row, head) = layout::check_tensor(name, t, output)?;
+    Ok(Placed {
+        ptr: t.ptr,
+        batch: layout::effective_strides(t)[0] as u64,
+        row,
+        head,
+    })
+}
+
+/// The value of `{t}`, `{t}_batch_stride`, `{t}_row_stride` or `{t}_head_stride` for a
+/// tensor `t` of `tensors`.
+pub(crate) fn tensor_param(name: &str, tensors: &[(&str, Placed)]) -> Option<ParamValue> {
+    tensors.iter().find_map(|(t, p)| {
+        if name == *t {
+            return Some(ParamValue::U64(p.ptr));
         }
-    };
+        match name.strip_prefix(t)?.strip_prefix('_')? {
+            "batch_stride" => Some(ParamValue::U64(p.batch)),
+            "row_stride" => Some(ParamValue::U32(p.row)),
+            "head_stride" => Some(ParamValue::U32(p.head)),
+            _ => None,
+        }
+    })
+}
 
-    let hk_div = h.checked_div(hk).unwrap_or(1);
-    let value = |name: &str| -> Option<ParamValue> {
-        use ParamValue::{F32, U32, U64};
-        Some(match name {
-            "q" => U64(a.q.ptr),
-            "k" => U64(a.k.ptr),
-            "v" => U64(a.v.ptr),
-            "o" => U64(a.o.ptr),
-            "lse" => U64(lse_ptr),
-            "seqlen_q" => U32(sq32),
-            "seqlen_k" => U32(sk32),
-            "head_dim" => U32(d as u32),
-            "heads" => U32(h32),
-            "heads_per_kv" => U32(hk_div as u32),
-            "scale_log2" => F32((scale * std::f64::consts::LOG2_E) as f32),
-            "q_batch_stride" => U64(effective_strides(&a.q)[0] as u64),
-            "q_row_stride" => U32(q_row),
-            "q_head_stride" => U32(q_head),
-            "k_batch_stride" => U64(if sk == 0 {
-                0
-            } else {
-                effective_strides(&a.k)[0] as u64
-            }),
-            "k_row_stride" => U32(k_row),
-            "k_head_stride" => U32(k_head),
-            "v_batch_stride" => U64(if sk == 0 {
-                0
-            } else {
-                effective_strides(&a.v)[0] as u64
-            }),
-            "v_row_stride" => U32(v_row),
-            "v_head_stride" => U32(v_head),
-            "o_batch_stride" => U64(effective_strides(&a.o)[0] as u64),
-            "o_row_stride" => U32(o_row),
-            "o_head_stride" => U32(o_head),
-            _ => return None,
-        })
-    };
-    let mut params = Vec::with_capacity(FWD_PARAMS.len());
-    for p in FWD_PARAMS.iter() {
+/// The parameters of `pass` in ABI order, each from `value` by name; a name the runtime
+/// does not know, or a type that differs from the ABI's, is an internal error.
+pub(crate) fn bind_params(
+    pass: Pass,
+    value: impl Fn(&str) -> Option<ParamValue>,
+) -> Result<Vec<(&'static str, ParamValue)>> {
+    let descs = abi_params(pass);
+    let mut out = Vec::with_capacity(descs.len());
+    for p in descs {
         let v = value(p.name).ok_or_else(|| {
-            FlashError::Internal(format!("forward ABI parameter `{}` is unknown", p.name))
+            FlashError::Internal(format!(
+                "{} ABI parameter `{}` is unknown to the runtime",
+                pass.name(),
+                p.name
+            ))
         })?;
-        let ty = match v {
-            ParamValue::U64(_) => "u64",
-            ParamValue::U32(_) => "u32",
-            ParamValue::F32(_) => "f32",
-        };
-        if ty != p.ty {
+        if v.ty() != p.ty {
             return Err(FlashError::Internal(format!(
-                "forward ABI parameter `{}` is {} in flash-codegen but {ty} in the runtime",
-                p.name, p.ty
+                "{} ABI parameter `{}` is {} in flash-codegen but {} in the runtime",
+                pass.name(),
+                p.name,
+                p.ty,
+                v.ty()
             )));
         }
-        params.push((p.name, v));
+        out.push((p.name, v));
     }
-    Ok(FwdPlan {
-        spec,
+    Ok(out)
+}
+
+/// A launch of `spec` on `grid` with `params`.
+pub(crate) fn launch(
+    spec: KernelSpec,
+    grid: [u32; 3],
+    params: Vec<(&'static str, ParamValue)>,
+) -> LaunchPlan {
+    LaunchPlan {
         grid,
-        block,
-        smem_bytes,
         params,
-    })
+        ..LaunchPlan::noop(spec)
+    }
 }

@@ -1,0 +1,248 @@
+//! [`FlashAttention::backward`]: the checked backward launches, and [`BwdScratch`], the
+//! scratch buffers a caller may keep between calls.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice,
+};
+
+use crate::FlashAttention;
+use crate::error::{FlashError, Result};
+use crate::tensor::{Element, IntoDeviceView, Tensor4, Tensor4Mut};
+use crate::validate::{
+    BufDesc, BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd,
+};
+
+/// Device scratch of the backward: D = rowsum(dO * O) (f32 `[batch, heads, seqlen_q]`) and,
+/// for atomic mode, the f32 dQ accumulator (`[batch, seqlen_q, heads, head_dim]`).
+///
+/// [`FlashAttention::backward`] allocates one per call when given `None`; a training loop
+/// can make one for its largest q shape and pass it to every call instead. A scratch made for
+/// atomic mode also serves deterministic calls (which do not use the accumulator).
+#[derive(Debug)]
+pub struct BwdScratch {
+    dvec: CudaSlice<f32>,
+    dq_accum: Option<CudaSlice<f32>>,
+}
+
+impl BwdScratch {
+    /// Scratch for calls whose q has shape `q_shape` (`[batch, seqlen_q, heads, head_dim]`,
+    /// or anything needing less), allocated (zeroed) on `stream`.
+    pub fn new(stream: &Arc<CudaStream>, q_shape: [usize; 4], deterministic: bool) -> Result<Self> {
+        Self::with_need(stream, ScratchNeed::of(q_shape, deterministic))
+    }
+
+    fn with_need(stream: &Arc<CudaStream>, need: ScratchNeed) -> Result<Self> {
+        if need.bytes() > isize::MAX as usize {
+            return Err(FlashError::ShapeMismatch(format!(
+                "the backward scratch would need {need:?} f32 values, more than any device holds"
+            )));
+        }
+        let dq_accum = match need.dq_accum {
+            0 => None,
+            n => Some(stream.alloc_zeros::<f32>(n)?),
+        };
+        Ok(BwdScratch {
+            dvec: stream.alloc_zeros::<f32>(need.dvec.max(1))?,
+            dq_accum,
+        })
+    }
+
+    /// Device bytes [`BwdScratch::new`] allocates for these arguments: `4 * b * h * sq`
+    /// for D, plus `4 * b * sq * h * d` for the accumulator unless `deterministic`.
+    pub fn bytes(q_shape: [usize; 4], deterministic: bool) -> usize {
+        ScratchNeed::of(q_shape, deterministic).bytes()
+    }
+
+    /// f32 elements held: `dvec` and `dq_accum` (0 when there is no accumulator).
+    pub fn capacity(&self) -> ScratchNeed {
+        ScratchNeed {
+            dvec: self.dvec.len(),
+            dq_accum: self.dq_accum.as_ref().map_or(0, |a| a.len()),
+        }
+    }
+
+    /// Whether this scratch serves a call whose q has shape `q_shape` in this mode.
+    pub fn fits(&self, q_shape: [usize; 4], deterministic: bool) -> bool {
+        let (need, have) = (ScratchNeed::of(q_shape, deterministic), self.capacity());
+        have.dvec >= need.dvec && have.dq_accum >= need.dq_accum
+    }
+}
+
+fn fill_zero<T: Element>(
+    stream: &Arc<CudaStream>,
+    view: &mut CudaViewMut<'_, T>,
+    z: &ZeroFill,
+) -> Result<()> {
+    for &s in &z.starts {
+        let mut run = view
+            .try_slice_mut(s..s.saturating_add(z.run_len))
+            .ok_or_else(|| {
+                FlashError::Internal(format!("zero-fill run of `{}` out of its view", z.tensor))
+            })?;
+        stream.memset_zeros(&mut run)?;
+    }
+    Ok(())
+}
+
+impl FlashAttention {
+    /// Attention backward: from the forward's inputs, its output `o` and `lse`, and `d_o`
+    /// (the loss gradient w.r.t. o), writes dq (like q) and dk, dv (like k, v; each summed
+    /// over the `heads / heads_k` query heads sharing a kv head), enqueued on `stream`.
+    ///
+    /// `params.causal` and `params.softmax_scale` must be the forward's. Same layout rules
+    /// as [`FlashAttention::forward`]; `lse` is the forward's f32 `[batch, heads, seqlen_q]`.
+    /// Atomic mode (default) runs three kernels (D, main pass with f32 atomics for dQ, dQ
+    /// conversion); `params.deterministic` gives bitwise reproducible gradients for ~7/5 of
+    /// the matmul FLOPs. `scratch`: `None` allocates it per call (see [`BwdScratch`]).
+    /// An empty problem launches nothing and zero-fills the gradients that have elements
+    /// (e.g. dq when `seqlen_k == 0`). Every check runs before the first launch and fails
+    /// with a typed [`FlashError`]; the launches themselves are asynchronous.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward<'l, T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        q: &Tensor4<'_, T>,
+        k: &Tensor4<'_, T>,
+        v: &Tensor4<'_, T>,
+        o: &Tensor4<'_, T>,
+        lse: impl IntoDeviceView<'l, f32>,
+        d_o: &Tensor4<'_, T>,
+        dq: &mut Tensor4Mut<'_, T>,
+        dk: &mut Tensor4Mut<'_, T>,
+        dv: &mut Tensor4Mut<'_, T>,
+        params: &BwdParams,
+        scratch: Option<&mut BwdScratch>,
+    ) -> Result<()> {
+        let lse = lse.into_device_view();
+        for (what, ctx) in [
+            ("stream", stream.context()),
+            ("q", q.view.stream().context()),
+            ("k", k.view.stream().context()),
+            ("v", v.view.stream().context()),
+            ("o", o.view.stream().context()),
+            ("lse", lse.stream().context()),
+            ("d_o", d_o.view.stream().context()),
+            ("dq", dq.view.stream().context()),
+            ("dk", dk.view.stream().context()),
+            ("dv", dv.view.stream().context()),
+        ] {
+            self.check_ctx(what, ctx)?;
+        }
+        if let Some(s) = &scratch {
+            self.check_ctx("scratch", s.dvec.context())?;
+        }
+        let mut owned: Option<BwdScratch> = None;
+        let plan = {
+            // The guards make `stream` wait for earlier writes (for outputs, also reads) of
+            // each buffer; dropped after the launches, they record this call's events.
+            let (q_ptr, _q) = q.view.device_ptr(stream);
+            let (k_ptr, _k) = k.view.device_ptr(stream);
+            let (v_ptr, _v) = v.view.device_ptr(stream);
+            let (o_ptr, _o) = o.view.device_ptr(stream);
+            let (do_ptr, _do) = d_o.view.device_ptr(stream);
+            let lse_len = lse.len();
+            let (lse_ptr, _lse) = lse.device_ptr(stream);
+            let (dq_desc, dk_desc, dv_desc) = (dq.desc(0), dk.desc(0), dv.desc(0));
+            let (dq_ptr, _dq) = dq.view.device_ptr_mut(stream);
+            let (dk_ptr, _dk) = dk.view.device_ptr_mut(stream);
+            let (dv_ptr, _dv) = dv.view.device_ptr_mut(stream);
+            let mut args = BwdArgs {
+                q: q.desc(q_ptr),
+                k: k.desc(k_ptr),
+                v: v.desc(v_ptr),
+                o: o.desc(o_ptr),
+                d_o: d_o.desc(do_ptr),
+                dq: dq_desc.with_ptr(dq_ptr),
+                dk: dk_desc.with_ptr(dk_ptr),
+                dv: dv_desc.with_ptr(dv_ptr),
+                lse: BufDesc {
+                    ptr: lse_ptr,
+                    len: lse_len,
+                },
+                scratch: None,
+                params: *params,
+            };
+            // Dry run first: every input is checked before any scratch is allocated.
+            let dry = plan_bwd(&args, self.arch)?;
+            if !dry.launches.is_empty() {
+                let s = match scratch {
+                    Some(s) => s,
+                    None => owned.insert(BwdScratch::with_need(stream, dry.scratch)?),
+                };
+                let dvec_len = s.dvec.len();
+                let (dvec_ptr, _dvec) = s.dvec.device_ptr_mut(stream);
+                let (acc, _acc) = match s.dq_accum.as_mut() {
+                    Some(a) => {
+                        let len = a.len();
+                        let (ptr, guard) = a.device_ptr_mut(stream);
+                        (Some(BufDesc { ptr, len }), Some(guard))
+                    }
+                    None => (None, None),
+                };
+                args.scratch = Some(ScratchDesc {
+                    dvec: BufDesc {
+                        ptr: dvec_ptr,
+                        len: dvec_len,
+                    },
+                    dq_accum: acc,
+                });
+                let plan = plan_bwd(&args, self.arch)?;
+                return self.launch_bwd(stream, &plan);
+            }
+            dry
+        };
+        self.zero_fill(stream, &plan, dq, dk, dv)
+    }
+
+    /// Enqueue a bound backward plan (called with every buffer's guard held).
+    fn launch_bwd(&self, stream: &Arc<CudaStream>, plan: &BwdPlan) -> Result<()> {
+        if !plan.scratch_bound {
+            return Err(FlashError::Internal("backward plan without scratch".into()));
+        }
+        // Load (JIT) every kernel first: a rejected PTX then launches nothing.
+        let fs = plan
+            .launches
+            .iter()
+            .map(|l| self.function(&l.spec))
+            .collect::<Result<Vec<CudaFunction>>>()?;
+        for (f, l) in fs.iter().zip(&plan.launches) {
+            // SAFETY:
+            // - `f` is `l.spec`'s entry; `l` comes from `plan_bwd`, which bound its parameters
+            //   in the order and PTX types of `abi::params(l.spec.pass)`.
+            // - Every pointer comes from a live cudarc view or slice of this context (checked
+            //   in `backward`); `plan_bwd` proved that q, k, v, o, dO, dq, dk, dv stay inside
+            //   their views with 16-byte aligned bases and strides, that dq/dk/dv elements are
+            //   disjoint, that lse holds b*h*sq f32, dvec b*h*sq f32 and (atomic mode)
+            //   dq_accum b*sq*h*d f32, and passes 0 for dq_accum in deterministic mode.
+            // - Inputs (q, k, v, o, dO, lse) are shared borrows, only read; dq, dk, dv and the
+            //   scratch are exclusive borrows (or owned), so no other live view aliases them.
+            // - The launches are stream-ordered: Bwd reads the D (and zeroed dq_accum) BwdPre
+            //   wrote, BwdPost reads the finished accumulator.
+            // - The guards in `backward` outlive the launches; an owned scratch is freed on
+            //   this stream (stream-ordered) after them.
+            unsafe { self.launch_unchecked(stream, f, l) }?;
+        }
+        Ok(())
+    }
+
+    fn zero_fill<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        plan: &BwdPlan,
+        dq: &mut Tensor4Mut<'_, T>,
+        dk: &mut Tensor4Mut<'_, T>,
+        dv: &mut Tensor4Mut<'_, T>,
+    ) -> Result<()> {
+        for z in &plan.zero_fill {
+            match z.tensor {
+                "dq" => fill_zero(stream, &mut dq.view, z)?,
+                "dk" => fill_zero(stream, &mut dk.view, z)?,
+                "dv" => fill_zero(stream, &mut dv.view, z)?,
+                t => return Err(FlashError::Internal(format!("zero-fill of `{t}`"))),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,301 @@
+//! Backward checks: one pure function from the call's tensors, lse, scratch and options to
+//! the ordered kernel launches (or the zero-fills of an empty problem).
+//!
+//! Launches, atomic mode (default): `BwdPre` (D = rowsum(dO * O), zeroes `dq_accum`), `Bwd`
+//! (dK, dV; dQ accumulated in f32 with atomics), `BwdPost` (dq = dq_accum * scale).
+//! Deterministic mode: `BwdPre` (D only), `Bwd` (dK, dV only), `BwdDq` (dQ without atomics,
+//! bitwise reproducible; recomputes S and dP: 7 matmuls instead of 5, ~7/5 of the FLOPs).
+//!
+//! Edge cases: kernels run only when batch, heads, seqlen_q and seqlen_k are all non-zero.
+//! Otherwise every gradient with elements is zero-filled instead (`seqlen_k == 0`: dq;
+//! `seqlen_q == 0` or `heads == 0`: dk and dv), one memset per contiguous run of its
+//! elements ([`super::contiguous_runs`]).
+
+use flash_codegen::abi::grid;
+use flash_codegen::{Arch, KernelSpec, Pass};
+
+use super::fwd::check_lse;
+use super::{
+    BufDesc, LaunchPlan, ParamValue, TensorDesc, bind_params, check_dtypes, check_grid,
+    check_problem, contiguous_runs, launch, place, prod, shape_err, tensor_param, u32_of,
+};
+use crate::error::{FlashError, Result};
+
+/// Options of a backward call.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BwdParams {
+    /// Causal mask, as in the forward (bottom-right aligned).
+    pub causal: bool,
+    /// Softmax scale, as in the forward; `None` means `1 / sqrt(head_dim)`.
+    pub softmax_scale: Option<f32>,
+    /// Bitwise reproducible gradients: dQ from its own pass instead of f32 atomics. Costs
+    /// about 7/5 of the atomic mode's matmul FLOPs (S and dP are computed twice); needs no
+    /// `dq_accum` scratch.
+    pub deterministic: bool,
+}
+
+/// The backward's scratch buffers: D (f32 `[batch, heads, seqlen_q]`) and, in atomic mode,
+/// the dQ accumulator (f32 `[batch, seqlen_q, heads, head_dim]`, contiguous).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScratchDesc {
+    /// D = rowsum(dO * O).
+    pub dvec: BufDesc,
+    /// The dQ accumulator; not used (may be `None`) in deterministic mode.
+    pub dq_accum: Option<BufDesc>,
+}
+
+/// Scratch a backward call needs, in f32 elements.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScratchNeed {
+    /// `batch * heads * seqlen_q`.
+    pub dvec: usize,
+    /// `batch * seqlen_q * heads * head_dim` in atomic mode, 0 in deterministic mode.
+    pub dq_accum: usize,
+}
+
+impl ScratchNeed {
+    /// The scratch of a problem with q of shape `[batch, seqlen_q, heads, head_dim]`
+    /// (saturating: an absurd shape needs more than any device has).
+    pub fn of(q_shape: [usize; 4], deterministic: bool) -> Self {
+        let [b, sq, h, d] = q_shape;
+        ScratchNeed {
+            dvec: prod(&[b, h, sq]),
+            dq_accum: if deterministic {
+                0
+            } else {
+                prod(&[b, sq, h, d])
+            },
+        }
+    }
+
+    /// Bytes of device memory (f32 elements times 4, saturating).
+    pub fn bytes(&self) -> usize {
+        self.dvec.saturating_add(self.dq_accum).saturating_mul(4)
+    }
+}
+
+/// All arguments of a backward call, as plain numbers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BwdArgs {
+    /// Queries `[b, sq, h, d]`.
+    pub q: TensorDesc,
+    /// Keys `[b, sk, hk, d]`.
+    pub k: TensorDesc,
+    /// Values `[b, sk, hk, d]`.
+    pub v: TensorDesc,
+    /// The forward's output `[b, sq, h, d]`.
+    pub o: TensorDesc,
+    /// The gradient of the loss w.r.t. o, `[b, sq, h, d]`.
+    pub d_o: TensorDesc,
+    /// dQ output `[b, sq, h, d]`.
+    pub dq: TensorDesc,
+    /// dK output `[b, sk, hk, d]`.
+    pub dk: TensorDesc,
+    /// dV output `[b, sk, hk, d]`.
+    pub dv: TensorDesc,
+    /// The forward's log-sum-exp, f32 `[b, h, sq]`.
+    pub lse: BufDesc,
+    /// Scratch; `None` plans a dry run: everything else is checked, [`BwdPlan::scratch`]
+    /// says what to allocate, and the scratch pointers in the parameters are 0.
+    pub scratch: Option<ScratchDesc>,
+    /// Mask, scale, mode.
+    pub params: BwdParams,
+}
+
+/// A gradient to zero-fill because no kernel writes it (an empty problem).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZeroFill {
+    /// `dq`, `dk` or `dv`.
+    pub tensor: &'static str,
+    /// Elements per contiguous run.
+    pub run_len: usize,
+    /// Start of each run, in elements from the start of the tensor's view.
+    pub starts: Vec<usize>,
+}
+
+/// A checked backward call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BwdPlan {
+    /// Kernel launches in order: `BwdPre`, `Bwd`, then `BwdPost` (atomic mode) or `BwdDq`
+    /// (deterministic mode); empty when the problem is empty.
+    pub launches: Vec<LaunchPlan>,
+    /// Gradients to zero-fill instead (only when `launches` is empty).
+    pub zero_fill: Vec<ZeroFill>,
+    /// Scratch the launches need (zero when there are none).
+    pub scratch: ScratchNeed,
+    /// False for a dry run (no scratch given) that has launches: not launchable as is.
+    pub scratch_bound: bool,
+}
+
+impl BwdPlan {
+    /// True when nothing is launched and nothing zero-filled.
+    pub fn is_noop(&self) -> bool {
+        self.launches.is_empty() && self.zero_fill.is_empty()
+    }
+
+    /// The launch of `pass`, if planned.
+    pub fn launch(&self, pass: Pass) -> Option<&LaunchPlan> {
+        self.launches.iter().find(|l| l.spec.pass == pass)
+    }
+}
+
+fn same_shape(name: &str, t: &TensorDesc, like: &str, want: [usize; 4], dims: &str) -> Result<()> {
+    if t.shape == want {
+        return Ok(());
+    }
+    Err(shape_err(format!(
+        "{name} has shape {:?} but {like} has {want:?}; {name} must be {dims} like {like}",
+        t.shape
+    )))
+}
+
+/// Scratch checks; returns the `dvec` and `dq_accum` pointers (0 where unused).
+fn check_scratch(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64)> {
+    let check = |buffer: &'static str, b: &BufDesc, needed: usize| -> Result<u64> {
+        if b.len < needed {
+            return Err(FlashError::ScratchTooSmall {
+                buffer,
+                needed,
+                available: b.len,
+            });
+        }
+        if b.ptr % 16 != 0 || b.ptr == 0 {
+            return Err(FlashError::Misaligned {
+                tensor: buffer,
+                why: format!("its pointer {:#x} is null or not 16-byte aligned", b.ptr),
+            });
+        }
+        Ok(b.ptr)
+    };
+    let dvec = check("dvec", &s.dvec, need.dvec)?;
+    let acc = match (need.dq_accum, &s.dq_accum) {
+        (0, _) => 0, // deterministic mode: the kernels get 0
+        (needed, Some(b)) => check("dq_accum", b, needed)?,
+        (needed, None) => {
+            return Err(FlashError::ScratchTooSmall {
+                buffer: "dq_accum",
+                needed,
+                available: 0,
+            });
+        }
+    };
+    Ok((dvec, acc))
+}
+
+/// Check a backward call and plan its launches (kernels of `arch`).
+pub fn plan_bwd(a: &BwdArgs, arch: Arch) -> Result<BwdPlan> {
+    let dtype = a.q.dtype;
+    check_dtypes(
+        dtype,
+        &[
+            ("k", &a.k),
+            ("v", &a.v),
+            ("o", &a.o),
+            ("d_o", &a.d_o),
+            ("dq", &a.dq),
+            ("dk", &a.dk),
+            ("dv", &a.dv),
+        ],
+    )?;
+    let [b, sq, h, d] = a.q.shape;
+    let [_, sk, hk, _] = a.k.shape;
+    let (qdims, kdims) = (
+        "[batch, seqlen_q, heads, head_dim]",
+        "[batch, seqlen_k, heads_k, head_dim]",
+    );
+    same_shape("v", &a.v, "k", a.k.shape, kdims)?;
+    for (name, t) in [("o", &a.o), ("d_o", &a.d_o), ("dq", &a.dq)] {
+        same_shape(name, t, "q", a.q.shape, qdims)?;
+    }
+    for (name, t) in [("dk", &a.dk), ("dv", &a.dv)] {
+        same_shape(name, t, "k", a.k.shape, kdims)?;
+    }
+    let p = a.params;
+    let (kernel_d, scale) = check_problem(&a.q, &a.k, p.softmax_scale)?;
+    let spec = |pass: Pass, causal: bool| KernelSpec {
+        pass,
+        head_dim: kernel_d,
+        dtype,
+        causal,
+        arch,
+    };
+
+    if b == 0 || h == 0 || sq == 0 || sk == 0 {
+        let mut zero_fill = Vec::new();
+        for (name, t) in [("dq", &a.dq), ("dk", &a.dk), ("dv", &a.dv)] {
+            if !t.shape.contains(&0) {
+                place(name, t, true)?;
+                let (run_len, starts) = contiguous_runs(t.shape, t.strides);
+                zero_fill.push(ZeroFill {
+                    tensor: name,
+                    run_len,
+                    starts,
+                });
+            }
+        }
+        return Ok(BwdPlan {
+            launches: Vec::new(),
+            zero_fill,
+            scratch: ScratchNeed::default(),
+            scratch_bound: true,
+        });
+    }
+
+    let pre = spec(Pass::BwdPre, false);
+    let main = spec(Pass::Bwd, p.causal);
+    let last = match p.deterministic {
+        false => spec(Pass::BwdPost, false),
+        true => spec(Pass::BwdDq, p.causal),
+    };
+    check_grid(sq, h, b, pre.tiles().block_m)?;
+    let (sq32, sk32) = (u32_of(sq, "seqlen_q")?, u32_of(sk, "seqlen_k")?);
+    let (b32, h32, hk32) = (b as u32, h as u32, hk as u32); // <= 65535: checked with the grid
+
+    let tensors = [
+        ("q", place("q", &a.q, false)?),
+        ("k", place("k", &a.k, false)?),
+        ("v", place("v", &a.v, false)?),
+        ("o", place("o", &a.o, false)?),
+        ("do", place("d_o", &a.d_o, false)?),
+        ("dq", place("dq", &a.dq, true)?),
+        ("dk", place("dk", &a.dk, true)?),
+        ("dv", place("dv", &a.dv, true)?),
+    ];
+    let lse = check_lse(&a.lse, b, h, sq)?;
+    let need = ScratchNeed::of(a.q.shape, p.deterministic);
+    let (dvec, dq_accum) = match &a.scratch {
+        Some(s) => check_scratch(s, &need)?,
+        None => (0, 0),
+    };
+
+    let value = |name: &str| {
+        use ParamValue::{F32, U32, U64};
+        if let Some(t) = tensor_param(name, &tensors) {
+            return Some(t);
+        }
+        Some(match name {
+            "lse" => U64(lse),
+            "dvec" => U64(dvec),
+            "dq_accum" => U64(dq_accum),
+            "seqlen_q" => U32(sq32),
+            "seqlen_k" => U32(sk32),
+            "head_dim" => U32(d as u32),
+            "heads" => U32(h32),
+            "heads_per_kv" => U32(h32 / hk32),
+            "scale_log2" => F32((scale * std::f64::consts::LOG2_E) as f32),
+            "softmax_scale" => F32(scale as f32),
+            _ => return None,
+        })
+    };
+    let mut launches = Vec::with_capacity(3);
+    for s in [pre, main, last] {
+        let g = grid(&s, b32, sq32, sk32, h32, hk32);
+        launches.push(launch(s, g, bind_params(s.pass, value)?));
+    }
+    Ok(BwdPlan {
+        launches,
+        zero_fill: Vec::new(),
+        scratch: need,
+        scratch_bound: a.scratch.is_some(),
+    })
+}
