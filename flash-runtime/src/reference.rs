@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{FlashError, Result};
 
+mod bwd;
+pub use bwd::{RefGrads, attention_backward, backward};
+
 /// Problem sizes of a contiguous attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
@@ -37,6 +40,59 @@ impl Shape {
     pub fn lse_len(&self) -> usize {
         self.batch * self.heads * self.seqlen_q
     }
+}
+
+/// `sum(a[i] * b[i])` with four partial sums (vectorizes; for the reference's speed).
+pub(crate) fn dot<T: Copy + Into<f64>>(a: &[f64], b: &[T]) -> f64 {
+    let (ac, bc) = (a.chunks_exact(4), b.chunks_exact(4));
+    let tail: f64 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, &y)| x * y.into())
+        .sum();
+    let mut acc = [0.0f64; 4];
+    for (x, y) in ac.zip(bc) {
+        for ((s, x), &y) in acc.iter_mut().zip(x).zip(y) {
+            *s += x * y.into();
+        }
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3]) + tail
+}
+
+/// Runs `run(t)` for every task `t < tasks` on all cores; the results in task order.
+pub(crate) fn par_map<R: Send>(tasks: usize, run: impl Fn(usize) -> R + Sync) -> Result<Vec<R>> {
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(tasks);
+    let mut results: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let t = next.fetch_add(1, Ordering::Relaxed);
+                        if t >= tasks {
+                            break mine;
+                        }
+                        mine.push((t, run(t)));
+                    }
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    if results.len() != tasks {
+        return Err(FlashError::Internal(
+            "a reference worker thread panicked".into(),
+        ));
+    }
+    results.sort_unstable_by_key(|(t, _)| *t);
+    Ok(results.into_iter().map(|(_, r)| r).collect())
 }
 
 /// Reference outputs.
@@ -111,7 +167,6 @@ pub fn attention_forward<T: Copy + Into<f64> + Sync>(
     }
     let chunks = sq.div_ceil(ROWS_PER_TASK);
     let tasks = b * h * chunks;
-    let next = AtomicUsize::new(0);
     // One task: rows [r0, r1) of head (bi, hi). Results: (task, o rows [r][d], lse rows).
     let run = |t: usize| -> (usize, Vec<f64>, Vec<f64>) {
         let (bi, rest) = (t / (h * chunks), t % (h * chunks));
@@ -133,12 +188,7 @@ pub fn attention_forward<T: Copy + Into<f64> + Sync>(
             let mut m = f64::NEG_INFINITY;
             for (j, sj) in s.iter_mut().enumerate().take(last + 1) {
                 let ko = ((bi * sk + j) * hk + khi) * d;
-                let dot: f64 = qi
-                    .iter()
-                    .zip(&k[ko..ko + d])
-                    .map(|(a, &b)| a * b.into())
-                    .sum();
-                *sj = dot * scale;
+                *sj = dot(&qi, &k[ko..ko + d]) * scale;
                 m = m.max(*sj);
             }
             let orow = &mut o[(i - r0) * d..(i - r0 + 1) * d];
@@ -156,34 +206,7 @@ pub fn attention_forward<T: Copy + Into<f64> + Sync>(
         }
         (t, o, lse)
     };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(tasks);
-    let results: Vec<(usize, Vec<f64>, Vec<f64>)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut mine = Vec::new();
-                    loop {
-                        let t = next.fetch_add(1, Ordering::Relaxed);
-                        if t >= tasks {
-                            break mine;
-                        }
-                        mine.push(run(t));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_default())
-            .collect()
-    });
-    if results.len() != tasks {
-        return Err(FlashError::Internal(
-            "a reference worker thread panicked".into(),
-        ));
-    }
+    let results = par_map(tasks, run)?;
     for (t, o, lse) in results {
         let (bi, rest) = (t / (h * chunks), t % (h * chunks));
         let (hi, c) = (rest / chunks, rest % chunks);
