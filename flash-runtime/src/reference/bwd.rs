@@ -76,7 +76,7 @@ pub fn attention_backward<T: Copy + Into<f64> + Sync>(
     // dS[i][j] (with P) of query row i of head hi and key j of its kv head, or None when
     // i does not see j.
     let ds = |bi: usize, hi: usize, i: usize, j: usize| -> Option<(f64, f64)> {
-        if !last_visible_key(i, sq, sk, causal).is_some_and(|last| j <= last) {
+        if last_visible_key(i, sq, sk, causal).is_none_or(|last| j > last) {
             return None;
         }
         let lrow = (bi * h + hi) * sq + i;
