@@ -481,10 +481,10 @@ impl KernelSpec {
         let row = self.smem_head_dim() * self.dtype.size();
         match self.pass {
             Pass::Fwd => t.block_m * row + 2 * t.stages * t.block_n * row,
-            // K, V once; Q and dO per stage; dS^T [block_n][block_m, padded to 64 columns]
+            // K, V once; Q, dO, LSE and D per stage; dS^T [block_n][block_m, padded to 64]
             Pass::Bwd => {
                 2 * t.block_n * row
-                    + 2 * t.stages * t.block_m * row
+                    + 2 * t.stages * t.block_m * (row + 4)
                     + t.block_n * t.block_m.div_ceil(64) * 64 * self.dtype.size()
             }
             // Q, dO once; K and V per stage

@@ -5,10 +5,11 @@
 //! S = Q K^T, P = exp2(S * scale_log2 - LSE * log2 e) (recomputed from the saved LSE),
 //! dP = dO V^T, dS = P * (dP - D), dQ += dS K. At the end dQ *= softmax_scale.
 
-use super::mainloop::{KvStream, QBlock, acc_zeros, kv_blocks, mask_block};
+use super::mainloop::{QBlock, kv_blocks, mask_block};
 use super::params::Params;
 use super::probe::half_fmt;
 use super::softmax::{AccTiles, p_as_a};
+use super::stream::BlockStream;
 use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelSpec, Pass};
@@ -119,7 +120,15 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let smem = b.smem_base();
     let q_tile = SmemTile::new(0, t.block_m, dp);
     let do_tile = SmemTile::new(q_tile.bytes(), t.block_m, dp);
-    let kv = KvStream::new(&mut b, spec, &p, &q, 2 * q_tile.bytes(), k_base, v_base);
+    let kv = BlockStream::new(
+        &mut b,
+        spec,
+        &p,
+        q.tid,
+        2 * q_tile.bytes(),
+        t.block_n,
+        ["k_row_stride", "v_row_stride"],
+    );
     assert_eq!(
         2 * q_tile.bytes() + kv.bytes(),
         spec.smem_bytes(),
@@ -132,35 +141,35 @@ pub fn build(spec: &KernelSpec) -> Entry {
         let copy = TileCopy::new(&mut b, tile, d, t.threads(), q.tid, p.u32(stride), head_dim);
         copy.issue(&mut b, smem, tile.base, base, q.q_rows);
     }
-    kv.issue_first(&mut b, smem, seqlen_k, n_blocks);
+    kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
     let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
-    let dq = acc_zeros(&mut b, &q, d);
+    let dq = q.acc_zeros(&mut b, d);
 
-    let (n0, kv_smem) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
+    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
-    let mut s = acc_zeros(&mut b, &q, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &s, (&q_tile, smem), (&kv.k_tile, kv_smem), d);
+    let mut s = q.acc_zeros(&mut b, t.block_n);
+    q.mma_a_bt(&mut b, fmt, &s, (&q_tile, smem), (&kv.tiles[0], kv_smem), d);
     mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
     stats.probabilities(&mut b, &mut s, scale_log2);
     b.comment("-- dS = P * (dO V^T - D) --");
-    let mut dpt = acc_zeros(&mut b, &q, t.block_n);
+    let mut dpt = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(
         &mut b,
         fmt,
         &dpt,
         (&do_tile, smem),
-        (&kv.v_tile, kv_smem),
+        (&kv.tiles[1], kv_smem),
         d,
     );
     stats.ds(&mut b, &s, &mut dpt);
     b.comment("-- dQ += dS K --");
     for (mt, ds_mt) in dpt.iter().enumerate() {
         let a = p_as_a(&mut b, fmt, ds_mt);
-        q.mma_a_b(&mut b, fmt, &dq[mt], &a, (&kv.k_tile, kv_smem));
+        q.mma_a_b(&mut b, fmt, &dq[mt], &a, (&kv.tiles[0], kv_smem));
     }
-    kv.end(&mut b);
+    kv.end(&mut b, lp);
 
     b.comment("-- epilogue: dQ *= softmax_scale, write dQ --");
     let scale = p.f32("softmax_scale");
@@ -171,7 +180,15 @@ pub fn build(spec: &KernelSpec) -> Entry {
         }
     }
     let dq_base = p.tensor(&mut b, "dq", q.batch, q.m0, q.head);
-    q.store_rows(&mut b, fmt, &dq, dq_base, p.u32("dq_row_stride"), head_dim);
+    q.store_rows(
+        &mut b,
+        fmt,
+        &dq,
+        dq_base,
+        p.u32("dq_row_stride"),
+        head_dim,
+        q.q_rows,
+    );
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
         min_ctas_per_sm: None,

@@ -4,10 +4,11 @@
 //! mask, online softmax, O += P V with P converted in registers. At the end O /= l and
 //! the LSE is written.
 
-use super::mainloop::{KvStream, QBlock, acc_zeros, kv_blocks, mask_block};
+use super::mainloop::{QBlock, kv_blocks, mask_block};
 use super::params::Params;
 use super::probe::half_fmt;
 use super::softmax::{OnlineSoftmax, p_as_a};
+use super::stream::BlockStream;
 use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Reg, Space, Ty};
 use crate::spec::KernelSpec;
@@ -41,7 +42,15 @@ pub fn build(spec: &KernelSpec) -> Entry {
     b.comment("-- shared memory: Q tile, then `stages` K tiles, then `stages` V tiles --");
     let smem = b.smem_base();
     let q_tile = SmemTile::new(0, t.block_m, dp);
-    let kv = KvStream::new(&mut b, spec, &p, &q, q_tile.bytes(), k_base, v_base);
+    let kv = BlockStream::new(
+        &mut b,
+        spec,
+        &p,
+        q.tid,
+        q_tile.bytes(),
+        t.block_n,
+        ["k_row_stride", "v_row_stride"],
+    );
     assert_eq!(
         q_tile.bytes() + kv.bytes(),
         spec.smem_bytes(),
@@ -59,16 +68,16 @@ pub fn build(spec: &KernelSpec) -> Entry {
         head_dim,
     );
     q_copy.issue(&mut b, smem, q_tile.base, q_base, q.q_rows);
-    kv.issue_first(&mut b, smem, seqlen_k, n_blocks);
+    kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
     let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
-    let o = acc_zeros(&mut b, &q, d);
+    let o = q.acc_zeros(&mut b, d);
     let mut softmax = OnlineSoftmax::new(&mut b, q.m_tiles, p.f32("scale_log2"));
 
-    let (n0, kv_smem) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
+    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
     b.comment("-- S = Q K^T --");
-    let mut s = acc_zeros(&mut b, &q, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &s, (&q_tile, smem), (&kv.k_tile, kv_smem), d);
+    let mut s = q.acc_zeros(&mut b, t.block_n);
+    q.mma_a_bt(&mut b, fmt, &s, (&q_tile, smem), (&kv.tiles[0], kv_smem), d);
     b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
     mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
     b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
@@ -76,14 +85,22 @@ pub fn build(spec: &KernelSpec) -> Entry {
     b.comment("-- O += P V --");
     for (mt, s_mt) in s.iter().enumerate() {
         let pa = p_as_a(&mut b, fmt, s_mt);
-        q.mma_a_b(&mut b, fmt, &o[mt], &pa, (&kv.v_tile, kv_smem));
+        q.mma_a_b(&mut b, fmt, &o[mt], &pa, (&kv.tiles[1], kv_smem));
     }
-    kv.end(&mut b);
+    kv.end(&mut b, lp);
 
     b.comment("-- epilogue: O /= l_i, write O and LSE --");
     let lse = softmax.finish(&mut b, &o);
     let o_base = p.tensor(&mut b, "o", q.batch, q.m0, q.head);
-    q.store_rows(&mut b, fmt, &o, o_base, p.u32("o_row_stride"), head_dim);
+    q.store_rows(
+        &mut b,
+        fmt,
+        &o,
+        o_base,
+        p.u32("o_row_stride"),
+        head_dim,
+        q.q_rows,
+    );
     store_lse(&mut b, &p, &q, &lse);
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),

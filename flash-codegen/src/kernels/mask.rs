@@ -59,3 +59,50 @@ impl KeyMask {
         }
     }
 }
+
+/// The causal mask seen from a key block (the backward's transposed scores S^T, rows =
+/// keys, columns = queries): key `j` is visible to query `i` iff `i >= j - (seqlen_k -
+/// seqlen_q)`.
+pub struct QueryMask {
+    /// `first_query(row) - 2t` for each of the thread's key rows.
+    first_rel: Vec<Reg<B32>>,
+}
+
+impl QueryMask {
+    /// `keys[r]` is the absolute key index of thread row r; `t2 = 2 * (lane & 3)`.
+    pub fn new(
+        b: &mut Builder,
+        keys: &[Reg<B32>],
+        t2: Reg<B32>,
+        seqlen_q: Reg<B32>,
+        seqlen_k: Reg<B32>,
+    ) -> Self {
+        let shift = b.sub_s32(seqlen_k, seqlen_q);
+        let first_rel = keys
+            .iter()
+            .map(|&key| {
+                let first = b.sub_s32(key, shift);
+                b.sub_s32(first, t2)
+            })
+            .collect();
+        QueryMask { first_rel }
+    }
+
+    /// Sets the scores of queries that must not see the key to -inf, for the query block
+    /// starting at `m0`.
+    pub fn apply(&self, b: &mut Builder, s: &AccTiles, m0: Reg<B32>) {
+        for (mt, s_mt) in s.iter().enumerate() {
+            for h in 0..2 {
+                let rel = b.sub_s32(self.first_rel[2 * mt + h], m0);
+                for (nt, frag) in s_mt.iter().enumerate() {
+                    for e in [2 * h, 2 * h + 1] {
+                        let col = 8 * nt as u32 + c_frag(e as u32).col.constant();
+                        let valid = b.setp_s32(Cmp::Le, rel, col as i32);
+                        let v = b.selp_f32(frag[e], NEG_INF, valid);
+                        b.assign(frag[e], v);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! Kernel layer: the FlashAttention-2 passes, written against tiles, plus the mma probe.
 
+pub mod bwd;
 pub mod bwd_dq;
 pub mod bwd_elementwise;
 pub mod fwd;
@@ -8,6 +9,8 @@ pub mod mask;
 pub mod params;
 pub mod probe;
 pub mod softmax;
+pub mod stream;
+pub mod warp;
 
 use crate::ptx::Module;
 use crate::spec::{KernelSpec, Pass};
@@ -20,20 +23,10 @@ pub fn module(spec: &KernelSpec) -> Module {
         Pass::BwdPre => bwd_elementwise::build_pre(spec),
         Pass::BwdPost => bwd_elementwise::build_post(spec),
         Pass::BwdDq => bwd_dq::build(spec),
-        Pass::Bwd => stub(spec),
+        Pass::Bwd => bwd::build(spec),
     };
     Module {
         target: spec.arch.target(),
         entries: vec![entry],
     }
-}
-
-/// Placeholder entry with the pass's ABI and an empty body (backward in progress).
-fn stub(spec: &KernelSpec) -> crate::ptx::Entry {
-    let t = spec.tiles();
-    let bounds = crate::ptx::LaunchBounds {
-        max_threads: Some(t.threads()),
-        min_ctas_per_sm: None,
-    };
-    crate::ptx::Builder::new().finish(spec.name(), crate::abi::ir_params(spec.pass), bounds)
 }

@@ -34,6 +34,19 @@ impl SmemTile {
         self.rows * self.cols * 2
     }
 
+    /// The same tile seen from row `r0` on (a multiple of 8, so the swizzle is unchanged):
+    /// row r of the view is row r0 + r of the tile.
+    pub fn rows_from(&self, r0: u32) -> SmemTile {
+        assert!(
+            r0 % 8 == 0 && r0 < self.rows,
+            "generator bug: sub-tile at row {r0}"
+        );
+        SmemTile {
+            base: self.base + r0 * ROW_BYTES,
+            ..*self
+        }
+    }
+
     /// Byte offset (from `base`) of 16-byte chunk `chunk` of row `row`, on host integers.
     pub fn offset(&self, row: u32, chunk: u32) -> u32 {
         (chunk / 8) * self.rows * ROW_BYTES + row * ROW_BYTES + (((chunk % 8) ^ (row % 8)) << 4)
@@ -64,6 +77,23 @@ pub fn ldm_lane_offset(recipe: &LdmAddr, lane: u32, even_chunk: u32) -> u32 {
     let row = recipe.row.eval(lane);
     let chunk = even_chunk + recipe.chunk.eval(lane);
     row * ROW_BYTES + ((chunk ^ (row % 8)) << 4)
+}
+
+/// The lane offset of `recipe` for a run-time even chunk (`even_chunk + chunk(lane) < 8`:
+/// the addressed chunks stay inside one 64-column panel).
+pub fn ldm_lane_offset_emit(
+    b: &mut Builder,
+    recipe: &LdmAddr,
+    lane: Reg<B32>,
+    even_chunk: Reg<B32>,
+) -> Reg<B32> {
+    let row = recipe.row.emit(b, lane);
+    let chunk = recipe.chunk.emit(b, lane);
+    let c = b.add_u32(chunk, even_chunk);
+    let r7 = b.and_b32(row, 7);
+    let sw = b.xor_b32(c, r7);
+    let sw = b.shl_b32(sw, 4);
+    b.mad_lo_u32(row, ROW_BYTES, sw)
 }
 
 impl LdmLanes {

@@ -1,0 +1,406 @@
+//! Kernel layer: FlashAttention-2 backward, main pass (Dao 2023, Algorithm 2), parallel
+//! over key blocks.
+//!
+//! One CTA per (key block, kv head, batch); each warp owns 16 keys. Scores are computed
+//! transposed, S^T = K Q^T (rows = keys), so P^T and dS^T come out of the accumulators
+//! already in the A-operand layout of dV += P^T dO and dK += dS^T Q. For every query
+//! head of the kv head's group, in a fixed order, and every query block (Q and dO
+//! streamed through shared memory):
+//!   P^T = exp2(S^T * scale_log2 - LSE * log2 e)        (recomputed from the saved LSE)
+//!   dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T * (dP^T - D);  dK += dS^T Q
+//!   dQ += dS K: dS^T goes through shared memory and every warp adds its 16 query rows
+//!   into the f32 accumulator with red.global.add.f32 (skipped when dq_accum is null:
+//!   the deterministic mode computes dQ in its own pass).
+//! dK is scaled by softmax_scale at the end. With two sweeps (large head dims) the first
+//! computes dV only and the second dK and dQ, so one accumulator lives at a time.
+
+use super::mainloop::row_stats_base;
+use super::mask::QueryMask;
+use super::params::Params;
+use super::probe::half_fmt;
+use super::softmax::{AccTiles, p_as_a};
+use super::stream::BlockStream;
+use super::warp::Warp;
+use crate::abi;
+use crate::ptx::{
+    Addr, B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, LdCache, Reg, Space, Special, Ty,
+};
+use crate::spec::{KernelSpec, Pass};
+use crate::tile::copy::TileCopy;
+use crate::tile::frag::LDM_B_NK;
+use crate::tile::smem::{ROW_BYTES, SmemTile, ldm_lane_offset_emit};
+
+const LOG2_E: f32 = std::f32::consts::LOG2_E;
+const INF: f32 = f32::INFINITY;
+const NEG_INF: f32 = f32::NEG_INFINITY;
+
+/// Per-column statistics of the current query block, staged in shared memory by the
+/// stream (zero past the sequence end: there Q and dO are zero too, so P = 1 is harmless).
+/// Read at use, two columns (`8 nt + 2t`, `+1`) per 8-byte load, to keep them out of the
+/// register budget.
+struct ColStats {
+    /// Shared address of `lse[m0 + 2t]` and of `D[m0 + 2t]`.
+    lse: Reg<B32>,
+    d: Reg<B32>,
+}
+
+impl ColStats {
+    fn new(b: &mut Builder, w: &Warp, lse_smem: Reg<B32>, d_smem: Reg<B32>) -> Self {
+        let off = b.shl_b32(w.t2, 2u32);
+        ColStats {
+            lse: b.add_u32(lse_smem, off),
+            d: b.add_u32(d_smem, off),
+        }
+    }
+
+    fn pair(b: &mut Builder, base: Reg<B32>, nt: usize) -> [Reg<F32>; 2] {
+        b.ld(
+            Space::Shared,
+            LdCache::Default,
+            Ty::F32,
+            Addr::Shared(base, 32 * nt as i32),
+        )
+    }
+
+    /// `LSE * log2 e` of n-tile `nt`'s two columns; +inf for fully masked rows (-inf LSE).
+    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
+        Self::pair(b, self.lse, nt).map(|l| {
+            let masked = b.setp_f32(Cmp::Eq, l, NEG_INF);
+            let l2 = b.mul_f32(l, LOG2_E);
+            b.selp_f32(INF, l2, masked)
+        })
+    }
+
+    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
+        Self::pair(b, self.d, nt)
+    }
+}
+
+pub fn build(spec: &KernelSpec) -> Entry {
+    assert_eq!(spec.pass, Pass::Bwd);
+    let t = spec.tiles();
+    let (d, dp, bm, bn) = (spec.head_dim, spec.smem_head_dim(), t.block_m, t.block_n);
+    assert!(
+        bn == 16 * t.warps && bm == 16 * t.warps && bm <= 64,
+        "generator bug: bwd tiles {t:?}"
+    );
+    let fmt = half_fmt(spec.dtype);
+    let ir_params = abi::ir_params(spec.pass);
+    let mut b = Builder::new();
+    b.comment(format!(
+        "{}: {bn} keys x {bm} queries, {} warps, {} sweeps, smem {} bytes",
+        spec.name(),
+        t.warps,
+        t.sweeps,
+        spec.smem_bytes()
+    ));
+    let p = Params::load(&mut b, &ir_params);
+    let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
+    let (group, scale_log2) = (p.u32("heads_per_kv"), p.f32("scale_log2"));
+    let w = Warp::new(&mut b, 1);
+    let n_block = b.special(Special::CtaIdX);
+    let kv_head = b.special(Special::CtaIdY);
+    let batch = b.special(Special::CtaIdZ);
+    let heads_k = b.special(Special::NCtaIdY);
+    let heads = b.mul_lo_u32(heads_k, group);
+    let n0 = b.mul_lo_u32(n_block, bn);
+    let k_rows = b.sub_u32(seqlen_k, n0);
+    let zero = b.mov(0u32);
+
+    b.comment("-- shared memory: K, V (resident), Q and dO stages, dS^T --");
+    let smem = b.smem_base();
+    let k_tile = SmemTile::new(0, bn, dp);
+    let v_tile = SmemTile::new(k_tile.bytes(), bn, dp);
+    let qs = BlockStream::new(
+        &mut b,
+        spec,
+        &p,
+        w.tid,
+        2 * k_tile.bytes(),
+        bm,
+        ["q_row_stride", "do_row_stride"],
+    )
+    .with_vectors(&mut b, 2);
+    let ds_tile = SmemTile::new(2 * k_tile.bytes() + qs.bytes(), bn, bm.div_ceil(64) * 64);
+    assert_eq!(
+        ds_tile.base + ds_tile.bytes(),
+        spec.smem_bytes(),
+        "generator bug: smem size"
+    );
+    for (tile, name) in [(&k_tile, "k"), (&v_tile, "v")] {
+        let base = p.tensor(&mut b, name, batch, n0, kv_head);
+        let copy = TileCopy::new(
+            &mut b,
+            tile,
+            d,
+            t.threads(),
+            w.tid,
+            p.u32(&format!("{name}_row_stride")),
+            head_dim,
+        );
+        copy.issue(&mut b, smem, tile.base, base, k_rows);
+    }
+
+    b.comment("-- query blocks that see this key block: from the causal diagonal on --");
+    let n_qblocks = b.add_u32(seqlen_q, bm - 1);
+    let n_qblocks = b.div_u32(n_qblocks, bm);
+    let shift = b.sub_s32(seqlen_k, seqlen_q);
+    let first_q = b.sub_s32(n0, shift); // first query that sees key n0
+    let m_first = if spec.causal {
+        let f = b.max_s32(first_q, 0i32);
+        b.div_u32(f, bm)
+    } else {
+        zero
+    };
+    let keys: Vec<Reg<B32>> = w.rows.iter().map(|&r| b.add_u32(r, n0)).collect();
+    let qmask = QueryMask::new(&mut b, &keys, w.t2, seqlen_q, seqlen_k);
+    let last_first_q = b.add_s32(first_q, bn as i32 - 1); // first query that sees the block's last key
+    let dq_on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
+    let dq_lane = {
+        let two_w = b.shl_b32(w.warp, 1u32);
+        ldm_lane_offset_emit(&mut b, &LDM_B_NK, w.lane, two_w)
+    };
+
+    for sweep in 0..t.sweeps {
+        let (do_dv, do_dk) = match (t.sweeps, sweep) {
+            (1, _) => (true, true),
+            (_, 0) => (true, false),
+            _ => (false, true),
+        };
+        b.comment(format!(
+            "== sweep {sweep}: {} ==",
+            if do_dv && do_dk {
+                "dV, dK, dQ"
+            } else if do_dv {
+                "dV"
+            } else {
+                "dK, dQ"
+            }
+        ));
+        let dv = w.acc_zeros(&mut b, if do_dv { d } else { 0 });
+        let dk = w.acc_zeros(&mut b, if do_dk { d } else { 0 });
+        let gh = b.mov(0u32);
+        let (head_top, head_done) = (b.label(), b.label());
+        b.place(head_top);
+        let more = b.setp_u32(Cmp::Lt, gh, group);
+        b.bra_if(more, true, head_done, true);
+        let head = b.mad_lo_u32(kv_head, group, gh);
+        let q_base = p.tensor(&mut b, "q", batch, zero, head);
+        let do_base = p.tensor(&mut b, "do", batch, zero, head);
+        let lse = row_stats_base(&mut b, &p, "lse", heads, batch, head, zero);
+        let dvec = row_stats_base(&mut b, &p, "dvec", heads, batch, head, zero);
+        qs.start_vectors(&mut b, &[lse, dvec]);
+        qs.start(
+            &mut b,
+            smem,
+            [q_base, do_base],
+            m_first,
+            seqlen_q,
+            n_qblocks,
+        );
+        b.cp_async_commit();
+        let (m0, st, lp) = qs.begin(&mut b, smem, seqlen_q, n_qblocks);
+        let [q_tile, do_tile] = qs.tiles;
+        let (lse_smem, d_smem) = (
+            qs.vector_addr(&mut b, smem, 0),
+            qs.vector_addr(&mut b, smem, 1),
+        );
+        let stats = ColStats::new(&mut b, &w, lse_smem, d_smem);
+
+        // Query columns in sub-blocks of 32: S^T and dP^T of one sub-block live at a time.
+        let sub = bm.min(32);
+        for c0 in (0..bm).step_by(sub as usize) {
+            let (q_sub, do_sub) = (q_tile.rows_from(c0), do_tile.rows_from(c0));
+            let nt0 = (c0 / 8) as usize;
+            b.comment(format!(
+                "-- query columns {c0}..{}: P^T = exp2(K Q^T * scale_log2 - LSE * log2 e) --",
+                c0 + sub
+            ));
+            let mut pt = w.acc_zeros(&mut b, sub);
+            w.mma_a_bt(&mut b, fmt, &pt, (&k_tile, smem), (&q_sub, st), d);
+            if spec.causal {
+                let m0c = b.add_u32(m0, c0);
+                let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
+                let skip = b.label();
+                b.bra_if(needs, true, skip, true);
+                qmask.apply(&mut b, &pt, m0c);
+                b.place(skip);
+            }
+            for (nt, frag) in pt[0].iter_mut().enumerate() {
+                let lse2 = stats.lse_log2(&mut b, nt0 + nt);
+                for (e, x) in frag.iter_mut().enumerate() {
+                    let neg = b.neg_f32(lse2[e & 1]);
+                    let y = b.fma_f32(*x, scale_log2, neg);
+                    *x = b.ex2(y);
+                }
+            }
+            if do_dv {
+                b.comment("-- dV += P^T dO --");
+                let a = p_as_a(&mut b, fmt, &pt[0]);
+                w.mma_a_b(&mut b, fmt, &dv[0], &a, (&do_sub, st));
+            }
+            if do_dk {
+                b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
+                let mut ds = w.acc_zeros(&mut b, sub);
+                w.mma_a_bt(&mut b, fmt, &ds, (&v_tile, smem), (&do_sub, st), d);
+                for (nt, (pf, df)) in pt[0].iter().zip(ds[0].iter_mut()).enumerate() {
+                    let dcol = stats.d(&mut b, nt0 + nt);
+                    for e in 0..4 {
+                        let diff = b.sub_f32(df[e], dcol[e & 1]);
+                        df[e] = b.mul_f32(pf[e], diff);
+                    }
+                }
+                let a = p_as_a(&mut b, fmt, &ds[0]);
+                w.mma_a_b(&mut b, fmt, &dk[0], &a, (&q_sub, st));
+                let no_dq = b.label();
+                b.bra_if(dq_on, true, no_dq, true);
+                store_ds(&mut b, fmt, &w, &ds, smem, &ds_tile, nt0);
+                b.place(no_dq);
+            }
+        }
+        if do_dk {
+            let no_dq = b.label();
+            b.bra_if(dq_on, true, no_dq, true);
+            accumulate_dq(
+                &mut b,
+                spec,
+                &p,
+                &w,
+                (smem, &ds_tile, &k_tile, dq_lane),
+                (batch, head, heads, m0),
+            );
+            b.place(no_dq);
+        }
+        qs.end(&mut b, lp);
+        let ngh = b.add_u32(gh, 1u32);
+        b.assign(gh, ngh);
+        b.bra(head_top, true);
+        b.place(head_done);
+
+        if do_dv {
+            let base = p.tensor(&mut b, "dv", batch, n0, kv_head);
+            w.store_rows(
+                &mut b,
+                fmt,
+                &dv,
+                base,
+                p.u32("dv_row_stride"),
+                head_dim,
+                k_rows,
+            );
+        }
+        if do_dk {
+            let scale = p.f32("softmax_scale");
+            for x in dk.iter().flatten().flatten() {
+                let v = b.mul_f32(*x, scale);
+                b.assign(*x, v);
+            }
+            let base = p.tensor(&mut b, "dk", batch, n0, kv_head);
+            w.store_rows(
+                &mut b,
+                fmt,
+                &dk,
+                base,
+                p.u32("dk_row_stride"),
+                head_dim,
+                k_rows,
+            );
+        }
+    }
+    let bounds = LaunchBounds {
+        max_threads: Some(t.threads()),
+        min_ctas_per_sm: None,
+    };
+    b.finish(spec.name(), ir_params, bounds)
+}
+
+/// Writes dS^T (this thread's fragments, n-tiles from `nt0`) into the dS^T tile.
+fn store_ds(
+    b: &mut Builder,
+    fmt: HalfFmt,
+    w: &Warp,
+    ds: &AccTiles,
+    smem: Reg<B32>,
+    ds_tile: &SmemTile,
+    nt0: usize,
+) {
+    let col_bytes = b.shl_b32(w.t2, 1u32);
+    for (h, &row) in w.rows.iter().enumerate() {
+        for (nt, frag) in ds[0].iter().enumerate() {
+            let chunk = b.mov((nt0 + nt) as u32);
+            let off = ds_tile.emit_offset(b, row, chunk);
+            let off = b.add_u32(off, col_bytes);
+            let addr = b.add_u32(smem, off);
+            let word = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
+            b.st(
+                Space::Shared,
+                Ty::B32,
+                Addr::Shared(addr, ds_tile.base as i32),
+                &[word],
+            );
+        }
+    }
+}
+
+/// dQ[m0 + 16 warp .. +16] += dS K over the block's keys: each warp reads its 16 query
+/// columns of the dS^T tile back transposed (ldmatrix.trans) and adds its rows into
+/// dq_accum (f32 [batch, seqlen_q, heads, head_dim]) with red.global.add.f32.
+#[allow(clippy::type_complexity)]
+fn accumulate_dq(
+    b: &mut Builder,
+    spec: &KernelSpec,
+    p: &Params,
+    w: &Warp,
+    (smem, ds_tile, k_tile, dq_lane): (Reg<B32>, &SmemTile, &SmemTile, Reg<B32>),
+    (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
+) {
+    let fmt: HalfFmt = half_fmt(spec.dtype);
+    let t = spec.tiles();
+    b.comment("-- dQ += dS K (atomic) --");
+    b.bar_sync();
+    // a[kk]: dS rows (queries of the warp) x keys 16kk..16kk+16
+    let ds_base = b.add_u32(smem, dq_lane);
+    let a: Vec<[Reg<B32>; 4]> = (0..t.block_n / 16)
+        .map(|kk| {
+            b.ldmatrix::<4>(
+                true,
+                Addr::Shared(ds_base, (ds_tile.base + 16 * kk * ROW_BYTES) as i32),
+            )
+        })
+        .collect();
+    let q_rows = b.sub_u32(p.u32("seqlen_q"), m0);
+    let head_dim = p.u32("head_dim");
+    let seq0 = b.mad_lo_u32(batch, p.u32("seqlen_q"), m0);
+    let accum = b.cvta_global(p.u64("dq_accum"));
+    let d = spec.head_dim;
+    for panel in 0..d.div_ceil(64) {
+        let cols = (d - 64 * panel).min(64);
+        let acc = w.acc_zeros(b, cols);
+        let tile = SmemTile::new(
+            k_tile.base + panel * k_tile.rows * ROW_BYTES,
+            k_tile.rows,
+            64,
+        );
+        w.mma_a_b(b, fmt, &acc[0], &a, (&tile, smem));
+        for (h, &row) in w.rows.iter().enumerate() {
+            let row_ok = b.setp_s32(Cmp::Lt, row, q_rows);
+            let seq = b.add_u32(seq0, row);
+            let elem = b.mad_lo_u32(seq, heads, head);
+            let elem = b.mul_wide_u32(elem, head_dim);
+            let t2 = b.cvt_u64_u32(w.t2);
+            let elem = b.add_s64(elem, t2);
+            let bytes = b.shl_b64(elem, 2);
+            let base = b.add_s64(accum, bytes);
+            for (nt, frag) in acc[0].iter().enumerate() {
+                let col = 64 * panel + 8 * nt as u32;
+                let col_ok = b.setp_u32(Cmp::Lt, col, head_dim);
+                let ok = b.and_pred(row_ok, col_ok);
+                for e in 0..2 {
+                    let v = frag[2 * h + e];
+                    let addr = Addr::Global(base, 4 * (col + e as u32) as i32);
+                    b.when(ok, false, |b| b.red_add_f32(addr, v));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! Kernel layer: two operands (K and V, or Q and dO) streamed block by block through
+//! `stages` shared-memory buffers with `cp.async`: block j+1 is in flight while block j
+//! is computed. The loop is emitted once; `start` may run several times (once per head
+//! in the backward), re-pointing the stream at another tensor slice.
+
+use super::params::Params;
+use crate::ptx::inst::CpSize;
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, Label, Reg};
+use crate::tile::copy::TileCopy;
+use crate::tile::smem::SmemTile;
+
+pub struct BlockStream {
+    copies: [TileCopy; 2],
+    /// Stage-0 tiles of the two operands; stage s sits `s * stage_bytes` further.
+    pub tiles: [SmemTile; 2],
+    stage_bytes: u32,
+    stages: u32,
+    rows: u32,
+    tid: Reg<B32>,
+    /// Byte distance between successive blocks of each operand.
+    step: [Reg<B64>; 2],
+    /// Global address of the next block to fetch (loop-carried).
+    next: [Reg<B64>; 2],
+    /// Current block index (loop-carried).
+    j: Reg<B32>,
+    /// Per-row f32 vectors streamed with the tiles (e.g. LSE and D of each query row).
+    vectors: Vec<VecCopy>,
+}
+
+/// The labels of one emitted loop (a stream may be looped over more than once).
+pub struct StreamLoop {
+    top: Label,
+    done: Label,
+}
+
+/// A per-row f32 vector streamed block by block: thread `tid < rows` copies element
+/// `tid` (4-byte `cp.async`, zero past the sequence end).
+pub struct VecCopy {
+    /// Byte offset of stage 0 in shared memory; stage s sits `s * stage_bytes` further.
+    pub base: u32,
+    /// Global byte address of element 0 of the current slice.
+    src: Reg<B64>,
+}
+
+impl BlockStream {
+    /// Plans the copies of `rows`-row blocks of two operands with row strides named
+    /// `strides` (elements) into buffers starting at shared byte `smem_base`.
+    pub fn new(
+        b: &mut Builder,
+        spec: &crate::spec::KernelSpec,
+        p: &Params,
+        tid: Reg<B32>,
+        smem_base: u32,
+        rows: u32,
+        strides: [&str; 2],
+    ) -> Self {
+        let t = spec.tiles();
+        let (d, dp) = (spec.head_dim, spec.smem_head_dim());
+        let stage_bytes = SmemTile::new(0, rows, dp).bytes();
+        let tiles = [0, 1].map(|i| SmemTile::new(smem_base + i * t.stages * stage_bytes, rows, dp));
+        let head_dim = p.u32("head_dim");
+        let copies = [0, 1].map(|i| {
+            TileCopy::new(
+                b,
+                &tiles[i],
+                d,
+                t.threads(),
+                tid,
+                p.u32(strides[i]),
+                head_dim,
+            )
+        });
+        let step = strides.map(|s| {
+            let x = b.mul_wide_u32(p.u32(s), rows);
+            b.add_s64(x, x)
+        });
+        let next = [b.mov(0i64), b.mov(0i64)];
+        let j = b.mov(0u32);
+        BlockStream {
+            copies,
+            tiles,
+            stage_bytes,
+            stages: t.stages,
+            rows,
+            tid,
+            step,
+            next,
+            j,
+            vectors: vec![],
+        }
+    }
+
+    /// Adds `n` per-row f32 vectors after the tiles; returns their stage-0 offsets.
+    /// Their sources are set by [`BlockStream::start_vectors`].
+    pub fn with_vectors(mut self, b: &mut Builder, n: usize) -> Self {
+        let tiles_end = self.tiles[0].base + 2 * self.stages * self.stage_bytes;
+        for i in 0..n as u32 {
+            let base = tiles_end + i * self.stages * self.rows * 4;
+            self.vectors.push(VecCopy {
+                base,
+                src: b.mov(0i64),
+            });
+        }
+        self
+    }
+
+    /// Stage-0 offsets of the streamed vectors.
+    pub fn vector_bases(&self) -> Vec<u32> {
+        self.vectors.iter().map(|v| v.base).collect()
+    }
+
+    /// Shared-memory bytes of all buffers.
+    pub fn bytes(&self) -> u32 {
+        2 * self.stages * self.stage_bytes + self.vectors.len() as u32 * self.stages * self.rows * 4
+    }
+
+    /// Points the vectors at their element-0 global addresses (before `start`).
+    pub fn start_vectors(&self, b: &mut Builder, srcs: &[Reg<B64>]) {
+        assert_eq!(
+            srcs.len(),
+            self.vectors.len(),
+            "generator bug: vector sources"
+        );
+        for (v, s) in self.vectors.iter().zip(srcs) {
+            b.assign(v.src, *s);
+        }
+    }
+
+    /// Points the stream at operands whose row 0 is at `bases`, to run blocks
+    /// `first..n_blocks` of a sequence of `seqlen` rows; issues block `first` when it
+    /// exists. The caller commits the group.
+    pub fn start(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        bases: [Reg<B64>; 2],
+        first: Reg<B32>,
+        seqlen: Reg<B32>,
+        n_blocks: Reg<B32>,
+    ) {
+        b.assign(self.j, first);
+        let first64 = b.cvt_u64_u32(first);
+        for i in 0..2 {
+            let off = b.mul_lo_u64(first64, self.step[i]);
+            let cur = b.add_s64(bases[i], off);
+            let nxt = b.add_s64(cur, self.step[i]);
+            b.assign(self.next[i], nxt);
+        }
+        let has_blocks = b.setp_u32(Cmp::Lt, first, n_blocks);
+        let none = b.label();
+        b.bra_if(has_blocks, true, none, true);
+        self.issue(
+            b,
+            smem,
+            first,
+            seqlen,
+            |i| [bases[0], bases[1]][i],
+            Some(first64),
+        );
+        b.place(none);
+    }
+
+    /// Issues block `j` (at `at(i)` + `j * step` when `j64` is given, else at `next`).
+    fn issue(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        j: Reg<B32>,
+        seqlen: Reg<B32>,
+        at: impl Fn(usize) -> Reg<B64>,
+        j64: Option<Reg<B64>>,
+    ) {
+        let stage_smem = self.stage_addr(b, smem, j);
+        let row0 = b.mul_lo_u32(j, self.rows);
+        let rows_left = b.sub_u32(seqlen, row0);
+        for i in 0..2 {
+            let src = match j64 {
+                Some(j64) => {
+                    let off = b.mul_lo_u64(j64, self.step[i]);
+                    b.add_s64(at(i), off)
+                }
+                None => at(i),
+            };
+            self.copies[i].issue(b, stage_smem, self.tiles[i].base, src, rows_left);
+        }
+        if !self.vectors.is_empty() {
+            let tid = self.tid;
+            let in_block = b.setp_u32(Cmp::Lt, tid, self.rows);
+            let valid = b.setp_s32(Cmp::Lt, tid, rows_left);
+            let ok = b.and_pred(in_block, valid);
+            let size = b.selp_b32(4u32, 0u32, ok);
+            let elem = b.add_u32(row0, tid);
+            let elem = b.selp_b32(elem, 0u32, ok);
+            let stage = b.and_b32(j, self.stages - 1);
+            let vec_off = b.shl_b32(tid, 2u32);
+            let vec_off = b.mad_lo_u32(stage, self.rows * 4, vec_off);
+            let dst_base = b.add_u32(smem, vec_off);
+            for v in &self.vectors {
+                let src = b.mad_wide_u32(elem, 4u32, v.src);
+                let dst = Addr::Shared(dst_base, v.base as i32);
+                b.when(in_block, false, |b| {
+                    b.cp_async(CpSize::B4, dst, Addr::Global(src, 0), Some(size.into()))
+                });
+            }
+        }
+    }
+
+    /// Top of iteration j: exits after the last block, prefetches block j+1, waits for
+    /// block j. Returns (first row of block j, shared address the stage-0 tiles are
+    /// relative to for block j).
+    pub fn begin(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        seqlen: Reg<B32>,
+        n_blocks: Reg<B32>,
+    ) -> (Reg<B32>, Reg<B32>, StreamLoop) {
+        b.comment("== loop over streamed blocks ==");
+        let lp = StreamLoop {
+            top: b.label(),
+            done: b.label(),
+        };
+        b.place(lp.top);
+        let more = b.setp_u32(Cmp::Lt, self.j, n_blocks);
+        b.bra_if(more, true, lp.done, true);
+        b.comment("-- prefetch block j+1 into the next stage --");
+        let j1 = b.add_u32(self.j, 1u32);
+        let has_next = b.setp_u32(Cmp::Lt, j1, n_blocks);
+        let no_next = b.label();
+        b.bra_if(has_next, true, no_next, true);
+        self.issue(b, smem, j1, seqlen, |i| self.next[i], None);
+        b.place(no_next);
+        b.cp_async_commit();
+        b.cp_async_wait(1);
+        b.bar_sync();
+        let row0 = b.mul_lo_u32(self.j, self.rows);
+        let stage_smem = self.stage_addr(b, smem, self.j);
+        (row0, stage_smem, lp)
+    }
+
+    /// The shared address of vector `i`'s current stage (element 0), valid inside the loop.
+    pub fn vector_addr(&self, b: &mut Builder, smem: Reg<B32>, i: usize) -> Reg<B32> {
+        let stage = b.and_b32(self.j, self.stages - 1);
+        let off = b.mad_lo_u32(stage, self.rows * 4, self.vectors[i].base);
+        b.add_u32(smem, off)
+    }
+
+    fn stage_addr(&self, b: &mut Builder, smem: Reg<B32>, j: Reg<B32>) -> Reg<B32> {
+        let stage = b.and_b32(j, self.stages - 1);
+        let off = b.mul_lo_u32(stage, self.stage_bytes);
+        b.add_u32(smem, off)
+    }
+
+    /// Bottom of the iteration: every warp is done with the stage; advance and loop.
+    /// After the loop every copy has landed.
+    pub fn end(&self, b: &mut Builder, lp: StreamLoop) {
+        b.bar_sync();
+        for i in 0..2 {
+            let n = b.add_s64(self.next[i], self.step[i]);
+            b.assign(self.next[i], n);
+        }
+        let nj = b.add_u32(self.j, 1u32);
+        b.assign(self.j, nj);
+        b.bra(lp.top, true);
+        b.place(lp.done);
+        b.cp_async_wait(0);
+    }
+}

@@ -1,0 +1,154 @@
+//! Kernel layer: a warp's share of a block: its m16 row tiles, fragment coordinates,
+//! per-lane `ldmatrix` addressing, and the two tile products of FA2 (A B^T from shared
+//! memory, and register-A times B from shared memory), plus row stores.
+
+use super::softmax::{AccTiles, zeros};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Reg, Space, Special, Ty};
+use crate::tile::frag::{LDM_A, LDM_B_KN_TRANS, LDM_B_NK, c_frag};
+use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};
+
+/// A warp owning `16 * m_tiles` consecutive rows of a block.
+pub struct Warp {
+    pub tid: Reg<B32>,
+    pub lane: Reg<B32>,
+    pub warp: Reg<B32>,
+    pub m_tiles: usize,
+    /// First row of the warp inside the block (`16 * m_tiles * warp`).
+    pub warp_row: Reg<B32>,
+    /// The thread's rows inside the block (`2 * mt + h` -> row g + 8h of m-tile mt).
+    pub rows: Vec<Reg<B32>>,
+    /// `2 * (lane & 3)`: the first accumulator column of the thread.
+    pub t2: Reg<B32>,
+    pub a_lanes: LdmLanes,
+    pub bt_lanes: LdmLanes,
+    pub b_lanes: LdmLanes,
+}
+
+impl Warp {
+    pub fn new(b: &mut Builder, m_tiles: usize) -> Self {
+        let tid = b.special(Special::TidX);
+        let lane = b.and_b32(tid, 31u32);
+        let warp = b.shr_u32(tid, 5u32);
+        let t2 = c_frag(0).col.emit(b, lane);
+        let g = c_frag(0).row.emit(b, lane);
+        let warp_row = b.mul_lo_u32(warp, 16 * m_tiles as u32);
+        let rows = (0..m_tiles as u32)
+            .flat_map(|mt| [0u32, 8].map(|h| 16 * mt + h))
+            .map(|off| {
+                let r = b.add_u32(warp_row, g);
+                b.add_u32(r, off)
+            })
+            .collect();
+        let a_lanes = LdmLanes::new(b, &LDM_A, lane);
+        let bt_lanes = LdmLanes::new(b, &LDM_B_NK, lane);
+        let b_lanes = LdmLanes::new(b, &LDM_B_KN_TRANS, lane);
+        Warp {
+            tid,
+            lane,
+            warp,
+            m_tiles,
+            warp_row,
+            rows,
+            t2,
+            a_lanes,
+            bt_lanes,
+            b_lanes,
+        }
+    }
+
+    /// Fresh zero accumulators of `n_cols` columns for the warp's m-tiles.
+    pub fn acc_zeros(&self, b: &mut Builder, n_cols: u32) -> AccTiles {
+        zeros(b, self.m_tiles, (n_cols / 8) as usize)
+    }
+
+    /// `acc[mt][nt] += A[warp rows][k] * B[n][k]^T`: A from `a_tile` (the warp's rows),
+    /// B from `b_tile` at shared address `b_smem` (K in Q K^T, V in dO V^T); contraction
+    /// over `k_dim` columns.
+    pub fn mma_a_bt(
+        &self,
+        b: &mut Builder,
+        fmt: HalfFmt,
+        acc: &AccTiles,
+        a: (&SmemTile, Reg<B32>),
+        bt: (&SmemTile, Reg<B32>),
+        k_dim: u32,
+    ) {
+        let n_tiles = acc[0].len() as u32;
+        let wr = b.mul_lo_u32(self.warp_row, ROW_BYTES);
+        let a_base = b.add_u32(a.1, wr);
+        for kk in 0..k_dim / 16 {
+            let af: Vec<[Reg<B32>; 4]> = (0..self.m_tiles)
+                .map(|mt| {
+                    let addr = self.a_lanes.addr(b, a_base, a.0, 16 * mt as u32, 2 * kk);
+                    b.ldmatrix::<4>(false, addr)
+                })
+                .collect();
+            for np in 0..n_tiles / 2 {
+                let addr = self.bt_lanes.addr(b, bt.1, bt.0, 16 * np, 2 * kk);
+                let bf = b.ldmatrix::<4>(false, addr);
+                for (mt, a_mt) in af.iter().enumerate() {
+                    b.mma(fmt, acc[mt][2 * np as usize], *a_mt, [bf[0], bf[1]]);
+                    b.mma(fmt, acc[mt][2 * np as usize + 1], *a_mt, [bf[2], bf[3]]);
+                }
+            }
+        }
+    }
+
+    /// `acc[nt] += A * B[k][n]`: A fragments from registers (one per k16 step, e.g. P or
+    /// dS converted in place), B from `b_tile` [k][n] at `b_smem` via `ldmatrix.trans`.
+    pub fn mma_a_b(
+        &self,
+        b: &mut Builder,
+        fmt: HalfFmt,
+        acc: &[[Reg<F32>; 4]],
+        a: &[[Reg<B32>; 4]],
+        b_tile: (&SmemTile, Reg<B32>),
+    ) {
+        for (kk, af) in a.iter().enumerate() {
+            for np in 0..acc.len() as u32 / 2 {
+                let addr = self
+                    .b_lanes
+                    .addr(b, b_tile.1, b_tile.0, 16 * kk as u32, 2 * np);
+                let bf = b.ldmatrix::<4>(true, addr);
+                b.mma(fmt, acc[2 * np as usize], *af, [bf[0], bf[1]]);
+                b.mma(fmt, acc[2 * np as usize + 1], *af, [bf[2], bf[3]]);
+            }
+        }
+    }
+
+    /// Stores accumulator rows (converted to `fmt`) to `base + row * row_stride` for rows
+    /// below `valid_rows` and head-dim columns below `head_dim`.
+    pub fn store_rows(
+        &self,
+        b: &mut Builder,
+        fmt: HalfFmt,
+        acc: &AccTiles,
+        base: Reg<B64>,
+        row_stride: Reg<B32>,
+        head_dim: Reg<B32>,
+        valid_rows: Reg<B32>,
+    ) {
+        let row_bytes = b.shl_b32(row_stride, 1u32);
+        let col_bytes = b.shl_b32(self.t2, 1u32);
+        let col_bytes = b.cvt_u64_u32(col_bytes);
+        for (r, &row) in self.rows.iter().enumerate() {
+            let (mt, h) = (r / 2, r % 2);
+            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
+            let addr = b.mad_wide_u32(row, row_bytes, col_bytes);
+            let addr = b.add_s64(base, addr);
+            for (dt, frag) in acc[mt].iter().enumerate() {
+                let col_ok = b.setp_u32(Cmp::Lt, 8 * dt as u32, head_dim);
+                let ok = b.and_pred(row_ok, col_ok);
+                let packed = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
+                b.when(ok, false, |b| {
+                    b.st(
+                        Space::Global,
+                        Ty::B32,
+                        Addr::Global(addr, 16 * dt as i32),
+                        &[packed],
+                    )
+                });
+            }
+        }
+    }
+}
