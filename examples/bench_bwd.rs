@@ -1,0 +1,395 @@
+//! Backward-pass benchmark, same sweep as `bench_fwd` (FlashAttention-2 paper setup): hidden
+//! 2048 (heads = 2048 / d), 16384 tokens (batch = 16384 / seqlen), d in {64, 128, 256},
+//! causal and not, seqlen 512..16K, bf16 and f16. Per row: our forward once (o, lse), then
+//! 5 warm-ups and the median of >= 20 whole backward calls (BwdPre + Bwd + BwdPost, or
+//! BwdDq in deterministic mode; scratch passed in) timed with CUDA events. TFLOP/s from
+//! 2.5 x the forward's 4 * b * h * n^2 * d (half if causal), in both modes.
+//!
+//! Env: BENCH_OUT (JSON path, default bench_bwd.json), BENCH_D, BENCH_SEQ (comma lists),
+//! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_DET=1
+//! (deterministic mode). BENCH_MEM=1 instead measures the device memory that forward +
+//! backward need beyond q, k, v, dO (1 x 32 heads x 16K x d128, causal, f16) with
+//! cuMemGetInfo, in atomic and deterministic mode.
+//! Run: `cargo run --release --features gpu --example bench_bwd`.
+
+use std::error::Error;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, CudaStream};
+use flash_runtime::rng::Rng;
+use flash_runtime::{
+    BwdParams, BwdScratch, Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut,
+};
+
+const TOKENS: usize = 16384;
+const HIDDEN: usize = 2048;
+const WARMUP: usize = 5;
+const GIB: f64 = (1u64 << 30) as f64;
+
+type Res<T> = Result<T, Box<dyn Error>>;
+
+fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(name) {
+        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v != "0" && !v.is_empty())
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
+}
+
+fn randn<T: Element>(stream: &Arc<CudaStream>, rng: &mut Rng, n: usize) -> Res<CudaSlice<T>> {
+    let x: Vec<T> = (0..n).map(|_| T::from_f32(rng.normal())).collect();
+    Ok(stream.clone_htod(&x)?)
+}
+
+/// Flat buffers of TOKENS * HIDDEN elements (f32 lse: TOKENS * HIDDEN / 8), reshaped per row.
+struct Bufs<T> {
+    q: CudaSlice<T>,
+    k: CudaSlice<T>,
+    v: CudaSlice<T>,
+    d_o: CudaSlice<T>,
+    o: CudaSlice<T>,
+    dq: CudaSlice<T>,
+    dk: CudaSlice<T>,
+    dv: CudaSlice<T>,
+    nan: CudaSlice<T>,
+    lse: CudaSlice<f32>,
+}
+
+fn bufs<T: Element>(stream: &Arc<CudaStream>, seed: u64) -> Res<Bufs<T>> {
+    let n = TOKENS * HIDDEN;
+    let mut rng = Rng::new(seed);
+    Ok(Bufs {
+        q: randn(stream, &mut rng, n)?,
+        k: randn(stream, &mut rng, n)?,
+        v: randn(stream, &mut rng, n)?,
+        d_o: randn(stream, &mut rng, n)?,
+        o: stream.alloc_zeros(n)?,
+        dq: stream.alloc_zeros(n)?,
+        dk: stream.alloc_zeros(n)?,
+        dv: stream.alloc_zeros(n)?,
+        nan: stream.clone_htod(&vec![T::from_f32(f32::NAN); n])?,
+        lse: stream.alloc_zeros(TOKENS * (HIDDEN / 8))?,
+    })
+}
+
+/// One forward (o, lse) and `WARMUP + iters` timed backward calls: (median ms, min ms).
+#[allow(clippy::too_many_arguments)]
+fn time_row<T: Element>(
+    rt: &FlashAttention,
+    stream: &Arc<CudaStream>,
+    bu: &mut Bufs<T>,
+    shape: [usize; 4],
+    causal: bool,
+    deterministic: bool,
+    iters: usize,
+) -> Res<(f64, f64)> {
+    let fwd = FwdParams {
+        causal,
+        softmax_scale: None,
+    };
+    let c = |x| Tensor4::contiguous(x, shape);
+    rt.forward(
+        stream,
+        &c(&bu.q),
+        &c(&bu.k),
+        &c(&bu.v),
+        &mut Tensor4Mut::contiguous(&mut bu.o, shape),
+        Some(&mut bu.lse),
+        &fwd,
+    )?;
+    for g in [&mut bu.dq, &mut bu.dk, &mut bu.dv] {
+        stream.memcpy_dtod(&bu.nan, g)?; // poison: every call must overwrite the gradients
+    }
+    let mut scratch = BwdScratch::new(stream, shape, deterministic)?;
+    let params = BwdParams {
+        causal,
+        softmax_scale: None,
+        deterministic,
+    };
+    let (q, k, v, o, d_o) = (c(&bu.q), c(&bu.k), c(&bu.v), c(&bu.o), c(&bu.d_o));
+    let mut dq = Tensor4Mut::contiguous(&mut bu.dq, shape);
+    let mut dk = Tensor4Mut::contiguous(&mut bu.dk, shape);
+    let mut dv = Tensor4Mut::contiguous(&mut bu.dv, shape);
+    let ctx = rt.context();
+    let ev = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
+    let (start, end) = (ev()?, ev()?);
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..WARMUP + iters {
+        start.record(stream)?;
+        rt.backward(
+            stream,
+            &q,
+            &k,
+            &v,
+            &o,
+            &bu.lse,
+            &d_o,
+            &mut dq,
+            &mut dk,
+            &mut dv,
+            &params,
+            Some(&mut scratch),
+        )?;
+        end.record(stream)?;
+        let ms = start.elapsed_ms(&end)? as f64;
+        if i >= WARMUP {
+            times.push(ms);
+        }
+    }
+    let len = shape.iter().product::<usize>();
+    for (name, g) in [("dq", &bu.dq), ("dk", &bu.dk), ("dv", &bu.dv)] {
+        let out: Vec<T> = stream.clone_dtoh(&g.slice(..len))?;
+        let bad = out.iter().filter(|x| !x.to_f32().is_finite()).count();
+        if bad > 0 {
+            return Err(format!("{bad} of {len} {name} values not finite").into());
+        }
+    }
+    let min = times.iter().copied().fold(f64::INFINITY, f64::min);
+    Ok((median(times), min))
+}
+
+struct Sweep {
+    dims: Vec<usize>,
+    seqs: Vec<usize>,
+    causal: Vec<bool>,
+    iters: usize,
+    deterministic: bool,
+}
+
+fn sweep<T: Element>(
+    rt: &FlashAttention,
+    stream: &Arc<CudaStream>,
+    sw: &Sweep,
+    rows: &mut Vec<serde_json::Value>,
+) -> Res<()> {
+    let mut bu = bufs::<T>(stream, 0xb4c4 ^ T::DTYPE as u64)?;
+    for &d in &sw.dims {
+        for &causal in &sw.causal {
+            for &n in &sw.seqs {
+                let (b, h) = (TOKENS / n.max(1), HIDDEN / d.max(1));
+                let fwd_flops = 4.0 * (b * h * n * n * d) as f64 / if causal { 2.0 } else { 1.0 };
+                let flops = 2.5 * fwd_flops;
+                let (mut med, mut min, mut error) = (f64::NAN, f64::NAN, None);
+                if n == 0 || d == 0 || TOKENS % n != 0 || HIDDEN % d != 0 {
+                    error = Some("seqlen must divide 16384 and d must divide 2048".to_string());
+                } else {
+                    let shape = [b, n, h, d];
+                    match time_row(
+                        rt,
+                        stream,
+                        &mut bu,
+                        shape,
+                        causal,
+                        sw.deterministic,
+                        sw.iters,
+                    ) {
+                        Ok(t) => (med, min) = t,
+                        Err(e) => error = Some(e.to_string()),
+                    }
+                }
+                let tflops = flops / med / 1e9;
+                println!(
+                    "{:5} {:4} {:6} {:6} {:4} {:4} {:10.4} {:10.4} {:9.1}  {}",
+                    T::DTYPE.name(),
+                    d,
+                    causal as u8,
+                    n,
+                    b,
+                    h,
+                    med,
+                    min,
+                    tflops,
+                    error.as_deref().unwrap_or("")
+                );
+                rows.push(serde_json::json!({
+                    "backend": "flash_ptx", "dtype": T::DTYPE.name(), "d": d, "causal": causal,
+                    "n": n, "b": b, "h": h, "deterministic": sw.deterministic,
+                    "bwd_ms": med, "bwd_ms_min": min, "bwd_tflops": tflops, "error": error,
+                }));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Device bytes in use (total - free), after the stream's work is done.
+fn used(rt: &FlashAttention, stream: &Arc<CudaStream>) -> Res<u64> {
+    stream.synchronize()?;
+    let (free, total) = rt.context().mem_get_info()?;
+    Ok((total - free) as u64)
+}
+
+/// Forward + backward on `shape` with everything but q, k, v, dO allocated in between two
+/// cuMemGetInfo readings: (measured bytes, computed bytes).
+fn extra_memory<T: Element>(
+    rt: &FlashAttention,
+    stream: &Arc<CudaStream>,
+    shape: [usize; 4],
+    deterministic: bool,
+) -> Res<(u64, u64)> {
+    let [b, n, h, _] = shape;
+    let len: usize = shape.iter().product();
+    let mut rng = Rng::new(0x3e3);
+    let (q, k, v, d_o) = (
+        randn::<T>(stream, &mut rng, len)?,
+        randn::<T>(stream, &mut rng, len)?,
+        randn::<T>(stream, &mut rng, len)?,
+        randn::<T>(stream, &mut rng, len)?,
+    );
+    let before = used(rt, stream)?;
+    let mut o = stream.alloc_zeros::<T>(len)?;
+    let mut lse = stream.alloc_zeros::<f32>(b * h * n)?;
+    let c = |x| Tensor4::contiguous(x, shape);
+    let fwd = FwdParams {
+        causal: true,
+        softmax_scale: None,
+    };
+    let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
+    rt.forward(
+        stream,
+        &c(&q),
+        &c(&k),
+        &c(&v),
+        &mut o_t,
+        Some(&mut lse),
+        &fwd,
+    )?;
+    let (mut dq, mut dk, mut dv) = (
+        stream.alloc_zeros::<T>(len)?,
+        stream.alloc_zeros::<T>(len)?,
+        stream.alloc_zeros::<T>(len)?,
+    );
+    let mut scratch = BwdScratch::new(stream, shape, deterministic)?;
+    let params = BwdParams {
+        causal: true,
+        softmax_scale: None,
+        deterministic,
+    };
+    rt.backward(
+        stream,
+        &c(&q),
+        &c(&k),
+        &c(&v),
+        &c(&o),
+        &lse,
+        &c(&d_o),
+        &mut Tensor4Mut::contiguous(&mut dq, shape),
+        &mut Tensor4Mut::contiguous(&mut dk, shape),
+        &mut Tensor4Mut::contiguous(&mut dv, shape),
+        &params,
+        Some(&mut scratch),
+    )?;
+    let after = used(rt, stream)?;
+    let grads_and_o = 4 * len * std::mem::size_of::<T>();
+    let computed = grads_and_o + 4 * b * h * n + BwdScratch::bytes(shape, deterministic);
+    Ok((after.saturating_sub(before), computed as u64))
+}
+
+fn memory(rt: &FlashAttention, stream: &Arc<CudaStream>) -> Res<serde_json::Value> {
+    let shape = [1, 16384, 32, 128];
+    // load every kernel first, so module memory is not counted
+    for det in [false, true] {
+        extra_memory::<half::f16>(rt, stream, [1, 128, 2, 128], det)?;
+    }
+    let mut rows = Vec::new();
+    println!("extra device memory of forward + backward beyond q, k, v, dO: {shape:?} causal f16");
+    for det in [false, true] {
+        let (measured, computed) = extra_memory::<half::f16>(rt, stream, shape, det)?;
+        let mode = if det { "deterministic" } else { "atomic" };
+        println!(
+            "  {mode:13}: measured {:.3} GiB (cuMemGetInfo), computed {:.3} GiB \
+             (o, lse, dq, dk, dv, scratch {:.3} GiB)",
+            measured as f64 / GIB,
+            computed as f64 / GIB,
+            BwdScratch::bytes(shape, det) as f64 / GIB
+        );
+        rows.push(serde_json::json!({
+            "mode": mode, "shape": shape, "measured_gib": measured as f64 / GIB,
+            "computed_gib": computed as f64 / GIB,
+        }));
+    }
+    Ok(serde_json::json!({ "memory": rows }))
+}
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("bench_bwd: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Res<()> {
+    let rt = FlashAttention::on_device(0)?;
+    let stream = rt.context().default_stream();
+    let ctx = rt.context();
+    let gpu = ctx.name()?;
+    let (maj, min) = ctx.compute_capability()?;
+    let path = std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench_bwd.json".into());
+    let mut report = serde_json::json!({
+        "gpu": gpu, "compute_capability": format!("{maj}.{min}"),
+        "tokens": TOKENS, "hidden": HIDDEN, "warmup": WARMUP,
+    });
+    if env_flag("BENCH_MEM") {
+        report["memory"] = memory(&rt, &stream)?["memory"].take();
+    } else {
+        let sw = Sweep {
+            dims: env_list("BENCH_D", &[64, 128, 256]),
+            seqs: env_list("BENCH_SEQ", &[512, 1024, 2048, 4096, 8192, 16384]),
+            causal: env_list("BENCH_CAUSAL", &[0, 1])
+                .into_iter()
+                .map(|c| c != 0)
+                .collect(),
+            iters: env_list("BENCH_ITERS", &[20])
+                .first()
+                .copied()
+                .unwrap_or(20)
+                .max(1),
+            deterministic: env_flag("BENCH_DET"),
+        };
+        let mode = if sw.deterministic {
+            "deterministic"
+        } else {
+            "atomic"
+        };
+        println!(
+            "flash-ptx backward ({mode}) on {gpu}: {TOKENS} tokens, hidden {HIDDEN}, median of {} calls",
+            sw.iters
+        );
+        println!(
+            "{:5} {:>4} {:>6} {:>6} {:>4} {:>4} {:>10} {:>10} {:>9}",
+            "dtype", "d", "causal", "n", "b", "h", "ms", "ms_min", "TFLOP/s"
+        );
+        let mut rows = Vec::new();
+        for dt in std::env::var("BENCH_DTYPE")
+            .unwrap_or_else(|_| "bf16,f16".into())
+            .split(',')
+            .map(str::trim)
+        {
+            match dt {
+                "bf16" => sweep::<half::bf16>(&rt, &stream, &sw, &mut rows)?,
+                "f16" => sweep::<half::f16>(&rt, &stream, &sw, &mut rows)?,
+                other => eprintln!("skipping unknown dtype `{other}` (use bf16, f16)"),
+            }
+        }
+        report["iters"] = sw.iters.into();
+        report["deterministic"] = sw.deterministic.into();
+        report["rows"] = rows.into();
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    println!("wrote {path}");
+    Ok(())
+}
