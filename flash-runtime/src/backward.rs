@@ -99,6 +99,51 @@ impl FlashAttention {
     /// An empty problem launches nothing and zero-fills the gradients that have elements
     /// (e.g. dq when `seqlen_k == 0`). Every check runs before the first launch and fails
     /// with a typed [`FlashError`]; the launches themselves are asynchronous.
+    ///
+    /// ```no_run
+    /// use flash_runtime::{BwdParams, BwdScratch, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
+    /// # fn main() -> flash_runtime::Result<()> {
+    /// let rt = FlashAttention::on_device(0)?;
+    /// let stream = rt.context().default_stream();
+    /// let shape = [2, 1024, 16, 128]; // [batch, seqlen, heads, head_dim]
+    /// let n: usize = shape.iter().product();
+    /// let x = vec![half::bf16::from_f32(0.5); n];
+    /// let (q, k, v, d_o) = (
+    ///     stream.clone_htod(&x)?,
+    ///     stream.clone_htod(&x)?,
+    ///     stream.clone_htod(&x)?,
+    ///     stream.clone_htod(&x)?,
+    /// );
+    /// let mut o = stream.alloc_zeros::<half::bf16>(n)?;
+    /// let mut lse = stream.alloc_zeros::<f32>(2 * 16 * 1024)?;
+    /// let t = |x| Tensor4::contiguous(x, shape);
+    /// let fwd = FwdParams { causal: true, ..Default::default() };
+    /// let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
+    /// rt.forward(&stream, &t(&q), &t(&k), &t(&v), &mut o_t, Some(&mut lse), &fwd)?;
+    ///
+    /// let (mut dq, mut dk, mut dv) = (
+    ///     stream.alloc_zeros::<half::bf16>(n)?,
+    ///     stream.alloc_zeros::<half::bf16>(n)?,
+    ///     stream.alloc_zeros::<half::bf16>(n)?,
+    /// );
+    /// let params = BwdParams { causal: true, ..Default::default() };
+    /// let mut scratch = BwdScratch::new(&stream, shape, params.deterministic)?; // reusable
+    /// rt.backward(
+    ///     &stream,
+    ///     &t(&q),
+    ///     &t(&k),
+    ///     &t(&v),
+    ///     &t(&o),
+    ///     &lse,
+    ///     &t(&d_o),
+    ///     &mut Tensor4Mut::contiguous(&mut dq, shape),
+    ///     &mut Tensor4Mut::contiguous(&mut dk, shape),
+    ///     &mut Tensor4Mut::contiguous(&mut dv, shape),
+    ///     &params,
+    ///     Some(&mut scratch),
+    /// )?;
+    /// # Ok(()) }
+    /// ```
     #[allow(clippy::too_many_arguments)]
     pub fn backward<'l, T: Element>(
         &self,

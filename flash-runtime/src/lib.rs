@@ -5,6 +5,11 @@
 //! argument ([`validate`]) and launches. No CUDA toolkit is needed to build; the driver
 //! library is loaded at run time ([`driver_present`] tells whether it exists).
 //!
+//! [`FlashAttention::forward`] computes o (and the lse); [`FlashAttention::backward`] the
+//! gradients dq, dk, dv from the forward's o and lse (atomic mode by default, or bitwise
+//! reproducible with [`BwdParams::deterministic`]; see the example there). [`mod@reference`]
+//! holds float64 CPU references of both for tests.
+//!
 //! ```no_run
 //! use flash_runtime::{FlashAttention, FwdParams, Tensor4, Tensor4Mut};
 //! # fn main() -> flash_runtime::Result<()> {

@@ -43,7 +43,7 @@ pub(crate) fn effective_strides(t: &TensorDesc) -> [usize; 4] {
     })
 }
 
-/// The elements of a tensor that passed [`check_tensor`], as contiguous runs: `(run_len,
+/// The elements of a tensor that passed the layout checks, as contiguous runs: `(run_len,
 /// starts)`, in elements from the start of its view, starts ascending. Dims that continue a
 /// run (stride == run length so far) are merged into it, so a contiguous tensor is one run
 /// and q sliced out of a packed `[b, s, 3, h, d]` buffer is `b * s` runs of `h * d`.
