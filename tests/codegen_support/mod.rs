@@ -44,7 +44,7 @@ pub fn declared_regs(ptx: &str) -> BTreeMap<String, u32> {
     out
 }
 
-/// Every virtual register operand (`%r12`, `%rd3`, `%p0`, `%f7`) in the instruction lines,
+/// Every virtual register operand (`%r12`, `%rd3`, `%p0`, `%f7`, `%h2`) in the instruction lines,
 /// as (prefix, number). Special registers (`%tid.x`, `%laneid`, `%ctaid.y`) are skipped.
 pub fn used_regs(ptx: &str) -> Vec<(String, u32)> {
     instruction_lines(ptx)
@@ -71,7 +71,7 @@ pub fn regs_in_line(line: &str) -> Vec<(String, u32)> {
         let end = start + letters + digits;
         let name = &line[start..start + letters];
         let special = digits == 0 || bytes.get(end) == Some(&b'.');
-        if !special && ["p", "r", "f", "rd"].contains(&name) {
+        if !special && ["p", "r", "f", "rd", "h"].contains(&name) {
             let n = line[start + letters..end].parse().expect("register number");
             out.push((format!("%{name}"), n));
         }
