@@ -136,260 +136,48 @@ pub struct TileConfig {
 /// K/V fragment loaded from shared memory, halving ldmatrix traffic per mma; above d160
 /// the O accumulator (d/2 f32 per m-tile per thread) only fits with one. Shared memory
 /// stays <= 96 KiB so every variant also runs on RTX 30/40 (99 KiB per block).
+#[rustfmt::skip]
 const FWD_TILES: [(u32, TileConfig); 8] = [
-    (
-        32,
-        TileConfig {
-            block_m: 128,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        64,
-        TileConfig {
-            block_m: 128,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        96,
-        TileConfig {
-            block_m: 128,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        128,
-        TileConfig {
-            block_m: 128,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        160,
-        TileConfig {
-            block_m: 128,
-            block_n: 16,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        192,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        224,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        256,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
+    (32, tc(128, 64, 4, 2, 1)),
+    (64, tc(128, 64, 4, 2, 1)),
+    (96, tc(128, 64, 4, 2, 1)),
+    (128, tc(128, 32, 4, 2, 1)),
+    (160, tc(128, 16, 4, 2, 1)),
+    (192, tc(64, 32, 4, 2, 1)),
+    (224, tc(64, 32, 4, 2, 1)),
+    (256, tc(64, 32, 4, 2, 1)),
 ];
 
 /// Backward main pass (one CTA per key block): block_n keys per CTA (16 per warp),
 /// block_m queries per inner step (one m16 tile per warp for dQ). Q and dO are double
 /// buffered; K, V and the dS^T tile stay resident.
+#[rustfmt::skip]
 const BWD_TILES: [(u32, TileConfig); 8] = [
-    (
-        32,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        64,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        96,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        128,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        160,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 2,
-        },
-    ),
-    (
-        192,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 2,
-        },
-    ),
-    (
-        224,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 2,
-        },
-    ),
-    (
-        256,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 2,
-        },
-    ),
+    (32, tc(64, 64, 4, 2, 1)),
+    (64, tc(64, 64, 4, 2, 1)),
+    (96, tc(64, 64, 4, 2, 1)),
+    (128, tc(64, 64, 4, 2, 1)),
+    (160, tc(64, 64, 4, 2, 2)),
+    (192, tc(64, 64, 4, 2, 2)),
+    (224, tc(64, 64, 4, 2, 2)),
+    (256, tc(64, 64, 4, 2, 2)),
 ];
 
 /// Deterministic dQ pass (one CTA per query block, like the forward; one m16 tile per warp).
+#[rustfmt::skip]
 const BWD_DQ_TILES: [(u32, TileConfig); 8] = [
-    (
-        32,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        64,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        96,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        128,
-        TileConfig {
-            block_m: 64,
-            block_n: 64,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        160,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        192,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        224,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
-    (
-        256,
-        TileConfig {
-            block_m: 64,
-            block_n: 32,
-            warps: 4,
-            stages: 2,
-            sweeps: 1,
-        },
-    ),
+    (32, tc(64, 64, 4, 2, 1)),
+    (64, tc(64, 64, 4, 2, 1)),
+    (96, tc(64, 64, 4, 2, 1)),
+    (128, tc(64, 64, 4, 2, 1)),
+    (160, tc(64, 32, 4, 2, 1)),
+    (192, tc(64, 32, 4, 2, 1)),
+    (224, tc(64, 32, 4, 2, 1)),
+    (256, tc(64, 32, 4, 2, 1)),
 ];
 
 /// Elementwise passes (preprocess, postprocess): block_m rows per CTA, one warp per row.
+#[rustfmt::skip]
 const ELEMENTWISE_TILES: [(u32, TileConfig); 8] = [
     (32, ELEMENTWISE),
     (64, ELEMENTWISE),
@@ -400,13 +188,18 @@ const ELEMENTWISE_TILES: [(u32, TileConfig); 8] = [
     (224, ELEMENTWISE),
     (256, ELEMENTWISE),
 ];
-const ELEMENTWISE: TileConfig = TileConfig {
-    block_m: 64,
-    block_n: 0,
-    warps: 4,
-    stages: 1,
-    sweeps: 1,
-};
+const ELEMENTWISE: TileConfig = tc(64, 0, 4, 1, 1);
+
+/// A table row: (block_m, block_n, warps, stages, sweeps).
+const fn tc(block_m: u32, block_n: u32, warps: u32, stages: u32, sweeps: u32) -> TileConfig {
+    TileConfig {
+        block_m,
+        block_n,
+        warps,
+        stages,
+        sweeps,
+    }
+}
 
 impl TileConfig {
     pub fn threads(&self) -> u32 {
