@@ -80,8 +80,14 @@ pub fn build(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::Bwd);
     let t = spec.tiles();
     let (d, dp, bm, bn) = (spec.head_dim, spec.smem_head_dim(), t.block_m, t.block_n);
+    // every warp owns 16 keys; for dQ the warps split into (bm / 16) query-row tiles times
+    // column groups of whole 64-column panels
+    let row_tiles = bm / 16;
     assert!(
-        bn == 16 * t.warps && bm == 16 * t.warps && bm <= 64,
+        bn == 16 * t.warps
+            && bm <= 64
+            && t.warps % row_tiles == 0
+            && d.div_ceil(64) % (t.warps / row_tiles) == 0,
         "generator bug: bwd tiles {t:?}"
     );
     let fmt = half_fmt(spec.dtype);
@@ -156,11 +162,20 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let qmask = QueryMask::new(&mut b, &keys, w.t2, seqlen_q, seqlen_k);
     let last_first_q = b.add_s32(first_q, bn as i32 - 1); // first query that sees the block's last key
     let dq_on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
-    let dq_lane = {
-        let two_w = b.shl_b32(w.warp, 1u32);
-        ldm_lane_offset_emit(&mut b, &LDM_B_NK, w.lane, two_w)
+    // dQ: warp -> (query-row tile qw, column group grp); one group: qw = warp
+    let grouped = t.warps > row_tiles;
+    let (qw, grp) = if grouped {
+        (
+            b.rem_u32(w.warp, row_tiles),
+            Some(b.div_u32(w.warp, row_tiles)),
+        )
+    } else {
+        (w.warp, None)
     };
-
+    let dq_lane = {
+        let two_qw = b.shl_b32(qw, 1u32);
+        ldm_lane_offset_emit(&mut b, &LDM_B_NK, w.lane, two_qw)
+    };
     for sweep in 0..t.sweeps {
         let (do_dv, do_dk) = match (t.sweeps, sweep) {
             (1, _) => (true, true),
@@ -267,6 +282,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 &p,
                 &w,
                 (smem, &ds_tile, &k_tile, dq_lane),
+                (qw, grp),
                 (batch, head, heads, m0),
             );
             b.place(no_dq);
@@ -342,9 +358,10 @@ fn store_ds(
     }
 }
 
-/// dQ[m0 + 16 warp .. +16] += dS K over the block's keys: each warp reads its 16 query
-/// columns of the dS^T tile back transposed (ldmatrix.trans) and adds its rows into
-/// dq_accum (f32 [batch, seqlen_q, heads, head_dim]) with red.global.add.f32.
+/// dQ += dS K over the block's keys: warp (qw, grp) reads query rows 16 qw.. of the dS^T
+/// tile back transposed (ldmatrix.trans), multiplies by its group's 64-column panels of
+/// K and adds the result into dq_accum (f32 [batch, seqlen_q, heads, head_dim]) with
+/// red.global.add.f32.
 #[allow(clippy::type_complexity)]
 fn accumulate_dq(
     b: &mut Builder,
@@ -352,13 +369,17 @@ fn accumulate_dq(
     p: &Params,
     w: &Warp,
     (smem, ds_tile, k_tile, dq_lane): (Reg<B32>, &SmemTile, &SmemTile, Reg<B32>),
+    (qw, grp): (Reg<B32>, Option<Reg<B32>>),
     (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
 ) {
     let fmt: HalfFmt = half_fmt(spec.dtype);
     let t = spec.tiles();
+    let d = spec.head_dim;
+    let groups = t.warps / (t.block_m / 16);
+    let panels = d.div_ceil(64) / groups;
     b.comment("-- dQ += dS K (atomic) --");
     b.bar_sync();
-    // a[kk]: dS rows (queries of the warp) x keys 16kk..16kk+16
+    // a[kk]: dS rows (the warp's 16 queries) x keys 16kk..16kk+16
     let ds_base = b.add_u32(smem, dq_lane);
     let a: Vec<[Reg<B32>; 4]> = (0..t.block_n / 16)
         .map(|kk| {
@@ -372,8 +393,16 @@ fn accumulate_dq(
     let head_dim = p.u32("head_dim");
     let seq0 = b.mad_lo_u32(batch, p.u32("seqlen_q"), m0);
     let accum = b.cvta_global(p.u64("dq_accum"));
-    let d = spec.head_dim;
-    for panel in 0..d.div_ceil(64) {
+    // the group's first K panel and first column (compile-time 0 with one group)
+    let (k_smem, col0) = match grp {
+        Some(grp) => (
+            b.mad_lo_u32(grp, panels * k_tile.rows * ROW_BYTES, smem),
+            Some(b.mul_lo_u32(grp, 64 * panels)),
+        ),
+        None => (smem, None),
+    };
+    let q_row0 = b.shl_b32(qw, 4u32);
+    for panel in 0..panels {
         let cols = (d - 64 * panel).min(64);
         let acc = w.acc_zeros(b, cols);
         let tile = SmemTile::new(
@@ -381,19 +410,32 @@ fn accumulate_dq(
             k_tile.rows,
             64,
         );
-        w.mma_a_b(b, fmt, &acc[0], &a, (&tile, smem));
-        for (h, &row) in w.rows.iter().enumerate() {
+        w.mma_a_b(b, fmt, &acc[0], &a, (&tile, k_smem));
+        for (h, &key_row) in w.rows.iter().enumerate() {
+            // the fragment row g + 8h of the warp's query tile
+            let g8h = b.sub_u32(key_row, w.warp_row);
+            let row = b.add_u32(q_row0, g8h);
             let row_ok = b.setp_s32(Cmp::Lt, row, q_rows);
             let seq = b.add_u32(seq0, row);
             let elem = b.mad_lo_u32(seq, heads, head);
             let elem = b.mul_wide_u32(elem, head_dim);
-            let t2 = b.cvt_u64_u32(w.t2);
-            let elem = b.add_s64(elem, t2);
+            let col = match col0 {
+                Some(c0) => b.add_u32(c0, w.t2),
+                None => w.t2,
+            };
+            let col = b.cvt_u64_u32(col);
+            let elem = b.add_s64(elem, col);
             let bytes = b.shl_b64(elem, 2);
             let base = b.add_s64(accum, bytes);
             for (nt, frag) in acc[0].iter().enumerate() {
                 let col = 64 * panel + 8 * nt as u32;
-                let col_ok = b.setp_u32(Cmp::Lt, col, head_dim);
+                let col_ok = match col0 {
+                    Some(c0) => {
+                        let col_abs = b.add_u32(c0, col);
+                        b.setp_u32(Cmp::Lt, col_abs, head_dim)
+                    }
+                    None => b.setp_u32(Cmp::Lt, col, head_dim),
+                };
                 let ok = b.and_pred(row_ok, col_ok);
                 for e in 0..2 {
                     let v = frag[2 * h + e];
