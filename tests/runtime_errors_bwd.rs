@@ -49,7 +49,8 @@ fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArg
                 len: b * sq * h * d,
             }),
         }),
-        params: BwdParams::default(),
+        // atomic mode: the plans below expect the dq_accum scratch and the post pass
+        params: BwdParams { deterministic: false, ..BwdParams::default() },
     }
 }
 
@@ -96,9 +97,10 @@ fn atomic_plan_follows_the_abi() {
             assert_eq!((*name, v.ty()), (desc.name, desc.ty));
         }
     }
+    let main_spec = p.launch(Pass::Bwd).unwrap().spec;
     assert_eq!(
         p.launch(Pass::Bwd).unwrap().grid,
-        [300u32.div_ceil(64), 2, 2]
+        [300u32.div_ceil(main_spec.tiles().block_n), 2, 2]
     );
     let pre = p.launch(Pass::BwdPre).unwrap();
     assert_eq!(pre.param("dq_accum"), Some(ParamValue::U64(ACC)));
