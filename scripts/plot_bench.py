@@ -46,7 +46,7 @@ def load(path):
         with open(path) as f:
             data = json.load(f)
         for r in data.get("rows", []):
-            p = "bwd" if "bwd_tflops" in r else "fwd"
+            p = "bwd" if any(k.startswith("bwd_") or "_bwd_" in k for k in r) else "fwd"
             sfx = "_bwd" if p == "bwd" else ""
             rows.append(dict(dtype=r["dtype"], d=int(r["d"]), causal=bool(r["causal"]), n=int(r["n"]),
                              ours=None if r.get("error") else num(r.get(f"{p}_tflops")),
