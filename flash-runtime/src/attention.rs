@@ -12,6 +12,7 @@ use cudarc::nvrtc::Ptx;
 use flash_codegen::kernels::probe;
 use flash_codegen::{Arch, DType, KernelSpec};
 
+use crate::embedded::{EmbeddedKernel, ptx_source};
 use crate::error::{FlashError, Result};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
 use crate::validate::{FwdArgs, FwdParams, LaunchPlan, LseDesc, ParamValue, plan_fwd};
@@ -29,10 +30,16 @@ type Loaded = (Arc<CudaModule>, CudaFunction);
 /// FlashAttention-2 on one CUDA context: generates (or takes registered) PTX per kernel
 /// variant on first use, JIT-loads it, caches it, and launches it after checking every
 /// argument. Cheap to share between threads (`Send + Sync`).
+///
+/// [`FlashAttention::with_kernels`] makes one that never generates code: it runs only the
+/// kernels embedded at compile time (by `flash_kernel!`) and fails with
+/// [`FlashError::KernelNotEmbedded`] for any other variant.
 pub struct FlashAttention {
     ctx: Arc<CudaContext>,
     pub(crate) arch: Arch,
     smem_optin: u64,
+    /// Generate the PTX of variants that have none registered (off for embedded-only).
+    generate: bool,
     modules: Mutex<BTreeMap<KernelSpec, Loaded>>,
     registered: Mutex<BTreeMap<KernelSpec, &'static str>>,
     entries: Mutex<BTreeMap<String, CudaFunction>>,
@@ -74,10 +81,44 @@ impl FlashAttention {
             ctx,
             arch,
             smem_optin: optin.max(0) as u64,
+            generate: true,
             modules: Mutex::new(BTreeMap::new()),
             registered: Mutex::new(BTreeMap::new()),
             entries: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// A runtime on `ctx` that runs only `kernels` (e.g. a `flash_kernel!` module's
+    /// `KERNELS`) and never generates code: a call that needs another variant fails with
+    /// [`FlashError::KernelNotEmbedded`], which says what to add to the invocation.
+    pub fn with_kernels(ctx: Arc<CudaContext>, kernels: &[EmbeddedKernel]) -> Result<Self> {
+        let mut rt = Self::new(ctx)?;
+        rt.generate = false;
+        rt.register_kernels(kernels);
+        Ok(rt)
+    }
+
+    /// [`FlashAttention::with_kernels`] on device `ordinal`'s primary context.
+    pub fn on_device_with_kernels(ordinal: usize, kernels: &[EmbeddedKernel]) -> Result<Self> {
+        if !driver_present() {
+            return Err(FlashError::NoDriver);
+        }
+        Self::with_kernels(CudaContext::new(ordinal)?, kernels)
+    }
+
+    /// Whether variants without registered PTX are generated on first use (true unless
+    /// made by [`FlashAttention::with_kernels`]).
+    pub fn generates_on_demand(&self) -> bool {
+        self.generate
+    }
+
+    /// [`FlashAttention::register_ptx`] for each kernel: use the embedded PTX of these
+    /// variants instead of generating it (variants already loaded keep their module).
+    pub fn register_kernels(&self, kernels: &[EmbeddedKernel]) {
+        let mut registered = lock(&self.registered);
+        for k in kernels {
+            registered.insert(k.spec(), k.ptx());
+        }
     }
 
     /// The context this runtime launches on.
@@ -97,7 +138,9 @@ impl FlashAttention {
         lock(&self.modules).keys().copied().collect()
     }
 
-    /// The entry point of `spec`, loading (and caching) its module on first use.
+    /// The entry point of `spec`, loading (and caching) its module on first use: from its
+    /// registered PTX, else generated (or [`FlashError::KernelNotEmbedded`] when this
+    /// runtime does not generate).
     pub fn function(&self, spec: &KernelSpec) -> Result<CudaFunction> {
         if !spec.is_supported() {
             return Err(FlashError::UnsupportedHeadDim {
@@ -109,11 +152,8 @@ impl FlashAttention {
             return Ok(f.clone());
         }
         let registered = lock(&self.registered).get(spec).copied();
-        let name = spec.name();
-        let loaded = match registered {
-            Some(ptx) => self.load(&name, ptx, spec.smem_bytes())?,
-            None => self.load(&name, &flash_codegen::generate(spec), spec.smem_bytes())?,
-        };
+        let ptx = ptx_source(spec, registered, self.generate)?;
+        let loaded = self.load(&spec.name(), &ptx, spec.smem_bytes())?;
         let f = loaded.1.clone();
         modules.insert(*spec, loaded);
         Ok(f)

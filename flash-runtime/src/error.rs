@@ -2,7 +2,7 @@
 //! that says what was wrong and what to do about it.
 
 use cudarc::driver::DriverError;
-use flash_codegen::DType;
+use flash_codegen::{DType, KernelSpec};
 
 /// Result alias used across the runtime.
 pub type Result<T, E = FlashError> = std::result::Result<T, E>;
@@ -159,6 +159,19 @@ pub enum FlashError {
         kernel: String,
         /// The driver's JIT error log (or a description when the log is empty).
         log: String,
+    },
+
+    /// A runtime made from embedded kernels only ([`crate::FlashAttention::with_kernels`],
+    /// e.g. a `flash_kernel!` module's) was asked for a variant it does not embed.
+    #[error(
+        "kernel `{}` is not embedded: this runtime runs only the kernels given to it (e.g. by \
+         a `flash_kernel!` module) and generates none at run time; {}",
+        spec.name(),
+        crate::embedded::missing_kernel_hint(spec)
+    )]
+    KernelNotEmbedded {
+        /// The variant the call needs.
+        spec: KernelSpec,
     },
 
     /// The runtime and the code generator disagree on a kernel ABI: a flash-ptx bug.

@@ -36,6 +36,7 @@
 
 mod attention;
 mod backward;
+mod embedded;
 pub mod error;
 mod jit;
 pub mod reference;
@@ -45,6 +46,7 @@ pub mod validate;
 
 pub use attention::{FlashAttention, driver_present};
 pub use backward::BwdScratch;
+pub use embedded::EmbeddedKernel;
 pub use error::{FlashError, Result};
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut};
 pub use validate::{
