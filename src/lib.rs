@@ -4,3 +4,5 @@
 
 pub use flash_codegen as codegen;
 pub use flash_runtime as runtime;
+/// Compile-time kernel variants: see the macro's documentation.
+pub use flash_macros::flash_kernel;

@@ -1,0 +1,317 @@
+//! Input layer: `flash_kernel!`'s `mod NAME { key = value, ... }`, parsed and checked
+//! with a span on every error.
+
+use std::collections::BTreeSet;
+
+use flash_codegen::spec::HEAD_DIMS;
+use flash_codegen::{Arch, DType, KernelSpec, Pass};
+use proc_macro2::{Span, TokenStream};
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{Attribute, Error, Ident, Lit, Result, Token, Visibility, braced, bracketed};
+
+/// The keys, in the order the docs give them. `arch` is the only optional one.
+const KEYS: [&str; 5] = ["head_dim", "dtype", "causal", "passes", "arch"];
+
+/// A parsed invocation: the module to emit and the kernel variants it embeds.
+pub struct Input {
+    pub attrs: Vec<Attribute>,
+    pub vis: Visibility,
+    pub ident: Ident,
+    pub specs: BTreeSet<KernelSpec>,
+}
+
+/// What `passes = ...` selects: the forward, or every backward kernel the runtime launches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Passes {
+    Fwd,
+    Bwd,
+}
+
+/// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
+enum Atom {
+    Lit(Lit),
+    Word(Ident),
+}
+
+impl Atom {
+    fn span(&self) -> Span {
+        match self {
+            Atom::Lit(l) => l.span(),
+            Atom::Word(w) => w.span(),
+        }
+    }
+}
+
+impl Parse for Atom {
+    fn parse(input: ParseStream) -> Result<Self> {
+        if input.peek(Lit) {
+            Ok(Atom::Lit(input.parse()?))
+        } else if input.peek(Ident) {
+            Ok(Atom::Word(input.parse()?))
+        } else {
+            Err(input.error("expected a value: an integer, `true`/`false` or a name"))
+        }
+    }
+}
+
+/// `key = atom` or `key = [atom, ...]` (`list` holds the brackets' span).
+struct Entry {
+    key: Ident,
+    list: Option<Span>,
+    values: Vec<Atom>,
+}
+
+impl Parse for Entry {
+    fn parse(input: ParseStream) -> Result<Self> {
+        let key: Ident = input.parse()?;
+        input.parse::<Token![=]>()?;
+        if input.peek(syn::token::Bracket) {
+            let content;
+            let brackets = bracketed!(content in input);
+            let values = Punctuated::<Atom, Token![,]>::parse_terminated(&content)?;
+            Ok(Entry {
+                key,
+                list: Some(brackets.span.join()),
+                values: values.into_iter().collect(),
+            })
+        } else {
+            Ok(Entry {
+                key,
+                list: None,
+                values: vec![input.parse()?],
+            })
+        }
+    }
+}
+
+impl Parse for Input {
+    fn parse(input: ParseStream) -> Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        if !input.peek(Token![mod]) {
+            return Err(input.error(
+                "expected `mod NAME { ... }`, e.g. `flash_kernel! { pub mod attn { head_dim = \
+                 128, dtype = bf16, causal = [false, true], passes = [fwd, bwd] } }`",
+            ));
+        }
+        input.parse::<Token![mod]>()?;
+        let ident: Ident = input.parse()?;
+        let content;
+        braced!(content in input);
+        let entries = Punctuated::<Entry, Token![,]>::parse_terminated(&content)?;
+        if !input.is_empty() {
+            return Err(
+                input.error("unexpected tokens after the module: one module per invocation")
+            );
+        }
+        let specs = specs(&ident, entries.into_iter().collect())?;
+        Ok(Input {
+            attrs,
+            vis,
+            ident,
+            specs,
+        })
+    }
+}
+
+/// The checked values of every key.
+struct Args {
+    head_dims: Vec<u32>,
+    dtypes: Vec<DType>,
+    causal: Vec<bool>,
+    passes: Vec<Passes>,
+    arch: Vec<Arch>,
+}
+
+/// Check every entry and make the product of the values.
+fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
+    let mut seen: Vec<&Ident> = Vec::new();
+    for e in &entries {
+        let key = e.key.to_string();
+        if !KEYS.contains(&key.as_str()) {
+            let msg = format!(
+                "unknown key `{key}`: flash_kernel! takes head_dim, dtype, causal, passes \
+                 and (optional) arch"
+            );
+            return Err(Error::new(e.key.span(), msg));
+        }
+        if let Some(first) = seen.iter().find(|k| **k == &e.key) {
+            let mut err = Error::new(e.key.span(), format!("duplicate key `{key}`"));
+            err.combine(Error::new(
+                first.span(),
+                format!("`{key}` first given here"),
+            ));
+            return Err(err);
+        }
+        seen.push(&e.key);
+        if let (Some(span), true) = (e.list, e.values.is_empty()) {
+            return Err(Error::new(
+                span,
+                format!("`{key}` needs at least one value"),
+            ));
+        }
+    }
+    let missing: Vec<String> = KEYS[..4]
+        .iter()
+        .filter(|k| !seen.iter().any(|s| s == k))
+        .map(|k| format!("`{k}`"))
+        .collect();
+    if !missing.is_empty() {
+        let msg = format!(
+            "flash_kernel! module `{module}` is missing {}: e.g. `head_dim = 128, dtype = bf16, \
+             causal = [false, true], passes = [fwd, bwd]`",
+            missing.join(", ")
+        );
+        return Err(Error::new(module.span(), msg));
+    }
+    let values = |key: &str| {
+        &entries
+            .iter()
+            .find(|e| e.key == key)
+            .expect("checked")
+            .values
+    };
+    let args = Args {
+        head_dims: each(values("head_dim"), head_dim)?,
+        dtypes: each(values("dtype"), dtype)?,
+        causal: each(values("causal"), causal)?,
+        passes: each(values("passes"), passes)?,
+        arch: match entries.iter().find(|e| e.key == "arch") {
+            Some(e) => each(&e.values, arch)?,
+            None => vec![Arch::Sm80],
+        },
+    };
+    Ok(product(&args))
+}
+
+/// Check each value of a key, refusing repeats.
+fn each<T: PartialEq>(atoms: &[Atom], check: fn(&Atom) -> Result<T>) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(atoms.len());
+    for a in atoms {
+        let v = check(a)?;
+        if out.contains(&v) {
+            return Err(Error::new(a.span(), "this value is already in the list"));
+        }
+        out.push(v);
+    }
+    Ok(out)
+}
+
+fn head_dim(a: &Atom) -> Result<u32> {
+    let expected = "expected a head dim, e.g. `head_dim = 128` or `head_dim = [64, 128]`";
+    let Atom::Lit(Lit::Int(l)) = a else {
+        return Err(Error::new(a.span(), expected));
+    };
+    let kernels = "flash_kernel! instantiates the kernel head dims 32, 64, 96, 128, 160, 192, \
+                   224 and 256";
+    let d = l
+        .base10_parse::<u32>()
+        .map_err(|_| Error::new(l.span(), format!("unsupported head_dim `{l}`: {kernels}")))?;
+    if HEAD_DIMS.contains(&d) {
+        return Ok(d);
+    }
+    let why = match KernelSpec::kernel_head_dim(d) {
+        Some(k) => {
+            format!("{kernels}; problems of head dim {d} run on the `head_dim = {k}` kernel")
+        }
+        None => format!("{kernels}; the runtime takes head dims that are multiples of 8 up to 256"),
+    };
+    Err(Error::new(
+        l.span(),
+        format!("unsupported head_dim {d}: {why}"),
+    ))
+}
+
+fn word<'a>(a: &'a Atom, what: &str, expected: &str) -> Result<&'a Ident> {
+    match a {
+        Atom::Word(w) => Ok(w),
+        Atom::Lit(l) => Err(Error::new(l.span(), format!("expected {what}: {expected}"))),
+    }
+}
+
+fn dtype(a: &Atom) -> Result<DType> {
+    let expected = "`f16` or `bf16`";
+    let w = word(a, "a dtype", expected)?;
+    DType::ALL
+        .into_iter()
+        .find(|d| w == d.name())
+        .ok_or_else(|| {
+            Error::new(
+                w.span(),
+                format!("unknown dtype `{w}`: expected {expected}"),
+            )
+        })
+}
+
+fn causal(a: &Atom) -> Result<bool> {
+    match a {
+        Atom::Lit(Lit::Bool(b)) => Ok(b.value),
+        _ => Err(Error::new(
+            a.span(),
+            "expected `true` or `false` (or `[false, true]` for both variants)",
+        )),
+    }
+}
+
+fn passes(a: &Atom) -> Result<Passes> {
+    let expected = "expected `fwd` (the forward) or `bwd` (every backward kernel: bwdpre, bwd, \
+                    bwddq and bwdpost)";
+    let w = word(a, "a pass", expected)?;
+    match w.to_string().as_str() {
+        "fwd" => Ok(Passes::Fwd),
+        "bwd" => Ok(Passes::Bwd),
+        other => Err(Error::new(
+            w.span(),
+            format!("unknown pass `{other}`: {expected}"),
+        )),
+    }
+}
+
+fn arch(a: &Atom) -> Result<Arch> {
+    let expected = "`sm80` (mma.sync kernels for every GPU from sm_80 on, H100/H200 included)";
+    let w = word(a, "an arch", expected)?;
+    Arch::ALL
+        .into_iter()
+        .find(|x| w == x.name())
+        .ok_or_else(|| Error::new(w.span(), format!("unknown arch `{w}`: expected {expected}")))
+}
+
+/// Every combination. `bwd` brings each backward kernel of both modes (atomic: bwdpre,
+/// bwd, bwdpost; deterministic: bwdpre, bwd, bwddq); bwdpre and bwdpost have no causal
+/// variant, so they come once per head dim and dtype.
+fn product(a: &Args) -> BTreeSet<KernelSpec> {
+    let mut specs = BTreeSet::new();
+    for &arch in &a.arch {
+        for &head_dim in &a.head_dims {
+            for &dtype in &a.dtypes {
+                for &causal in &a.causal {
+                    for &p in &a.passes {
+                        let passes: &[Pass] = match p {
+                            Passes::Fwd => &[Pass::Fwd],
+                            Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
+                        };
+                        for &pass in passes {
+                            let causal = causal && pass.has_mask();
+                            let spec = KernelSpec {
+                                pass,
+                                head_dim,
+                                dtype,
+                                causal,
+                                arch,
+                            };
+                            assert!(spec.is_supported(), "checked spec {spec} unsupported");
+                            specs.insert(spec);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    specs
+}
+
+/// Parse `tokens` as a `flash_kernel!` input.
+pub fn parse(tokens: TokenStream) -> Result<Input> {
+    syn::parse2(tokens)
+}

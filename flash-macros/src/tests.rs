@@ -1,0 +1,133 @@
+//! `expand` as a function: the expansion of a small invocation (snapshot, PTX redacted),
+//! the variant product, and the errors' spans.
+
+use proc_macro2::{Group, Literal, TokenStream, TokenTree};
+use quote::quote;
+
+use crate::expand::expand;
+use crate::parse::parse;
+
+/// `tokens` with every string literal longer than 200 bytes (the PTX) replaced by a
+/// placeholder, so the snapshot stays small and does not change with the kernels; the
+/// literals are pushed on `out`.
+fn redact(tokens: TokenStream, out: &mut Vec<Literal>) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|t| match t {
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), redact(g.stream(), out));
+                group.set_span(g.span());
+                TokenTree::Group(group)
+            }
+            TokenTree::Literal(l) if l.to_string().len() > 200 => {
+                out.push(l);
+                TokenTree::Literal(Literal::string("<ptx>"))
+            }
+            t => t,
+        })
+        .collect()
+}
+
+fn pretty(tokens: TokenStream) -> String {
+    prettyplease::unparse(&syn::parse2(tokens).expect("the expansion is a valid file"))
+}
+
+#[test]
+fn expansion_of_one_variant() {
+    let out = expand(quote! {
+        /// Docs pass through.
+        pub(crate) mod attn { head_dim = 64, dtype = f16, causal = false, passes = fwd }
+    })
+    .unwrap();
+    let mut ptx = Vec::new();
+    insta::assert_snapshot!(pretty(redact(out, &mut ptx)));
+    let spec = "fa2_fwd_d64_f16_sm80".parse().unwrap();
+    let expected = Literal::string(&flash_codegen::generate(&spec));
+    assert_eq!(ptx.len(), 1);
+    assert!(
+        ptx[0].to_string() == expected.to_string(),
+        "the embedded PTX differs"
+    );
+}
+
+#[test]
+fn lists_make_the_product_and_bwd_brings_every_backward_kernel() {
+    let input = parse(quote! {
+        mod m {
+            head_dim = [64, 128], dtype = [f16, bf16], causal = [false, true],
+            passes = [fwd, bwd], arch = sm80,
+        }
+    })
+    .unwrap();
+    let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
+    // Per head dim and dtype: fwd x2, bwdpre, bwd x2, bwddq x2, bwdpost.
+    assert_eq!(names.len(), 2 * 2 * 8);
+    assert_eq!(names.first().unwrap(), "fa2_fwd_d64_f16_sm80");
+    assert!(names.contains(&"fa2_bwdpre_d128_bf16_sm80".to_string()));
+    assert!(names.contains(&"fa2_bwddq_d64_f16_causal_sm80".to_string()));
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("bwdpre") && n.contains("causal"))
+    );
+    assert_eq!(names.last().unwrap(), "fa2_bwdpost_d128_bf16_sm80");
+}
+
+#[test]
+fn trailing_commas_and_single_item_lists_are_fine() {
+    let input = parse(quote! {
+        mod m { head_dim = [256,], dtype = [bf16], causal = true, passes = [bwd], }
+    })
+    .unwrap();
+    let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "fa2_bwdpre_d256_bf16_sm80",
+            "fa2_bwd_d256_bf16_causal_sm80",
+            "fa2_bwddq_d256_bf16_causal_sm80",
+            "fa2_bwdpost_d256_bf16_sm80",
+        ]
+    );
+}
+
+/// Spans are pinned by the trybuild tests (tests/ui); here, the messages.
+#[test]
+fn errors_say_what_is_wrong() {
+    let cases = [
+        (
+            quote!(mod m { head_dim = 80, dtype = f16, causal = false, passes = fwd }),
+            "unsupported head_dim 80",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = [f16, fp8], causal = false, passes = fwd }),
+            "unknown dtype `fp8`",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = f16, causal = [], passes = fwd }),
+            "`causal` needs at least one value",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = f16, causal = yes, passes = fwd }),
+            "expected `true` or `false`",
+        ),
+        (
+            quote!(mod m { head_dim = [64, 64], dtype = f16, causal = false, passes = fwd }),
+            "this value is already in the list",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = fwd, arch = sm90 }),
+            "unknown arch `sm90`",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = f16 }),
+            "flash_kernel! module `m` is missing `causal`, `passes`",
+        ),
+    ];
+    for (tokens, msg) in cases {
+        match parse(tokens) {
+            Ok(_) => panic!("expected an error: {msg}"),
+            Err(e) => assert!(e.to_string().starts_with(msg), "{e}"),
+        }
+    }
+}

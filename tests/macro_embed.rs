@@ -1,0 +1,70 @@
+//! What `flash_kernel!` embeds: exactly the variants asked for, each with the PTX that
+//! `flash_codegen::generate` returns for its spec (the text `flash-codegen emit` writes),
+//! byte for byte.
+
+use std::collections::BTreeSet;
+
+use flash_ptx::codegen::{KernelSpec, Pass, generate};
+use flash_ptx::runtime::EmbeddedKernel;
+
+flash_ptx::flash_kernel! {
+    /// Every pass, both dtypes, both mask variants, at the smallest and largest head dim.
+    mod wide {
+        head_dim = [32, 256],
+        dtype = [f16, bf16],
+        causal = [false, true],
+        passes = [fwd, bwd],
+        arch = sm80,
+    }
+}
+
+flash_ptx::flash_kernel! {
+    mod narrow { head_dim = 96, dtype = bf16, causal = true, passes = fwd }
+}
+
+fn names(kernels: &[EmbeddedKernel]) -> Vec<String> {
+    kernels.iter().map(|k| k.spec().name()).collect()
+}
+
+#[test]
+fn embedded_ptx_is_the_generators_byte_for_byte() {
+    for k in wide::KERNELS.iter().chain(narrow::KERNELS) {
+        let expected = generate(&k.spec());
+        assert!(
+            k.ptx().as_bytes() == expected.as_bytes(),
+            "{}: embedded PTX ({} bytes) differs from flash_codegen::generate ({} bytes)",
+            k.spec(),
+            k.ptx().len(),
+            expected.len()
+        );
+        assert!(k.ptx().contains(&format!(".entry {}(", k.spec().name())));
+    }
+}
+
+#[test]
+fn the_product_of_the_lists_in_spec_order() {
+    let want: BTreeSet<KernelSpec> = KernelSpec::all()
+        .into_iter()
+        .filter(|s| [32, 256].contains(&s.head_dim))
+        .collect();
+    assert_eq!(wide::KERNELS.len(), 32);
+    assert_eq!(
+        wide::KERNELS
+            .iter()
+            .map(|k| k.spec())
+            .collect::<BTreeSet<_>>(),
+        want
+    );
+    let mut sorted = names(wide::KERNELS);
+    sorted.sort_by_key(|n| n.parse::<KernelSpec>().unwrap());
+    assert_eq!(names(wide::KERNELS), sorted);
+    assert_eq!(names(narrow::KERNELS), ["fa2_fwd_d96_bf16_causal_sm80"]);
+}
+
+#[test]
+fn typed_handles_name_their_kernel() {
+    let k = wide::FA2_BWDDQ_D256_F16_CAUSAL_SM80;
+    assert_eq!(k.spec().pass, Pass::BwdDq);
+    assert_eq!(k.spec().name(), "fa2_bwddq_d256_f16_causal_sm80");
+    assert_eq!(narrow::KERNELS[0], narrow::FA2_FWD_D96_BF16_CAUSAL_SM80);
+}
