@@ -20,29 +20,43 @@ pub const SMEM_DEFAULT_LIMIT: u32 = 48 * 1024;
 /// The whole `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// Layout version ([`FORMAT`]).
     pub format: u32,
+    /// The tool and version that wrote the files.
     pub generator: Generator,
+    /// What every kernel shares: layouts, semantics, launch rules, a CuPy example.
     pub notes: Notes,
+    /// One entry per kernel, in the order given to [`manifest`].
     pub kernels: Vec<KernelInfo>,
 }
 
 /// Which generator wrote the files.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Generator {
+    /// The generator's name (`flash-ptx`).
     pub name: String,
+    /// The generator's version (the crate version).
     pub version: String,
 }
 
 /// What every kernel of the manifest has in common: tensors, semantics, how to launch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Notes {
+    /// Every tensor a kernel may take: name, shape, dtype, access.
     pub tensors: Vec<TensorNote>,
+    /// What the forward computes, GQA, causal alignment, fully masked rows.
     pub semantics: Vec<String>,
+    /// Stride units and which dimensions must be contiguous.
     pub strides: String,
+    /// Pointer and stride alignment the kernels need.
     pub alignment: String,
+    /// How to compute the `scale_log2` parameter.
     pub scale_log2: String,
+    /// Which kernel serves a problem's head dim.
     pub kernel_choice: String,
+    /// When and how to raise the dynamic shared memory limit.
     pub shared_memory: String,
+    /// How to load and launch a kernel, step by step.
     pub launch: Vec<String>,
     /// A complete CuPy launch, one line per entry.
     pub cupy_example: Vec<String>,
@@ -51,9 +65,13 @@ pub struct Notes {
 /// One tensor a kernel reads or writes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorNote {
+    /// The parameter name of the tensor (`q`, `k`, `v`, `o`, `lse`).
     pub name: String,
+    /// Its dimensions, outermost first (e.g. `batch, seqlen_q, heads, head_dim`).
     pub shape: Vec<String>,
+    /// Element type: `kernel dtype` or `f32`.
     pub dtype: String,
+    /// `read` or `write` (and whether it is optional).
     pub access: String,
 }
 
@@ -64,6 +82,7 @@ pub struct KernelInfo {
     pub name: String,
     /// The PTX file, relative to the manifest.
     pub file: String,
+    /// The spec fields (pass, head dim, dtype, causal, arch).
     pub spec: KernelSpec,
     /// The module's `.target` (`sm_80`).
     pub target: String,
@@ -73,14 +92,18 @@ pub struct KernelInfo {
     pub min_compute_capability: String,
     /// Kernel parameters in launch order.
     pub params: Vec<ParamInfo>,
+    /// Block, grid formula and dynamic shared memory.
     pub launch: LaunchInfo,
+    /// The tile sizes the grid formula refers to (`block_m`, `block_n`, ...).
     pub tiles: TileConfig,
 }
 
 /// One kernel parameter.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ParamInfo {
+    /// Position in the launch's argument list (0-based).
     pub index: usize,
+    /// The parameter's name (see [`crate::abi`]).
     pub name: String,
     /// The PTX `.param` type: `u64` (pointers and 64-bit strides), `u32` or `f32`.
     #[serde(rename = "type")]
@@ -89,6 +112,7 @@ pub struct ParamInfo {
     pub numpy: String,
     /// Bytes the argument occupies; it must match exactly.
     pub size: u32,
+    /// What to pass, in words.
     pub meaning: String,
 }
 
@@ -107,6 +131,17 @@ pub struct LaunchInfo {
 }
 
 /// The manifest of `specs`, in the order given.
+///
+/// ```
+/// use flash_codegen::{KernelSpec, manifest};
+///
+/// let spec: KernelSpec = "fa2_bwd_d64_f16_sm80".parse().unwrap();
+/// let m = manifest::manifest(&[spec]);
+/// let k = &m.kernels[0];
+/// assert_eq!((k.file.as_str(), k.params[0].name.as_str()), ("fa2_bwd_d64_f16_sm80.ptx", "q"));
+/// assert_eq!(k.launch.grid[0], "ceil(seqlen_k / block_n)");
+/// assert!(m.to_json().contains("\"fa2_bwd_d64_f16_sm80\""));
+/// ```
 pub fn manifest(specs: &[KernelSpec]) -> Manifest {
     Manifest {
         format: FORMAT,

@@ -28,6 +28,7 @@ pub enum Pass {
 }
 
 impl Pass {
+    /// Every pass, in generation order.
     pub const ALL: [Pass; 5] = [
         Pass::Fwd,
         Pass::BwdPre,
@@ -35,6 +36,7 @@ impl Pass {
         Pass::BwdDq,
         Pass::BwdPost,
     ];
+    /// The pass's part of a kernel name (`fwd`, `bwdpre`, `bwd`, `bwddq`, `bwdpost`).
     pub fn name(self) -> &'static str {
         match self {
             Pass::Fwd => "fwd",
@@ -54,12 +56,16 @@ impl Pass {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DType {
+    /// IEEE half precision.
     F16,
+    /// bfloat16.
     Bf16,
 }
 
 impl DType {
+    /// Both element types.
     pub const ALL: [DType; 2] = [DType::F16, DType::Bf16];
+    /// The dtype's part of a kernel name (`f16`, `bf16`).
     pub fn name(self) -> &'static str {
         match self {
             DType::F16 => "f16",
@@ -81,12 +87,15 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// Every architecture path.
     pub const ALL: [Arch; 1] = [Arch::Sm80];
+    /// The arch's part of a kernel name (`sm80`).
     pub fn name(self) -> &'static str {
         match self {
             Arch::Sm80 => "sm80",
         }
     }
+    /// The PTX `.target` its kernels are written for.
     pub fn target(self) -> Target {
         match self {
             Arch::Sm80 => Target::Sm80,
@@ -104,13 +113,38 @@ impl Arch {
 /// on the next one up with zero-filled loads.
 pub const HEAD_DIMS: [u32; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
 
-/// The key of one generated kernel.
+/// The key of one generated kernel. Its [`name`](KernelSpec::name) is also the PTX entry
+/// name and parses back ([`FromStr`]):
+///
+/// ```
+/// use flash_codegen::{Arch, DType, KernelSpec, Pass};
+///
+/// let spec = KernelSpec {
+///     pass: Pass::Fwd,
+///     head_dim: 128,
+///     dtype: DType::Bf16,
+///     causal: true,
+///     arch: Arch::Sm80,
+/// };
+/// assert_eq!(spec.name(), "fa2_fwd_d128_bf16_causal_sm80");
+/// assert_eq!("fa2_fwd_d128_bf16_causal_sm80".parse::<KernelSpec>(), Ok(spec));
+/// assert_eq!(spec.tiles().block_m, 128);
+/// let ptx = flash_codegen::generate(&spec);
+/// assert!(ptx.contains(".entry fa2_fwd_d128_bf16_causal_sm80"));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct KernelSpec {
+    /// Which pass the kernel computes.
     pub pass: Pass,
+    /// The kernel's head dim, one of [`HEAD_DIMS`]; problems with a smaller multiple of 8
+    /// run on it with zero-filled columns.
     pub head_dim: u32,
+    /// Element type of q, k, v, o and the gradients.
     pub dtype: DType,
+    /// Causal mask (bottom-right aligned); only passes with [`Pass::has_mask`] have causal
+    /// variants.
     pub causal: bool,
+    /// The architecture path the PTX is written for.
     pub arch: Arch,
 }
 
@@ -202,6 +236,7 @@ const fn tc(block_m: u32, block_n: u32, warps: u32, stages: u32, sweeps: u32) ->
 }
 
 impl TileConfig {
+    /// Threads per CTA (`32 * warps`).
     pub fn threads(&self) -> u32 {
         self.warps * 32
     }
@@ -243,6 +278,8 @@ impl KernelSpec {
         HEAD_DIMS.iter().copied().find(|&k| k >= d)
     }
 
+    /// Whether this spec names a generated kernel: a head dim of [`HEAD_DIMS`], and causal
+    /// only for passes with a mask.
     pub fn is_supported(&self) -> bool {
         HEAD_DIMS.contains(&self.head_dim) && (self.pass.has_mask() || !self.causal)
     }
@@ -312,7 +349,9 @@ impl fmt::Display for KernelSpec {
     "`{name}` is not a flash-ptx kernel name: {why} (expected e.g. `fa2_fwd_d128_bf16_causal_sm80`)"
 )]
 pub struct ParseSpecError {
+    /// The text that failed to parse.
     pub name: String,
+    /// What is wrong with it.
     pub why: String,
 }
 

@@ -12,9 +12,12 @@ pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
 /// One kernel parameter. `ty` is the PTX type: `u64` pointers, `u32`, `f32`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ParamDesc {
+    /// The parameter's name in the PTX entry and in the manifest (`q`, `seqlen_q`, `q_row_stride`, ...).
     pub name: &'static str,
     #[serde(rename = "type")]
+    /// The PTX type: `u64` (pointers, batch strides), `u32` or `f32`.
     pub ty: &'static str,
+    /// What the caller passes, in words (shape, units, optionality).
     pub meaning: &'static str,
 }
 
@@ -128,11 +131,17 @@ pub fn ir_params(pass: Pass) -> Vec<Param> {
 /// Launch geometry of a kernel: block size, dynamic shared memory and the grid formula.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Launch {
+    /// Threads per CTA (x, y, z).
     pub block: [u32; 3],
+    /// The grid per dimension as a formula over problem sizes and tiles, e.g.
+    /// `ceil(seqlen_q / block_m)`, `heads`, `batch`.
     pub grid: [&'static str; 3],
+    /// Dynamic shared memory bytes of the launch ([`KernelSpec::smem_bytes`]).
     pub dynamic_smem_bytes: u32,
 }
 
+/// The launch geometry of `spec`: block from its tiles, grid over query blocks (key
+/// blocks for [`Pass::Bwd`]), dynamic shared memory.
 pub fn launch(spec: &KernelSpec) -> Launch {
     let t = spec.tiles();
     match spec.pass {

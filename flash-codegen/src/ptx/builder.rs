@@ -39,6 +39,7 @@ macro_rules! alu {
 }
 
 impl Builder {
+    /// An empty body with no registers or labels.
     pub fn new() -> Self {
         Self::default()
     }
@@ -56,10 +57,12 @@ impl Builder {
         Label(self.labels - 1)
     }
 
+    /// Places label `l` here (the next instruction is its target).
     pub fn place(&mut self, l: Label) {
         self.body.push(Stmt::Label(l));
     }
 
+    /// A `// text` comment line in the PTX.
     pub fn comment(&mut self, text: impl Into<String>) {
         self.body.push(Stmt::Comment(text.into()));
     }
@@ -87,31 +90,57 @@ impl Builder {
     }
 
     alu! {
+        /// `add.u32`: a + b.
         add_u32(a, b) -> B32 = Add.U32;
+        /// `sub.u32`: a - b.
         sub_u32(a, b) -> B32 = Sub.U32;
+        /// `add.s32`: a + b.
         add_s32(a, b) -> B32 = Add.S32;
+        /// `sub.s32`: a - b.
         sub_s32(a, b) -> B32 = Sub.S32;
+        /// `mul.lo.u32`: the low 32 bits of a * b.
         mul_lo_u32(a, b) -> B32 = MulLo.U32;
+        /// `mad.lo.u32`: the low 32 bits of a * b, plus c.
         mad_lo_u32(a, b, c) -> B32 = MadLo.U32;
+        /// `min.u32`.
         min_u32(a, b) -> B32 = Min.U32;
+        /// `max.u32`.
         max_u32(a, b) -> B32 = Max.U32;
+        /// `min.s32`.
         min_s32(a, b) -> B32 = Min.S32;
+        /// `max.s32`.
         max_s32(a, b) -> B32 = Max.S32;
+        /// `div.u32`: a / b, rounded down.
         div_u32(a, b) -> B32 = Div.U32;
+        /// `rem.u32`: a mod b.
         rem_u32(a, b) -> B32 = Rem.U32;
+        /// `and.b32`.
         and_b32(a, b) -> B32 = And.B32;
+        /// `or.b32`.
         or_b32(a, b) -> B32 = Or.B32;
+        /// `xor.b32`.
         xor_b32(a, b) -> B32 = Xor.B32;
+        /// `shl.b32`: a << b.
         shl_b32(a, b) -> B32 = Shl.B32;
+        /// `shr.u32`: a >> b (logical).
         shr_u32(a, b) -> B32 = Shr.U32;
+        /// `add.s64`: a + b.
         add_s64(a, b) -> B64 = Add.S64;
+        /// `mul.lo.u64`: the low 64 bits of a * b.
         mul_lo_u64(a, b) -> B64 = MulLo.U64;
+        /// `add.f32`: a + b, round to nearest.
         add_f32(a, b) -> F32 = Add.F32;
+        /// `sub.f32`: a - b, round to nearest.
         sub_f32(a, b) -> F32 = Sub.F32;
+        /// `mul.f32`: a * b, round to nearest.
         mul_f32(a, b) -> F32 = Mul.F32;
+        /// `max.f32`.
         max_f32(a, b) -> F32 = Max.F32;
+        /// `min.f32`.
         min_f32(a, b) -> F32 = Min.F32;
+        /// `fma.rn.f32`: a * b + c, rounded once.
         fma_f32(a, b, c) -> F32 = Fma.F32;
+        /// `neg.f32`: -a.
         neg_f32(a) -> F32 = Neg.F32;
         /// 2^a, approximate (2 ulp), flushes subnormals.
         ex2(a) -> F32 = Ex2.F32;
@@ -193,6 +222,7 @@ impl Builder {
         self.assign(d, a)
     }
 
+    /// Reads a special register (`%tid.x`, `%ctaid.y`, `%laneid`, ...).
     pub fn special(&mut self, s: Special) -> Reg<B32> {
         let d = self.reg();
         self.push(Inst::MovSpecial { d, s });
@@ -206,6 +236,7 @@ impl Builder {
         d
     }
 
+    /// `setp.CMP.u32`: the predicate `a CMP b`, unsigned.
     pub fn setp_u32(
         &mut self,
         cmp: Cmp,
@@ -214,6 +245,7 @@ impl Builder {
     ) -> Reg<Pred> {
         self.setp(cmp, Ty::U32, a.into().into(), b.into().into())
     }
+    /// `setp.CMP.s32`: the predicate `a CMP b`, signed.
     pub fn setp_s32(
         &mut self,
         cmp: Cmp,
@@ -222,6 +254,7 @@ impl Builder {
     ) -> Reg<Pred> {
         self.setp(cmp, Ty::S32, a.into().into(), b.into().into())
     }
+    /// `setp.CMP.f32`: the predicate `a CMP b` (false when either is NaN, except `ne`).
     pub fn setp_f32(
         &mut self,
         cmp: Cmp,
@@ -230,6 +263,7 @@ impl Builder {
     ) -> Reg<Pred> {
         self.setp(cmp, Ty::F32, a.into().into(), b.into().into())
     }
+    /// `setp.CMP.u64`: the predicate `a CMP b`, unsigned 64-bit.
     pub fn setp_u64(
         &mut self,
         cmp: Cmp,
@@ -244,6 +278,7 @@ impl Builder {
         p
     }
 
+    /// `and.pred`: a && b.
     pub fn and_pred(&mut self, a: Reg<Pred>, b: Reg<Pred>) -> Reg<Pred> {
         let d = self.reg();
         self.push(Inst::PredLogic {
@@ -254,6 +289,7 @@ impl Builder {
         });
         d
     }
+    /// `or.pred`: a || b.
     pub fn or_pred(&mut self, a: Reg<Pred>, b: Reg<Pred>) -> Reg<Pred> {
         let d = self.reg();
         self.push(Inst::PredLogic {
@@ -347,6 +383,7 @@ impl Builder {
         d
     }
 
+    /// `cvt.u64.u32`: zero-extends to 64 bits.
     pub fn cvt_u64_u32(&mut self, a: Reg<B32>) -> Reg<B64> {
         let d = self.reg::<B64>();
         self.push(Inst::Cvt {
@@ -357,6 +394,7 @@ impl Builder {
         });
         d
     }
+    /// `cvt.rn.f32.s32`: a signed integer as f32.
     pub fn cvt_f32_s32(&mut self, a: Reg<B32>) -> Reg<F32> {
         let d = self.reg::<F32>();
         self.push(Inst::Cvt {
@@ -375,6 +413,7 @@ impl Builder {
         d
     }
 
+    /// `ld.param`: loads kernel parameter `p` into a fresh register of its class.
     pub fn ld_param(&mut self, p: &Param) -> AnyReg {
         let d: AnyReg = match p.ty.class() {
             RegClass::Pred | RegClass::B16 => panic!("generator bug: {:?} parameter", p.ty),
@@ -390,6 +429,7 @@ impl Builder {
         d
     }
 
+    /// `cvta.to.global.u64`: a generic address as a global one.
     pub fn cvta_global(&mut self, a: Reg<B64>) -> Reg<B64> {
         let d = self.reg();
         self.push(Inst::CvtaGlobal { d, a });
@@ -456,6 +496,7 @@ impl Builder {
             src_size,
         });
     }
+    /// `cp.async.commit_group`: closes the group of `cp.async` issued since the last commit.
     pub fn cp_async_commit(&mut self) {
         self.push(Inst::CpAsyncCommit);
     }
@@ -507,10 +548,12 @@ impl Builder {
         d
     }
 
+    /// `bar.sync 0`: every thread of the CTA waits here.
     pub fn bar_sync(&mut self) {
         self.push(Inst::BarSync { id: 0 });
     }
 
+    /// `red.global.add.f32`: atomically adds `v` at `addr` (no return value).
     pub fn red_add_f32(&mut self, addr: Addr, v: Reg<F32>) {
         self.push(Inst::RedAddF32 { addr, v });
     }
@@ -525,6 +568,7 @@ impl Builder {
         self.when(p, negate, |b| b.bra(target, uni));
     }
 
+    /// `ret`: the thread exits.
     pub fn ret(&mut self) {
         self.push(Inst::Ret);
     }

@@ -30,7 +30,9 @@ impl Target {
 /// One `.param` of an entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Param {
+    /// The parameter's name (`.param .u64 NAME`).
     pub name: String,
+    /// Its PTX type.
     pub ty: Ty,
 }
 
@@ -46,15 +48,20 @@ pub struct LaunchBounds {
 /// A `.visible .entry` function.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Entry {
+    /// The entry name (the kernel name, e.g. `fa2_fwd_d128_bf16_causal_sm80`).
     pub name: String,
+    /// Parameters in launch order.
     pub params: Vec<Param>,
+    /// `.maxntid` / `.minnctapersm` directives.
     pub bounds: LaunchBounds,
     /// Registers of each class, in `RegClass::ALL` order, the body uses.
     pub reg_counts: [u32; 5],
+    /// The instructions, labels and comments of the body, in order.
     pub body: Vec<Stmt>,
 }
 
 impl Entry {
+    /// How many registers of `class` the entry declares (`.reg .b32 %r<N>;`).
     pub fn declared(&self, class: RegClass) -> u32 {
         self.reg_counts[RegClass::ALL
             .iter()
@@ -66,6 +73,8 @@ impl Entry {
 /// A PTX module: header plus entries, all using the dynamic shared memory symbol.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Module {
+    /// The `.target` (and with it the `.version`) of the module.
     pub target: Target,
+    /// The kernels of the module (flash-ptx writes one per module).
     pub entries: Vec<Entry>,
 }

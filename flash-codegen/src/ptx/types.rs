@@ -9,9 +9,13 @@ use std::marker::PhantomData;
 /// The register families a kernel declares: one `.reg` line each.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RegClass {
+    /// Predicates (`%p`).
     Pred,
+    /// 32-bit integer or packed 2 x 16-bit data (`%r`).
     B32,
+    /// 32-bit floats (`%f`).
     F32,
+    /// 64-bit integers and addresses (`%rd`).
     B64,
     /// 16-bit halves (`%h`), for conversions of single f16 values.
     B16,
@@ -30,6 +34,7 @@ impl RegClass {
 
 /// A register class marker type (see [`Pred`], [`B32`], [`F32`], [`B64`]).
 pub trait Kind: Copy + Eq + std::fmt::Debug + 'static {
+    /// The class of registers of this kind.
     const CLASS: RegClass;
     /// The immediate that may stand where a register of this class is read.
     type Imm: Copy + std::fmt::Debug + PartialEq;
@@ -81,9 +86,11 @@ impl<K: Kind> Reg<K> {
             _k: PhantomData,
         }
     }
+    /// The register's number within its class (`%r<id>`).
     pub fn id(self) -> u32 {
         self.id
     }
+    /// The register's class.
     pub fn class(self) -> RegClass {
         K::CLASS
     }
@@ -92,7 +99,9 @@ impl<K: Kind> Reg<K> {
 /// A register or an immediate of the same class.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Operand<K: Kind> {
+    /// A register.
     Reg(Reg<K>),
+    /// An immediate (an integer, a bool or an f32, by class).
     Imm(K::Imm),
 }
 
@@ -131,14 +140,18 @@ impl From<f32> for Operand<F32> {
 /// constant byte offset, or a named parameter.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Addr {
+    /// A 64-bit global (or generic) address register plus a byte offset.
     Global(Reg<B64>, i32),
+    /// A 32-bit shared-window address register plus a byte offset.
     Shared(Reg<B32>, i32),
 }
 
 /// A predicate guard `@%p` / `@!%p` on one instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Guard {
+    /// The predicate register tested.
     pub pred: Reg<Pred>,
+    /// `true` runs the instruction when the predicate is false (`@!%p`).
     pub negate: bool,
 }
 

@@ -1,4 +1,4 @@
-//! Tile layer: global -> shared copies of a [rows][head_dim] tile with 16-byte `cp.async`.
+//! Tile layer: global -> shared copies of a `[rows][head_dim]` tile with 16-byte `cp.async`.
 //!
 //! Thread `tid` owns chunk column `tid % cpr` (cpr = chunks per row rounded up to a power
 //! of two; lanes past the head dim idle) and rows `tid / cpr + i * step`, step =

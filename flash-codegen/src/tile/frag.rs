@@ -39,6 +39,7 @@ impl LaneExpr {
         }
     }
 
+    /// The lane-independent part.
     pub fn constant(&self) -> u32 {
         self.constant
     }
@@ -82,7 +83,9 @@ const fn t(c: u32) -> (u32, u32, u32) {
 /// A (row, col) position inside a fragment's tile, as lane expressions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Coord {
+    /// Row inside the tile.
     pub row: LaneExpr,
+    /// Column inside the tile.
     pub col: LaneExpr,
 }
 
@@ -115,25 +118,27 @@ pub const fn c_frag(i: u32) -> Coord {
 /// `chunk` counts 16-byte (8-element) chunks along the contiguous dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LdmAddr {
+    /// Row of the tile the lane's address points at.
     pub row: LaneExpr,
+    /// 16-byte chunk (8 elements) along the contiguous dimension.
     pub chunk: LaneExpr,
 }
 
-/// `ldmatrix.x4` for the A operand of a 16x16 tile stored [m][k]:
+/// `ldmatrix.x4` for the A operand of a 16x16 tile stored `[m][k]`:
 /// lane l -> row l%16, chunk l/16. Registers: a0, a1, a2, a3.
 pub const LDM_A: LdmAddr = LdmAddr {
     row: LaneExpr::new((0, 15, 1), LaneExpr::NONE, 0),
     chunk: LaneExpr::new((4, 1, 1), LaneExpr::NONE, 0),
 };
 
-/// `ldmatrix.x4` for B = X^T with X stored [n][k] (K in S = Q K^T): two n8 tiles, one k16
+/// `ldmatrix.x4` for B = X^T with X stored `[n][k]` (K in S = Q K^T): two n8 tiles, one k16
 /// step. lane l -> row l%8 + 8*(l/16), chunk (l/8)&1. Registers: {b0,b1} of n-tile 0, then 1.
 pub const LDM_B_NK: LdmAddr = LdmAddr {
     row: LaneExpr::new((0, 7, 1), (4, 1, 8), 0),
     chunk: LaneExpr::new((3, 1, 1), LaneExpr::NONE, 0),
 };
 
-/// `ldmatrix.x4.trans` for B stored [k][n] (V in O = P V): one k16 step, two n8 tiles.
+/// `ldmatrix.x4.trans` for B stored `[k][n]` (V in O = P V): one k16 step, two n8 tiles.
 /// lane l -> row l%8 + 8*((l/8)&1), chunk l/16. Registers: {b0,b1} of n-tile 0, then 1.
 pub const LDM_B_KN_TRANS: LdmAddr = LdmAddr {
     row: LaneExpr::new((0, 7, 1), (3, 1, 8), 0),

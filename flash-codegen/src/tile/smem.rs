@@ -16,12 +16,15 @@ pub const ROW_BYTES: u32 = 128;
 pub struct SmemTile {
     /// Byte offset from the start of dynamic shared memory.
     pub base: u32,
+    /// Rows, a multiple of 8.
     pub rows: u32,
     /// Columns (elements), a multiple of 64.
     pub cols: u32,
 }
 
 impl SmemTile {
+    /// A tile at byte offset `base`; panics (generator bug) unless `cols` is a multiple of
+    /// 64 and `rows` of 8.
     pub fn new(base: u32, rows: u32, cols: u32) -> Self {
         assert!(
             cols % 64 == 0 && rows % 8 == 0,
@@ -30,6 +33,7 @@ impl SmemTile {
         SmemTile { base, rows, cols }
     }
 
+    /// Bytes the tile occupies (`rows * cols * 2`).
     pub fn bytes(&self) -> u32 {
         self.rows * self.cols * 2
     }
@@ -97,6 +101,7 @@ pub fn ldm_lane_offset_emit(
 }
 
 impl LdmLanes {
+    /// Emits the four lane offsets of `recipe` for the lane id in `lane`.
     pub fn new(b: &mut Builder, recipe: &LdmAddr, lane: Reg<B32>) -> Self {
         assert!(recipe.row.constant() == 0 && recipe.chunk.constant() == 0);
         let row = recipe.row.emit(b, lane);
