@@ -2,9 +2,9 @@
 //! time. Use it through the `flash-ptx` crate (`flash_ptx::flash_kernel!`), whose paths its
 //! expansion names.
 //!
-//! A thin proc-macro: [`parse`](crate::parse) checks the input (every error points at the
+//! A thin proc-macro: `parse` checks the input (every error points at the
 //! offending token), `flash_codegen::generate` writes each variant's PTX, and
-//! [`expand`](crate::expand) quotes it into a module of string literals and typed handles.
+//! `expand` quotes it into a module of string literals and typed handles.
 
 mod expand;
 mod parse;

@@ -2,8 +2,8 @@
 //!
 //! It copies three 16x16 tiles to swizzled shared memory with `cp.async`, loads them with
 //! the layout code's `ldmatrix` recipes and computes, with `mma.sync.m16n8k16`:
-//! `c1 = a * bt^T` (B from an [n][k] tile, as K in Q K^T) and
-//! `c2 = a * v` (B from a [k][n] tile via `.trans`, as V in P V). c1, c2: f32 row-major.
+//! `c1 = a * bt^T` (B from an `[n][k]` tile, as K in Q K^T) and
+//! `c2 = a * v` (B from a `[k][n]` tile via `.trans`, as V in P V). c1, c2: f32 row-major.
 
 use crate::ptx::{
     Addr, Builder, Entry, F32, HalfFmt, LaunchBounds, Module, Param, Reg, Special, Target, Ty,
@@ -17,7 +17,7 @@ pub fn entry_name(dtype: DType) -> String {
     format!("probe_mma_{}", dtype.name())
 }
 
-/// Parameters, in order: a [16][16], bt [16][16], v [16][16] (dtype), c1, c2 [16][16] f32.
+/// Parameters, in order: `a`, `bt`, `v` `[16][16]` (dtype), `c1`, `c2` `[16][16]` f32.
 pub const PARAMS: [&str; 5] = ["a", "bt", "v", "c1", "c2"];
 
 /// Dynamic shared memory bytes the probe needs.

@@ -140,11 +140,11 @@ impl BlockStream {
     ) {
         b.assign(self.j, first);
         let first64 = b.cvt_u64_u32(first);
-        for i in 0..2 {
-            let off = b.mul_lo_u64(first64, self.step[i]);
-            let cur = b.add_s64(bases[i], off);
-            let nxt = b.add_s64(cur, self.step[i]);
-            b.assign(self.next[i], nxt);
+        for ((base, step), next) in bases.iter().zip(self.step).zip(self.next) {
+            let off = b.mul_lo_u64(first64, step);
+            let cur = b.add_s64(*base, off);
+            let nxt = b.add_s64(cur, step);
+            b.assign(next, nxt);
         }
         let has_blocks = b.setp_u32(Cmp::Lt, first, n_blocks);
         let none = b.label();

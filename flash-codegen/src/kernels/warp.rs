@@ -95,7 +95,7 @@ impl Warp {
     }
 
     /// `acc[nt] += A * B[k][n]`: A fragments from registers (one per k16 step, e.g. P or
-    /// dS converted in place), B from `b_tile` [k][n] at `b_smem` via `ldmatrix.trans`.
+    /// dS converted in place), B from `b_tile` `[k][n]` at `b_smem` via `ldmatrix.trans`.
     pub fn mma_a_b(
         &self,
         b: &mut Builder,
@@ -118,6 +118,7 @@ impl Warp {
 
     /// Stores accumulator rows (converted to `fmt`) to `base + row * row_stride` for rows
     /// below `valid_rows` and head-dim columns below `head_dim`.
+    #[allow(clippy::too_many_arguments)]
     pub fn store_rows(
         &self,
         b: &mut Builder,
