@@ -5,6 +5,8 @@
 //! variant and its tile table), [`abi`] (parameter lists), [`manifest`] (what the offline
 //! generator writes next to the PTX).
 
+#![warn(missing_docs)]
+
 pub mod abi;
 pub mod kernels;
 pub mod manifest;

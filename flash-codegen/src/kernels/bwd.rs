@@ -76,6 +76,7 @@ impl ColStats {
     }
 }
 
+/// The entry of a [`Pass::Bwd`] spec.
 pub fn build(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::Bwd);
     let t = spec.tiles();

@@ -23,11 +23,14 @@ const NEG_INF: f32 = f32::NEG_INFINITY;
 /// Per-row statistics of the thread's rows: `LSE * log2 e` (+inf for fully masked rows
 /// and rows past the end, so that P = 0 there) and D.
 pub struct RowStats {
+    /// `LSE * log2 e` per thread row (+inf where P must be 0).
     pub lse_log2: Vec<Reg<F32>>,
+    /// D = rowsum(dO * O) per thread row.
     pub d: Vec<Reg<F32>>,
 }
 
 impl RowStats {
+    /// Loads the statistics of the thread's rows (rows past the end read as masked).
     pub fn load(b: &mut Builder, p: &Params, q: &QBlock) -> Self {
         let heads = p.u32("heads");
         let lse_base = q.row_stats(b, p, "lse", heads);
@@ -90,6 +93,7 @@ fn ld_f32(d: Reg<F32>, addr: Reg<crate::ptx::B64>) -> crate::ptx::Inst {
     }
 }
 
+/// The entry of a [`Pass::BwdDq`] spec.
 pub fn build(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::BwdDq);
     let t = spec.tiles();

@@ -82,6 +82,7 @@ fn accum_addr(b: &mut Builder, p: &Params, r: &Rows, row: Reg<B32>) -> Reg<B64> 
     b.add_s64(base, bytes)
 }
 
+/// The entry of a [`Pass::BwdPre`] spec.
 pub fn build_pre(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::BwdPre);
     let fmt = half_fmt(spec.dtype);
@@ -166,6 +167,7 @@ pub fn build_pre(spec: &KernelSpec) -> Entry {
     finish(b, spec, ir_params)
 }
 
+/// The entry of a [`Pass::BwdPost`] spec.
 pub fn build_post(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::BwdPost);
     let fmt = half_fmt(spec.dtype);

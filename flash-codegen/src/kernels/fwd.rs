@@ -15,6 +15,7 @@ use crate::spec::KernelSpec;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
+/// The entry of a [`Pass::Fwd`](crate::spec::Pass::Fwd) spec.
 pub fn build(spec: &KernelSpec) -> Entry {
     let t = spec.tiles();
     let (d, dp) = (spec.head_dim, spec.smem_head_dim());

@@ -13,10 +13,15 @@ use crate::spec::KernelSpec;
 
 /// Per-CTA coordinates of a query-block kernel, plus its warp's share.
 pub struct QBlock {
+    /// The thread's warp and its rows.
     pub w: Warp,
+    /// First query row of the block.
     pub m0: Reg<B32>,
+    /// Query head of the CTA.
     pub head: Reg<B32>,
+    /// Batch index of the CTA.
     pub batch: Reg<B32>,
+    /// Key/value head the query head reads (`head / heads_per_kv`).
     pub kv_head: Reg<B32>,
     /// Query rows of this block that exist (`seqlen_q - m0`).
     pub q_rows: Reg<B32>,
@@ -30,6 +35,7 @@ impl Deref for QBlock {
 }
 
 impl QBlock {
+    /// CTA coordinates from the grid, and the warp's share.
     pub fn new(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Self {
         let t = spec.tiles();
         let m_tiles = (t.block_m / t.warps / 16) as usize;

@@ -6,9 +6,11 @@ use crate::ptx::{AnyReg, B32, B64, Builder, F32, Param, Reg};
 pub struct Params(Vec<(Param, AnyReg)>);
 
 impl Params {
+    /// Emits one `ld.param` per parameter.
     pub fn load(b: &mut Builder, params: &[Param]) -> Self {
         Params(params.iter().map(|p| (p.clone(), b.ld_param(p))).collect())
     }
+    /// The register holding parameter `name` (a generator bug if absent).
     pub fn get(&self, name: &str) -> AnyReg {
         self.0
             .iter()
@@ -16,18 +18,21 @@ impl Params {
             .unwrap_or_else(|| panic!("no param {name}"))
             .1
     }
+    /// A `u32` parameter.
     pub fn u32(&self, name: &str) -> Reg<B32> {
         match self.get(name) {
             AnyReg::B32(r) => r,
             r => panic!("generator bug: param {name} is {r:?}"),
         }
     }
+    /// A `u64` parameter (pointers, batch strides).
     pub fn u64(&self, name: &str) -> Reg<B64> {
         match self.get(name) {
             AnyReg::B64(r) => r,
             r => panic!("generator bug: param {name} is {r:?}"),
         }
     }
+    /// An `f32` parameter.
     pub fn f32(&self, name: &str) -> Reg<F32> {
         match self.get(name) {
             AnyReg::F32(r) => r,

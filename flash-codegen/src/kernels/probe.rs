@@ -23,6 +23,7 @@ pub const PARAMS: [&str; 5] = ["a", "bt", "v", "c1", "c2"];
 /// Dynamic shared memory bytes the probe needs.
 pub const SMEM_BYTES: u32 = 3 * 16 * 128;
 
+/// The tensor-core input format of an element type.
 pub fn half_fmt(d: DType) -> HalfFmt {
     match d {
         DType::F16 => HalfFmt::F16,
@@ -30,6 +31,7 @@ pub fn half_fmt(d: DType) -> HalfFmt {
     }
 }
 
+/// The probe module for `dtype` (one entry, [`entry_name`]).
 pub fn module(dtype: DType) -> Module {
     let mut b = Builder::new();
     let params: Vec<Param> = PARAMS

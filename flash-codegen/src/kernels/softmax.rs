@@ -55,6 +55,7 @@ pub struct OnlineSoftmax {
 }
 
 impl OnlineSoftmax {
+    /// Fresh statistics (`m_i = -inf`, `l_i = 0`) for `2 * m_tiles` rows.
     pub fn new(b: &mut Builder, m_tiles: usize, scale_log2: Reg<F32>) -> Self {
         let m_i = (0..2 * m_tiles).map(|_| b.mov(NEG_INF)).collect();
         let l_i = (0..2 * m_tiles).map(|_| b.mov(0.0f32)).collect();

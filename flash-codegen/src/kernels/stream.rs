@@ -9,6 +9,7 @@ use crate::ptx::{Addr, B32, B64, Builder, Cmp, Label, Reg};
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
+/// Two operands streamed block by block (see the module docs).
 pub struct BlockStream {
     copies: [TileCopy; 2],
     /// Stage-0 tiles of the two operands; stage s sits `s * stage_bytes` further.

@@ -9,9 +9,13 @@ use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};
 
 /// A warp owning `16 * m_tiles` consecutive rows of a block.
 pub struct Warp {
+    /// `%tid.x`.
     pub tid: Reg<B32>,
+    /// Lane id (`tid & 31`).
     pub lane: Reg<B32>,
+    /// Warp index in the CTA (`tid >> 5`).
     pub warp: Reg<B32>,
+    /// m16 row tiles the warp owns.
     pub m_tiles: usize,
     /// First row of the warp inside the block (`16 * m_tiles * warp`).
     pub warp_row: Reg<B32>,
@@ -19,12 +23,16 @@ pub struct Warp {
     pub rows: Vec<Reg<B32>>,
     /// `2 * (lane & 3)`: the first accumulator column of the thread.
     pub t2: Reg<B32>,
+    /// ldmatrix addressing of A operands (`[m][k]` tiles).
     pub a_lanes: LdmLanes,
+    /// ldmatrix addressing of B operands stored `[n][k]`.
     pub bt_lanes: LdmLanes,
+    /// ldmatrix.trans addressing of B operands stored `[k][n]`.
     pub b_lanes: LdmLanes,
 }
 
 impl Warp {
+    /// Lane coordinates, the warp's rows and its ldmatrix lane offsets.
     pub fn new(b: &mut Builder, m_tiles: usize) -> Self {
         let tid = b.special(Special::TidX);
         let lane = b.and_b32(tid, 31u32);
