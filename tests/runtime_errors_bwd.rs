@@ -50,7 +50,10 @@ fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArg
             }),
         }),
         // atomic mode: the plans below expect the dq_accum scratch and the post pass
-        params: BwdParams { deterministic: false, ..BwdParams::default() },
+        params: BwdParams {
+            deterministic: false,
+            ..BwdParams::default()
+        },
     }
 }
 

@@ -40,7 +40,11 @@ pub struct BwdParams {
 
 impl Default for BwdParams {
     fn default() -> Self {
-        BwdParams { causal: false, softmax_scale: None, deterministic: true }
+        BwdParams {
+            causal: false,
+            softmax_scale: None,
+            deterministic: true,
+        }
     }
 }
 
