@@ -2,7 +2,9 @@
 
 pub mod builder;
 pub mod inst;
+pub mod modifiers;
 pub mod module;
+pub mod operand;
 pub mod print;
 pub mod types;
 

@@ -1,0 +1,155 @@
+//! PTX IR layer: the builder's memory, tensor-core, warp and barrier instructions.
+
+use super::Builder;
+use crate::ptx::inst::{
+    AnyReg, CpCache, CpSize, HalfFmt, Inst, LdCache, LdmNum, Mma, MmaKind, ShflMode, Space, Ty,
+};
+use crate::ptx::module::Param;
+use crate::ptx::types::{Addr, B32, B64, F32, Kind, Operand, Reg, RegClass};
+
+impl Builder {
+    /// `ld.param`: loads kernel parameter `p` into a fresh register of its class.
+    pub fn ld_param(&mut self, p: &Param) -> AnyReg {
+        let d: AnyReg = match p.ty.class() {
+            RegClass::Pred | RegClass::B16 => panic!("generator bug: {:?} parameter", p.ty),
+            RegClass::B32 => self.reg::<B32>().into(),
+            RegClass::F32 => self.reg::<F32>().into(),
+            RegClass::B64 => self.reg::<B64>().into(),
+        };
+        self.push(Inst::LdParam {
+            ty: p.ty,
+            d,
+            param: p.name.clone(),
+        });
+        d
+    }
+
+    /// `cvta.to.global.u64`: a generic address as a global one.
+    pub fn cvta_global(&mut self, a: Reg<B64>) -> Reg<B64> {
+        let d = self.reg();
+        self.push(Inst::CvtaGlobal { d, a });
+        d
+    }
+
+    /// Loads `N` 32-bit words (`.v2`/`.v4` when N > 1) of type `ty` (B32 or F32 class).
+    pub fn ld<K: Kind, const N: usize>(
+        &mut self,
+        space: Space,
+        cache: LdCache,
+        ty: Ty,
+        addr: Addr,
+    ) -> [Reg<K>; N]
+    where
+        AnyReg: From<Reg<K>>,
+    {
+        assert_eq!(
+            ty.class(),
+            K::CLASS,
+            "generator bug: ld type/class mismatch"
+        );
+        let d: [Reg<K>; N] = std::array::from_fn(|_| self.reg::<K>());
+        self.push(Inst::Ld {
+            space,
+            cache,
+            ty,
+            d: d.iter().map(|r| (*r).into()).collect(),
+            addr,
+        });
+        d
+    }
+
+    /// Stores `src` (`.v2`/`.v4` when more than one).
+    pub fn st<K: Kind>(&mut self, space: Space, ty: Ty, addr: Addr, src: &[Reg<K>])
+    where
+        AnyReg: From<Reg<K>>,
+    {
+        assert_eq!(
+            ty.class(),
+            K::CLASS,
+            "generator bug: st type/class mismatch"
+        );
+        self.push(Inst::St {
+            space,
+            ty,
+            src: src.iter().map(|r| (*r).into()).collect(),
+            addr,
+        });
+    }
+
+    /// `cp.async` of `size` bytes; with `src_size`, bytes past it are zero-filled.
+    pub fn cp_async(&mut self, size: CpSize, dst: Addr, src: Addr, src_size: Option<Operand<B32>>) {
+        let cache = if size == CpSize::B16 {
+            CpCache::Cg
+        } else {
+            CpCache::Ca
+        };
+        self.push(Inst::CpAsync {
+            cache,
+            size,
+            dst,
+            src,
+            src_size,
+        });
+    }
+    /// `cp.async.commit_group`: closes the group of `cp.async` issued since the last commit.
+    pub fn cp_async_commit(&mut self) {
+        self.push(Inst::CpAsyncCommit);
+    }
+    /// Waits until at most `pending` committed groups are in flight.
+    pub fn cp_async_wait(&mut self, pending: u32) {
+        self.push(Inst::CpAsyncWait { pending });
+    }
+
+    /// `ldmatrix` of N 8x8 b16 matrices (N = 1, 2 or 4).
+    pub fn ldmatrix<const N: usize>(&mut self, trans: bool, addr: Addr) -> [Reg<B32>; N] {
+        let num = match N {
+            1 => LdmNum::X1,
+            2 => LdmNum::X2,
+            4 => LdmNum::X4,
+            _ => panic!("generator bug: ldmatrix .x{N}"),
+        };
+        let d: [Reg<B32>; N] = std::array::from_fn(|_| self.reg::<B32>());
+        self.push(Inst::Ldmatrix {
+            num,
+            trans,
+            d: d.to_vec(),
+            addr,
+        });
+        d
+    }
+
+    /// `acc += a * b` with one m16n8k16 tensor-core instruction.
+    pub fn mma(&mut self, fmt: HalfFmt, acc: [Reg<F32>; 4], a: [Reg<B32>; 4], b: [Reg<B32>; 2]) {
+        self.push(Inst::Mma(Mma {
+            kind: MmaKind::M16N8K16F32(fmt),
+            d: acc,
+            a,
+            b,
+            c: acc,
+        }));
+    }
+
+    /// Butterfly shuffle of an f32 across lanes `lane ^ mask` (full warp).
+    pub fn shfl_bfly_f32(&mut self, a: Reg<F32>, lane_mask: u32) -> Reg<F32> {
+        let d = self.reg::<F32>();
+        self.push(Inst::Shfl {
+            mode: ShflMode::Bfly,
+            d: d.into(),
+            a: a.into(),
+            lane: lane_mask,
+            clamp: 0x1f,
+            mask: u32::MAX,
+        });
+        d
+    }
+
+    /// `bar.sync 0`: every thread of the CTA waits here.
+    pub fn bar_sync(&mut self) {
+        self.push(Inst::BarSync { id: 0 });
+    }
+
+    /// `red.global.add.f32`: atomically adds `v` at `addr` (no return value).
+    pub fn red_add_f32(&mut self, addr: Addr, v: Reg<F32>) {
+        self.push(Inst::RedAddF32 { addr, v });
+    }
+}
