@@ -1,5 +1,6 @@
 //! PTX IR layer: the modifiers of instructions, each an enum, and the legal `mma` forms.
 
+use super::operand::Ty;
 use super::types::{B32, F32, Reg};
 
 /// Arithmetic, logic and special-function operations (`op[.mods].ty d, a, b[, c]`).
@@ -52,6 +53,27 @@ pub enum AluOp {
 }
 
 impl AluOp {
+    /// Whether `op.ty` exists in PTX: float-only approximations and `fma`/`mul` without
+    /// `.lo`, integer-only `.lo`/`.wide` forms, `neg` on signed or float types only, and
+    /// `div`/`rem` on integers only (a float `div` needs a rounding mode flash-ptx never
+    /// emits).
+    pub fn legal_for(self, ty: Ty) -> bool {
+        let float = ty == Ty::F32;
+        let signed_or_float = matches!(ty, Ty::S32 | Ty::S64 | Ty::F32);
+        match self {
+            AluOp::Mul | AluOp::Fma | AluOp::Ex2 | AluOp::Lg2 | AluOp::Rcp => float,
+            AluOp::MulLo
+            | AluOp::MulWide
+            | AluOp::MadLo
+            | AluOp::MadWide
+            | AluOp::Div
+            | AluOp::Rem => !float,
+            AluOp::And | AluOp::Or | AluOp::Xor | AluOp::Not | AluOp::Shl | AluOp::Shr => !float,
+            AluOp::Neg => signed_or_float,
+            AluOp::Add | AluOp::Sub | AluOp::Min | AluOp::Max => true,
+        }
+    }
+
     /// Number of source operands.
     pub fn arity(self) -> usize {
         match self {

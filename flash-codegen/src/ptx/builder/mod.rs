@@ -75,6 +75,10 @@ impl Builder {
 
     fn alu(&mut self, op: AluOp, ty: Ty, d: AnyReg, src: Vec<AnyOperand>) {
         debug_assert_eq!(src.len(), op.arity(), "generator bug: {op:?} arity");
+        assert!(
+            op.legal_for(ty),
+            "generator bug: {op:?}.{ty:?} is not a PTX instruction"
+        );
         self.push(Inst::Alu { op, ty, d, src });
     }
 
