@@ -18,6 +18,7 @@ import gpu_check_fwd as ours  # noqa: E402
 ours.PTX_DIR = sys.argv[1]
 QUICK = "--quick" in sys.argv
 OUT = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else None
+DIMS = [int(x) for x in sys.argv[sys.argv.index("--dims") + 1].split(",")] if "--dims" in sys.argv else None
 
 
 def bench(fn):
@@ -31,7 +32,7 @@ def sdpa(backend, q, k, v, causal):
 
 def main():
     rows = []
-    dims = [64, 128, 256]
+    dims = DIMS or [64, 128, 256]
     seqs = [512, 1024, 2048, 4096, 8192, 16384]
     dtypes = [torch.bfloat16, torch.float16]
     if QUICK:
