@@ -346,6 +346,16 @@ mod tests {
         }
     }
 
+    /// The shared-memory budgets the README promises: every forward fits RTX 30/40
+    /// (99 KiB per block), every kernel fits an H100/H200 (227 KiB per block).
+    #[test]
+    fn shared_memory_budgets() {
+        for s in KernelSpec::all() {
+            let limit = if s.pass == Pass::Fwd { 96 * 1024 } else { 227 * 1024 };
+            assert!(s.smem_bytes() <= limit, "{s}: {} bytes", s.smem_bytes());
+        }
+    }
+
     #[test]
     fn kernel_head_dim_rounds_up() {
         assert_eq!(KernelSpec::kernel_head_dim(8), Some(32));
