@@ -351,7 +351,11 @@ mod tests {
     #[test]
     fn shared_memory_budgets() {
         for s in KernelSpec::all() {
-            let limit = if s.pass == Pass::Fwd { 96 * 1024 } else { 227 * 1024 };
+            let limit = if s.pass == Pass::Fwd {
+                96 * 1024
+            } else {
+                227 * 1024
+            };
             assert!(s.smem_bytes() <= limit, "{s}: {} bytes", s.smem_bytes());
         }
     }
