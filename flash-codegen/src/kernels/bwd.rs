@@ -17,7 +17,6 @@
 use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
 use super::params::Params;
-use super::probe::half_fmt;
 use super::softmax::{AccTiles, p_as_a};
 use super::stream::BlockStream;
 use super::warp::Warp;
@@ -91,7 +90,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
             && d.div_ceil(64) % (t.warps / row_tiles) == 0,
         "generator bug: bwd tiles {t:?}"
     );
-    let fmt = half_fmt(spec.dtype);
+    let fmt = spec.dtype.half_fmt();
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(format!(
@@ -373,7 +372,7 @@ fn accumulate_dq(
     (qw, grp): (Reg<B32>, Option<Reg<B32>>),
     (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
 ) {
-    let fmt: HalfFmt = half_fmt(spec.dtype);
+    let fmt: HalfFmt = spec.dtype.half_fmt();
     let t = spec.tiles();
     let d = spec.head_dim;
     let groups = t.warps / (t.block_m / 16);

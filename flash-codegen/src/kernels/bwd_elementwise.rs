@@ -6,7 +6,6 @@
 //! `block_m / warps` rows per warp.
 
 use super::params::Params;
-use super::probe::half_fmt;
 use crate::abi;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
@@ -85,7 +84,7 @@ fn accum_addr(b: &mut Builder, p: &Params, r: &Rows, row: Reg<B32>) -> Reg<B64> 
 /// The entry of a [`Pass::BwdPre`] spec.
 pub fn build_pre(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::BwdPre);
-    let fmt = half_fmt(spec.dtype);
+    let fmt = spec.dtype.half_fmt();
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(format!("{}: D = rowsum(dO * O); dq_accum = 0", spec.name()));
@@ -170,7 +169,7 @@ pub fn build_pre(spec: &KernelSpec) -> Entry {
 /// The entry of a [`Pass::BwdPost`] spec.
 pub fn build_post(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::BwdPost);
-    let fmt = half_fmt(spec.dtype);
+    let fmt = spec.dtype.half_fmt();
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(format!("{}: dQ = dq_accum * softmax_scale", spec.name()));

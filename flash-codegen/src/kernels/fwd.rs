@@ -6,7 +6,6 @@
 
 use super::mainloop::{QBlock, kv_blocks, mask_block};
 use super::params::Params;
-use super::probe::half_fmt;
 use super::softmax::{OnlineSoftmax, p_as_a};
 use super::stream::BlockStream;
 use crate::abi;
@@ -19,7 +18,7 @@ use crate::tile::smem::SmemTile;
 pub fn build(spec: &KernelSpec) -> Entry {
     let t = spec.tiles();
     let (d, dp) = (spec.head_dim, spec.smem_head_dim());
-    let fmt = half_fmt(spec.dtype);
+    let fmt = spec.dtype.half_fmt();
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(format!(

@@ -6,7 +6,7 @@
 //! `c2 = a * v` (B from a `[k][n]` tile via `.trans`, as V in P V). c1, c2: f32 row-major.
 
 use crate::ptx::{
-    Addr, Builder, Entry, F32, HalfFmt, LaunchBounds, Module, Param, Reg, Special, Target, Ty,
+    Addr, Builder, Entry, F32, LaunchBounds, Module, Param, Reg, Special, Target, Ty,
 };
 use crate::spec::DType;
 use crate::tile::frag::{LDM_A, LDM_B_KN_TRANS, LDM_B_NK, c_frag};
@@ -22,14 +22,6 @@ pub const PARAMS: [&str; 5] = ["a", "bt", "v", "c1", "c2"];
 
 /// Dynamic shared memory bytes the probe needs.
 pub const SMEM_BYTES: u32 = 3 * 16 * 128;
-
-/// The tensor-core input format of an element type.
-pub fn half_fmt(d: DType) -> HalfFmt {
-    match d {
-        DType::F16 => HalfFmt::F16,
-        DType::Bf16 => HalfFmt::Bf16,
-    }
-}
 
 /// The probe module for `dtype` (one entry, [`entry_name`]).
 pub fn module(dtype: DType) -> Module {
@@ -88,7 +80,7 @@ pub fn module(dtype: DType) -> Module {
     let v = b.ldmatrix::<4>(true, v_addr);
 
     b.comment("-- c = a * b, two n8 tiles each --");
-    let fmt = half_fmt(dtype);
+    let fmt = dtype.half_fmt();
     for (bf, out) in [(bt, ptrs[3]), (v, ptrs[4])] {
         for j in 0..2 {
             let acc: [Reg<F32>; 4] = std::array::from_fn(|_| b.mov(0.0f32));

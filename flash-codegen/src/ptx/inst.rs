@@ -6,7 +6,7 @@
 
 pub use super::modifiers::*;
 pub use super::operand::*;
-use super::types::{Addr, B16, B32, B64, F32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};
+use super::types::{Addr, B16, B32, B64, F32, Guard, Label, Operand, Pred, Reg};
 
 /// One instruction. Its guard (if any) lives in [`Stmt::Inst`].
 #[derive(Clone, Debug, PartialEq)]
@@ -315,9 +315,4 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         Inst::Bra { .. } | Inst::Ret => {}
     }
     out
-}
-
-/// A kind marker's class, for generic code over [`Kind`].
-pub fn class_of<K: Kind>() -> RegClass {
-    K::CLASS
 }

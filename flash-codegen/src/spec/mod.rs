@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::ptx::Target;
+use crate::ptx::{HalfFmt, Target};
 
 mod tiles;
 
@@ -65,6 +65,14 @@ pub enum DType {
 }
 
 impl DType {
+    /// The tensor-core input format of this element type.
+    pub fn half_fmt(self) -> HalfFmt {
+        match self {
+            DType::F16 => HalfFmt::F16,
+            DType::Bf16 => HalfFmt::Bf16,
+        }
+    }
+
     /// Both element types.
     pub const ALL: [DType; 2] = [DType::F16, DType::Bf16];
     /// The dtype's part of a kernel name (`f16`, `bf16`).

@@ -31,14 +31,6 @@ impl LaneExpr {
             + self.constant
     }
 
-    /// The lane-dependent part (constant 0), for per-lane registers computed once.
-    pub fn lane_part(&self) -> LaneExpr {
-        LaneExpr {
-            constant: 0,
-            ..*self
-        }
-    }
-
     /// The lane-independent part.
     pub fn constant(&self) -> u32 {
         self.constant
