@@ -37,7 +37,7 @@ pub struct StreamLoop {
 /// A per-row f32 vector streamed block by block: thread `tid < rows` copies element
 /// `tid` (4-byte `cp.async`, zero past the sequence end).
 pub struct VecCopy {
-    /// Byte offset of stage 0 in shared memory; stage s sits `s * stage_bytes` further.
+    /// Byte offset of stage 0 in shared memory; stage s sits `s * rows * 4` further.
     pub base: u32,
     /// Global byte address of element 0 of the current slice.
     src: Reg<B64>,
@@ -91,8 +91,8 @@ impl BlockStream {
         }
     }
 
-    /// Adds `n` per-row f32 vectors after the tiles; returns their stage-0 offsets.
-    /// Their sources are set by [`BlockStream::start_vectors`].
+    /// Adds `n` per-row f32 vectors after the tiles ([`BlockStream::vector_addr`] finds
+    /// them inside the loop); their sources are set by [`BlockStream::start_vectors`].
     pub fn with_vectors(mut self, b: &mut Builder, n: usize) -> Self {
         let tiles_end = self.tiles[0].base + 2 * self.stages * self.stage_bytes;
         for i in 0..n as u32 {
@@ -103,11 +103,6 @@ impl BlockStream {
             });
         }
         self
-    }
-
-    /// Stage-0 offsets of the streamed vectors.
-    pub fn vector_bases(&self) -> Vec<u32> {
-        self.vectors.iter().map(|v| v.base).collect()
     }
 
     /// Shared-memory bytes of all buffers.
