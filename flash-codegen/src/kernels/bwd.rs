@@ -17,7 +17,7 @@
 use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
 use super::params::Params;
-use super::softmax::{AccTiles, p_as_a};
+use super::softmax::{AccTiles, lse_log2, p_as_a};
 use super::stream::BlockStream;
 use super::warp::Warp;
 use crate::abi;
@@ -28,10 +28,6 @@ use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;
 use crate::tile::frag::LDM_B_NK;
 use crate::tile::smem::{ROW_BYTES, SmemTile, ldm_lane_offset_emit};
-
-const LOG2_E: f32 = std::f32::consts::LOG2_E;
-const INF: f32 = f32::INFINITY;
-const NEG_INF: f32 = f32::NEG_INFINITY;
 
 /// Per-column statistics of the current query block, staged in shared memory by the
 /// stream (zero past the sequence end: there Q and dO are zero too, so P = 1 is harmless).
@@ -63,11 +59,7 @@ impl ColStats {
 
     /// `LSE * log2 e` of n-tile `nt`'s two columns; +inf for fully masked rows (-inf LSE).
     fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
-        Self::pair(b, self.lse, nt).map(|l| {
-            let masked = b.setp_f32(Cmp::Eq, l, NEG_INF);
-            let l2 = b.mul_f32(l, LOG2_E);
-            b.selp_f32(INF, l2, masked)
-        })
+        Self::pair(b, self.lse, nt).map(|l| lse_log2(b, l))
     }
 
     fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {

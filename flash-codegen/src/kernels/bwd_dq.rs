@@ -7,17 +7,13 @@
 
 use super::mainloop::{QBlock, kv_blocks, mask_block};
 use super::params::Params;
-use super::softmax::{AccTiles, p_as_a};
+use super::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
 use super::stream::BlockStream;
 use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
-
-const LOG2_E: f32 = std::f32::consts::LOG2_E;
-const INF: f32 = f32::INFINITY;
-const NEG_INF: f32 = f32::NEG_INFINITY;
 
 /// Per-row statistics of the thread's rows: `LSE * log2 e` (+inf for fully masked rows
 /// and rows past the end, so that P = 0 there) and D.
@@ -45,12 +41,22 @@ impl RowStats {
             let la = b.mad_wide_u32(row, 4u32, lse_base);
             let da = b.mad_wide_u32(row, 4u32, d_base);
             b.when(ok, false, |b| {
-                b.push(ld_f32(lse, la));
-                b.push(ld_f32(d, da));
+                b.ld_into(
+                    Space::Global,
+                    LdCache::NonCoherent,
+                    Ty::F32,
+                    Addr::Global(la, 0),
+                    &[lse],
+                );
+                b.ld_into(
+                    Space::Global,
+                    LdCache::NonCoherent,
+                    Ty::F32,
+                    Addr::Global(da, 0),
+                    &[d],
+                );
             });
-            let masked = b.setp_f32(Cmp::Eq, lse, NEG_INF);
-            let l2 = b.mul_f32(lse, LOG2_E);
-            stats.lse_log2.push(b.selp_f32(INF, l2, masked));
+            stats.lse_log2.push(lse_log2(b, lse));
             stats.d.push(d);
         }
         stats
@@ -79,16 +85,6 @@ impl RowStats {
                 }
             }
         }
-    }
-}
-
-fn ld_f32(d: Reg<F32>, addr: Reg<crate::ptx::B64>) -> crate::ptx::Inst {
-    crate::ptx::Inst::Ld {
-        space: Space::Global,
-        cache: LdCache::NonCoherent,
-        ty: Ty::F32,
-        d: vec![d.into()],
-        addr: Addr::Global(addr, 0),
     }
 }
 

@@ -113,20 +113,20 @@ pub fn build_pre(spec: &KernelSpec) -> Entry {
         let zeros: [Reg<B32>; 4] = std::array::from_fn(|_| b.mov(0u32));
         let (ow, dw) = (zeros, zeros.map(|_| b.mov(0u32)));
         b.when(r.chunk_ok, false, |b| {
-            b.push(crate::ptx::Inst::Ld {
-                space: Space::Global,
-                cache: LdCache::NonCoherent,
-                ty: Ty::B32,
-                d: ow.iter().map(|x| (*x).into()).collect(),
-                addr: Addr::Global(oa, 0),
-            });
-            b.push(crate::ptx::Inst::Ld {
-                space: Space::Global,
-                cache: LdCache::NonCoherent,
-                ty: Ty::B32,
-                d: dw.iter().map(|x| (*x).into()).collect(),
-                addr: Addr::Global(da, 0),
-            });
+            b.ld_into(
+                Space::Global,
+                LdCache::NonCoherent,
+                Ty::B32,
+                Addr::Global(oa, 0),
+                &ow,
+            );
+            b.ld_into(
+                Space::Global,
+                LdCache::NonCoherent,
+                Ty::B32,
+                Addr::Global(da, 0),
+                &dw,
+            );
         });
         for (o, d) in ow.iter().zip(&dw) {
             let (o0, o1) = unpack_f32(b, fmt, *o);

@@ -5,7 +5,7 @@ use super::softmax::AccTiles;
 use crate::ptx::{B32, Builder, Cmp, Reg};
 use crate::tile::frag::c_frag;
 
-const NEG_INF: f32 = f32::NEG_INFINITY;
+use super::softmax::NEG_INF;
 
 /// Per-row key limits of one thread: key `j` of a row is valid iff `j < limit(row)`.
 pub struct KeyMask {

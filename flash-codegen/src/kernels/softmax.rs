@@ -10,7 +10,7 @@ use crate::ptx::{B32, Builder, Cmp, F32, Reg};
 
 /// log(2), to turn the log2-domain row statistics into a natural-log LSE.
 const LN_2: f32 = std::f32::consts::LN_2;
-const NEG_INF: f32 = f32::NEG_INFINITY;
+pub(crate) const NEG_INF: f32 = f32::NEG_INFINITY;
 
 /// Accumulator tiles `[m-tile][n-tile]`, each an m16n8 C fragment.
 pub type AccTiles = Vec<Vec<[Reg<F32>; 4]>>;
@@ -164,4 +164,12 @@ pub fn p_as_a(
             ]
         })
         .collect()
+}
+
+/// The backward's per-row `LSE * log2 e`, so that `P = exp2(S * scale_log2 - it)`; a fully
+/// masked row (LSE = -inf) gets +inf, so its P is 0 rather than NaN.
+pub fn lse_log2(b: &mut Builder, lse: Reg<F32>) -> Reg<F32> {
+    let masked = b.setp_f32(Cmp::Eq, lse, NEG_INF);
+    let l2 = b.mul_f32(lse, std::f32::consts::LOG2_E);
+    b.selp_f32(f32::INFINITY, l2, masked)
 }

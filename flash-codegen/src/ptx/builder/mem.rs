@@ -48,6 +48,27 @@ impl Builder {
             "generator bug: ld type/class mismatch"
         );
         let d: [Reg<K>; N] = std::array::from_fn(|_| self.reg::<K>());
+        self.ld_into(space, cache, ty, addr, &d);
+        d
+    }
+
+    /// Loads into existing registers (`.v2`/`.v4` when more than one): for guarded loads
+    /// whose registers hold a default when the guard is off.
+    pub fn ld_into<K: Kind>(
+        &mut self,
+        space: Space,
+        cache: LdCache,
+        ty: Ty,
+        addr: Addr,
+        d: &[Reg<K>],
+    ) where
+        AnyReg: From<Reg<K>>,
+    {
+        assert_eq!(
+            ty.class(),
+            K::CLASS,
+            "generator bug: ld type/class mismatch"
+        );
         self.push(Inst::Ld {
             space,
             cache,
@@ -55,7 +76,6 @@ impl Builder {
             d: d.iter().map(|r| (*r).into()).collect(),
             addr,
         });
-        d
     }
 
     /// Stores `src` (`.v2`/`.v4` when more than one).
