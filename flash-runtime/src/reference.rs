@@ -268,7 +268,7 @@ pub fn rel_l2<A: Copy + Into<f64>, B: Copy + Into<f64>>(got: &[A], want: &[B]) -
 mod tests {
     use super::*;
 
-    fn shape(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> Shape {
+    pub(crate) fn shape(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> Shape {
         Shape {
             batch: b,
             seqlen_q: sq,

@@ -162,19 +162,9 @@ pub fn backward<T: Copy + Into<f64> + Sync>(
 #[cfg(test)]
 mod tests {
     use super::super::rel_l2;
+    use super::super::tests::shape;
     use super::*;
     use crate::rng::Rng;
-
-    fn shape(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> Shape {
-        Shape {
-            batch: b,
-            seqlen_q: sq,
-            seqlen_k: sk,
-            heads: h,
-            heads_k: hk,
-            head_dim: d,
-        }
-    }
 
     fn randn(rng: &mut Rng, n: usize) -> Vec<f64> {
         (0..n).map(|_| rng.normal_f64()).collect()
