@@ -204,6 +204,7 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
         (mma(HalfFmt::F16), "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3}, {%r0, %r1, %r2, %r3}, {%r4, %r5}, {%f4, %f5, %f6, %f7};"),
         (mma(HalfFmt::Bf16), "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f0, %f1, %f2, %f3}, {%r0, %r1, %r2, %r3}, {%r4, %r5}, {%f4, %f5, %f6, %f7};"),
         // -- warp shuffles, barriers, atomics, control flow --
+        (Inst::VoteAny { d: p[1], a: p[0] }, "vote.sync.any.pred %p1, %p0, 0xffffffff;"),
         (Inst::Shfl { mode: ShflMode::Bfly, d: f[1].into(), a: f[0].into(), lane: 1, clamp: 0x1f, mask: u32::MAX }, "shfl.sync.bfly.b32 %f1, %f0, 1, 0x1f, 0xffffffff;"),
         (Inst::Shfl { mode: ShflMode::Idx, d: x[1].into(), a: x[0].into(), lane: 0, clamp: 0x1f, mask: u32::MAX }, "shfl.sync.idx.b32 %r1, %r0, 0, 0x1f, 0xffffffff;"),
         (Inst::BarSync { id: 0 }, "bar.sync 0;"),

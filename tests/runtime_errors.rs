@@ -324,12 +324,12 @@ fn grid_too_large() {
 
 #[test]
 fn invalid_scale() {
-    for s in [f32::NAN, f32::INFINITY] {
+    for s in [f32::NAN, f32::INFINITY, 0.0, -0.125] {
         let mut a = args(1, 8, 8, 2, 2, 64);
         a.params.softmax_scale = Some(s);
         let (e, msg) = err(&a);
         assert!(
-            matches!(e, FlashError::InvalidParam(_)) && msg.contains("finite"),
+            matches!(e, FlashError::InvalidParam(_)) && msg.contains("positive and finite"),
             "{msg}"
         );
     }

@@ -37,6 +37,11 @@ enum Command {
         /// The directory --all writes to (created if missing).
         #[arg(long, value_name = "DIR", requires = "all")]
         out_dir: Option<PathBuf>,
+        /// Tuning: build (pass, head dim) with other tiles than the table's, e.g.
+        /// `fwd:256=128,32,8,2,1` or `bwd:64=64,64,4,2,1,resident` (repeatable).
+        #[arg(long = "tile", value_name = "PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident]",
+              value_parser = flash_codegen::spec::parse_override)]
+        tiles: Vec<(flash_codegen::Pass, u32, flash_codegen::TileConfig)>,
     },
 }
 
@@ -116,6 +121,9 @@ fn emit_all(dir: &Path) -> Result<(), String> {
 }
 
 fn run(cli: Cli) -> Result<(), String> {
+    if let Command::Emit { tiles, .. } = &cli.command {
+        flash_codegen::spec::set_overrides(tiles.clone());
+    }
     match cli.command {
         Command::List => {
             let names: Vec<String> = KernelSpec::all().iter().map(KernelSpec::name).collect();

@@ -19,7 +19,7 @@ use super::mask::QueryMask;
 use super::params::Params;
 use super::softmax::{AccTiles, lse_log2, p_as_a};
 use super::stream::BlockStream;
-use super::warp::Warp;
+use super::warp::{AOperand, Warp};
 use crate::abi;
 use crate::ptx::{
     Addr, B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, LdCache, Reg, Space, Special, Ty,
@@ -138,6 +138,9 @@ pub fn build(spec: &KernelSpec) -> Entry {
         );
         copy.issue(&mut b, smem, tile.base, base, k_rows);
     }
+    if t.resident {
+        b.cp_async_commit();
+    }
 
     b.comment("-- query blocks that see this key block: from the causal diagonal on --");
     let n_qblocks = b.add_u32(seqlen_q, bm - 1);
@@ -206,6 +209,17 @@ pub fn build(spec: &KernelSpec) -> Entry {
             n_qblocks,
         );
         b.cp_async_commit();
+        // K and V (first head: in the group before Q's) have landed once this waits
+        let kv_frags = t.resident.then(|| {
+            b.comment("-- K and V fragments to registers --");
+            b.cp_async_wait(1);
+            b.bar_sync();
+            [&k_tile, &v_tile].map(|tile| w.load_a(&mut b, (tile, smem), d))
+        });
+        let [k_operand, v_operand] = match &kv_frags {
+            Some([kf, vf]) => [AOperand::Regs(kf), AOperand::Regs(vf)],
+            None => [AOperand::Smem(&k_tile, smem), AOperand::Smem(&v_tile, smem)],
+        };
         let (m0, st, lp) = qs.begin(&mut b, smem, seqlen_q, n_qblocks);
         let [q_tile, do_tile] = qs.tiles;
         let (lse_smem, d_smem) = (
@@ -224,7 +238,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 c0 + sub
             ));
             let mut pt = w.acc_zeros(&mut b, sub);
-            w.mma_a_bt(&mut b, fmt, &pt, (&k_tile, smem), (&q_sub, st), d);
+            w.mma_a_bt(&mut b, fmt, &pt, k_operand, (&q_sub, st), d);
             if spec.causal {
                 let m0c = b.add_u32(m0, c0);
                 let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
@@ -249,7 +263,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
             if do_dk {
                 b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
                 let mut ds = w.acc_zeros(&mut b, sub);
-                w.mma_a_bt(&mut b, fmt, &ds, (&v_tile, smem), (&do_sub, st), d);
+                w.mma_a_bt(&mut b, fmt, &ds, v_operand, (&do_sub, st), d);
                 for (nt, (pf, df)) in pt[0].iter().zip(ds[0].iter_mut()).enumerate() {
                     let dcol = stats.d(&mut b, nt0 + nt);
                     for e in 0..4 {

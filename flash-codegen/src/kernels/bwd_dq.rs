@@ -9,6 +9,7 @@ use super::mainloop::{QBlock, kv_blocks, mask_block};
 use super::params::Params;
 use super::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
 use super::stream::BlockStream;
+use super::warp::AOperand;
 use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelSpec, Pass};
@@ -140,8 +141,24 @@ pub fn build(spec: &KernelSpec) -> Entry {
         let copy = TileCopy::new(&mut b, tile, d, t.threads(), q.tid, p.u32(stride), head_dim);
         copy.issue(&mut b, smem, tile.base, base, q.q_rows);
     }
+    if t.resident {
+        b.cp_async_commit(); // Q and dO land first, then their fragments move to registers
+    }
     kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
+    let frags = t.resident.then(|| {
+        b.comment("-- Q and dO fragments to registers, once --");
+        b.cp_async_wait(1);
+        b.bar_sync();
+        [&q_tile, &do_tile].map(|tile| q.load_a(&mut b, (tile, smem), d))
+    });
+    let [q_operand, do_operand] = match &frags {
+        Some([qf, dof]) => [AOperand::Regs(qf), AOperand::Regs(dof)],
+        None => [
+            AOperand::Smem(&q_tile, smem),
+            AOperand::Smem(&do_tile, smem),
+        ],
+    };
     let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
     let dq = q.acc_zeros(&mut b, d);
@@ -149,19 +166,12 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &s, (&q_tile, smem), (&kv.tiles[0], kv_smem), d);
+    q.mma_a_bt(&mut b, fmt, &s, q_operand, (&kv.tiles[0], kv_smem), d);
     mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
     stats.probabilities(&mut b, &mut s, scale_log2);
     b.comment("-- dS = P * (dO V^T - D) --");
     let mut dpt = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(
-        &mut b,
-        fmt,
-        &dpt,
-        (&do_tile, smem),
-        (&kv.tiles[1], kv_smem),
-        d,
-    );
+    q.mma_a_bt(&mut b, fmt, &dpt, do_operand, (&kv.tiles[1], kv_smem), d);
     stats.ds(&mut b, &s, &mut dpt);
     b.comment("-- dQ += dS K --");
     for (mt, ds_mt) in dpt.iter().enumerate() {

@@ -8,6 +8,7 @@ use super::mainloop::{QBlock, kv_blocks, mask_block};
 use super::params::Params;
 use super::softmax::{OnlineSoftmax, p_as_a};
 use super::stream::BlockStream;
+use super::warp::AOperand;
 use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Reg, Space, Ty};
 use crate::spec::KernelSpec;
@@ -68,8 +69,21 @@ pub fn build(spec: &KernelSpec) -> Entry {
         head_dim,
     );
     q_copy.issue(&mut b, smem, q_tile.base, q_base, q.q_rows);
+    if t.resident {
+        b.cp_async_commit(); // Q lands first, then its fragments move to registers
+    }
     kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
+    let q_frags = t.resident.then(|| {
+        b.comment("-- Q fragments to registers, once --");
+        b.cp_async_wait(1);
+        b.bar_sync();
+        q.load_a(&mut b, (&q_tile, smem), d)
+    });
+    let q_operand = match &q_frags {
+        Some(frags) => AOperand::Regs(frags),
+        None => AOperand::Smem(&q_tile, smem),
+    };
     let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
     let o = q.acc_zeros(&mut b, d);
     let mut softmax = OnlineSoftmax::new(&mut b, q.m_tiles, p.f32("scale_log2"));
@@ -77,7 +91,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
     b.comment("-- S = Q K^T --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &s, (&q_tile, smem), (&kv.tiles[0], kv_smem), d);
+    q.mma_a_bt(&mut b, fmt, &s, q_operand, (&kv.tiles[0], kv_smem), d);
     b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
     mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
     b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
@@ -104,7 +118,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     store_lse(&mut b, &p, &q, &lse);
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
-        min_ctas_per_sm: None,
+        min_ctas_per_sm: Some(spec.ctas_per_sm_hint()),
     };
     b.finish(spec.name(), ir_params, bounds)
 }

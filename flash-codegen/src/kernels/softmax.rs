@@ -6,11 +6,15 @@
 //! `p = 2^(s * scale_log2 - m_i * scale_log2)`. Rows that have seen no valid key keep
 //! `m_i = -inf` and use 0 as their scaled max, so `-inf - -inf` (NaN) never happens.
 
-use crate::ptx::{B32, Builder, Cmp, F32, Reg};
+use crate::ptx::{B32, Builder, Cmp, F32, Pred, Reg};
 
 /// log(2), to turn the log2-domain row statistics into a natural-log LSE.
 const LN_2: f32 = std::f32::consts::LN_2;
 pub(crate) const NEG_INF: f32 = f32::NEG_INFINITY;
+/// How far (scaled, log2 units) a row max may grow past the reference max before the
+/// reference moves: probabilities stay <= 2^8 = 256, far from f16/bf16/f32 overflow, and
+/// keep their relative precision (floating point).
+const RESCALE_LOG2: f32 = 8.0;
 
 /// Accumulator tiles `[m-tile][n-tile]`, each an m16n8 C fragment.
 pub type AccTiles = Vec<Vec<[Reg<F32>; 4]>>;
@@ -73,46 +77,76 @@ impl OnlineSoftmax {
         b.selp_f32(0.0f32, ms, none)
     }
 
-    /// One key block: turns scores `s` into unnormalised probabilities in place, updates
-    /// `m_i`, `l_i` and rescales the output accumulator `o` by `alpha = 2^(m_old - m_new)`.
+    /// One key block: turns scores `s` into unnormalised probabilities in place and
+    /// updates `l_i`. The reference max `m_i` (and with it `l_i` and the output `o`, by
+    /// `alpha = 2^(m_old - m_new)`) moves only when some row of the warp sees its max grow
+    /// by more than `RESCALE_LOG2` = 8 (scaled, log2 units), or sees its first valid key;
+    /// otherwise the stale max stays the reference and `p <= 2^RESCALE_LOG2`. Exact either
+    /// way (O and l share the reference); it skips the O rescale on most blocks.
     pub fn step(&mut self, b: &mut Builder, s: &mut AccTiles, o: &AccTiles) {
-        for (mt, s_mt) in s.iter_mut().enumerate() {
+        // -- m_new = max(m_old, rowmax(S)); does any row of the warp need a new reference? --
+        let mut m_new = Vec::new();
+        let mut grows: Option<Reg<Pred>> = None;
+        for (mt, s_mt) in s.iter().enumerate() {
             for h in 0..2 {
                 let row = 2 * mt + h;
-                // -- m_new = max(m_old, rowmax(S)) --
                 let mut mx = self.m_i[row];
                 for frag in s_mt.iter() {
                     mx = b.max_f32(mx, frag[2 * h]);
                     mx = b.max_f32(mx, frag[2 * h + 1]);
                 }
-                let m_new = quad_reduce(b, mx, max);
-                let ms = self.scaled_max(b, m_new);
+                let mx = quad_reduce(b, mx, max);
+                // (m_new - m_old) * scale_log2 > threshold; -inf - -inf = NaN compares false
+                let new_s = b.mul_f32(mx, self.scale_log2);
+                let old_s = b.mul_f32(self.m_i[row], self.scale_log2);
+                let diff = b.sub_f32(new_s, old_s);
+                let g = b.setp_f32(Cmp::Gt, diff, RESCALE_LOG2);
+                grows = Some(match grows {
+                    None => g,
+                    Some(acc) => b.or_pred(acc, g),
+                });
+                m_new.push(mx);
+            }
+        }
+        let any = b.vote_any(grows.expect("m_tiles > 0"));
+        let keep = b.label();
+        b.bra_if(any, true, keep, true);
+        b.comment("-- new reference max: l_i *= alpha, O *= alpha --");
+        for (mt, o_mt) in o.iter().enumerate() {
+            for h in 0..2 {
+                let row = 2 * mt + h;
+                // alpha = 2^(m_old * scale_log2 - max_scaled): 0 while m_old = -inf
+                let ms = self.scaled_max(b, m_new[row]);
                 let neg_ms = b.neg_f32(ms);
-                // -- alpha = 2^(m_old * scale_log2 - max_scaled): 0 while m_old = -inf --
                 let x = b.fma_f32(self.m_i[row], self.scale_log2, neg_ms);
                 let alpha = b.ex2(x);
-                // -- p = 2^(s * scale_log2 - max_scaled); masked scores (-inf) give 0 --
-                let mut rowsum: Option<Reg<F32>> = None;
-                for frag in s_mt.iter_mut() {
-                    for e in [2 * h, 2 * h + 1] {
-                        let x = b.fma_f32(frag[e], self.scale_log2, neg_ms);
-                        frag[e] = b.ex2(x);
-                        rowsum = Some(match rowsum {
-                            None => frag[e],
-                            Some(acc) => b.add_f32(acc, frag[e]),
-                        });
-                    }
-                }
-                // -- l_i = alpha * l_i + rowsum(P); O *= alpha --
-                let l = b.fma_f32(self.l_i[row], alpha, rowsum.expect("block_n > 0"));
+                let l = b.mul_f32(self.l_i[row], alpha);
                 b.assign(self.l_i[row], l);
-                b.assign(self.m_i[row], m_new);
-                for frag in &o[mt] {
+                b.assign(self.m_i[row], m_new[row]);
+                for frag in o_mt {
                     for e in [2 * h, 2 * h + 1] {
                         let v = b.mul_f32(frag[e], alpha);
                         b.assign(frag[e], v);
                     }
                 }
+            }
+        }
+        b.place(keep);
+        // -- p = 2^(s * scale_log2 - max_scaled); masked scores (-inf) give 0; l_i += rowsum --
+        for (mt, s_mt) in s.iter_mut().enumerate() {
+            for h in 0..2 {
+                let row = 2 * mt + h;
+                let ms = self.scaled_max(b, self.m_i[row]);
+                let neg_ms = b.neg_f32(ms);
+                let mut l = self.l_i[row];
+                for frag in s_mt.iter_mut() {
+                    for e in [2 * h, 2 * h + 1] {
+                        let x = b.fma_f32(frag[e], self.scale_log2, neg_ms);
+                        frag[e] = b.ex2(x);
+                        l = b.add_f32(l, frag[e]);
+                    }
+                }
+                b.assign(self.l_i[row], l);
             }
         }
     }

@@ -7,6 +7,19 @@ use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Reg, Space, Special
 use crate::tile::frag::{LDM_A, LDM_B_KN_TRANS, LDM_B_NK, c_frag};
 use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};
 
+/// A-operand fragments of a warp's rows held in registers, `[kk][mt]` (contraction step,
+/// m-tile).
+pub type AFrags = Vec<Vec<[Reg<B32>; 4]>>;
+
+/// Where the A operand of [`Warp::mma_a_bt`] comes from.
+#[derive(Clone, Copy)]
+pub enum AOperand<'a> {
+    /// A tile at a shared address, read fragment by fragment as the product goes.
+    Smem(&'a SmemTile, Reg<B32>),
+    /// Fragments loaded before (by [`Warp::load_a`]) and kept in registers.
+    Regs(&'a AFrags),
+}
+
 /// A warp owning `16 * m_tiles` consecutive rows of a block.
 pub struct Warp {
     /// `%tid.x`.
@@ -69,28 +82,58 @@ impl Warp {
         zeros(b, self.m_tiles, (n_cols / 8) as usize)
     }
 
-    /// `acc[mt][nt] += A[warp rows][k] * B[n][k]^T`: A from `a_tile` (the warp's rows),
-    /// B from `b_tile` at shared address `b_smem` (K in Q K^T, V in dO V^T); contraction
-    /// over `k_dim` columns.
+    /// Loads the A fragments of the warp's rows of `a` (a tile at shared address `smem`)
+    /// over `k_dim` contraction columns, to keep them in registers (`[kk][mt]`).
+    pub fn load_a(&self, b: &mut Builder, a: (&SmemTile, Reg<B32>), k_dim: u32) -> AFrags {
+        let wr = b.mul_lo_u32(self.warp_row, ROW_BYTES);
+        let a_base = b.add_u32(a.1, wr);
+        (0..k_dim / 16)
+            .map(|kk| self.load_a_step(b, a.0, a_base, kk))
+            .collect()
+    }
+
+    /// The A fragments of contraction step `kk` (one per m-tile).
+    fn load_a_step(
+        &self,
+        b: &mut Builder,
+        tile: &SmemTile,
+        a_base: Reg<B32>,
+        kk: u32,
+    ) -> Vec<[Reg<B32>; 4]> {
+        (0..self.m_tiles)
+            .map(|mt| {
+                let addr = self.a_lanes.addr(b, a_base, tile, 16 * mt as u32, 2 * kk);
+                b.ldmatrix::<4>(false, addr)
+            })
+            .collect()
+    }
+
+    /// `acc[mt][nt] += A[warp rows][k] * B[n][k]^T`: A from shared memory (loaded step by
+    /// step) or from fragments already in registers, B from `bt` (a tile at a shared
+    /// address: K in Q K^T, V in dO V^T); contraction over `k_dim` columns.
     pub fn mma_a_bt(
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
         acc: &AccTiles,
-        a: (&SmemTile, Reg<B32>),
+        a: AOperand,
         bt: (&SmemTile, Reg<B32>),
         k_dim: u32,
     ) {
         let n_tiles = acc[0].len() as u32;
-        let wr = b.mul_lo_u32(self.warp_row, ROW_BYTES);
-        let a_base = b.add_u32(a.1, wr);
+        let a_base = match a {
+            AOperand::Smem(_, smem) => {
+                let wr = b.mul_lo_u32(self.warp_row, ROW_BYTES);
+                Some(b.add_u32(smem, wr))
+            }
+            AOperand::Regs(_) => None,
+        };
         for kk in 0..k_dim / 16 {
-            let af: Vec<[Reg<B32>; 4]> = (0..self.m_tiles)
-                .map(|mt| {
-                    let addr = self.a_lanes.addr(b, a_base, a.0, 16 * mt as u32, 2 * kk);
-                    b.ldmatrix::<4>(false, addr)
-                })
-                .collect();
+            let af = match (a, a_base) {
+                (AOperand::Smem(tile, _), Some(base)) => self.load_a_step(b, tile, base, kk),
+                (AOperand::Regs(frags), _) => frags[kk as usize].clone(),
+                _ => unreachable!("a_base is set for shared-memory operands"),
+            };
             for np in 0..n_tiles / 2 {
                 let addr = self.bt_lanes.addr(b, bt.1, bt.0, 16 * np, 2 * kk);
                 let bf = b.ldmatrix::<4>(false, addr);

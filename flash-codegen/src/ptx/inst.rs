@@ -59,6 +59,14 @@ pub enum Inst {
         /// Right operand.
         b: Reg<Pred>,
     },
+    /// `vote.sync.any.pred d, a, 0xffffffff`: true in every lane when `a` is true in any
+    /// lane of the (converged) warp.
+    VoteAny {
+        /// Destination predicate (warp-uniform).
+        d: Reg<Pred>,
+        /// This lane's vote.
+        a: Reg<Pred>,
+    },
     /// `mov.ty d, a`.
     Mov {
         /// The operand type.
@@ -271,6 +279,7 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         Inst::PredLogic { d, a, b, .. } => {
             out.extend::<[AnyReg; 3]>([(*d).into(), (*a).into(), (*b).into()])
         }
+        Inst::VoteAny { d, a } => out.extend::<[AnyReg; 2]>([(*d).into(), (*a).into()]),
         Inst::Mov { d, a, .. } => {
             out.push(*d);
             out.extend(ops(&[*a]));

@@ -244,6 +244,9 @@ pub fn write_inst<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
             };
             write!(w, "{o}.pred {}, {}, {};", R(*d), R(*a), R(*b))
         }
+        Inst::VoteAny { d, a } => {
+            write!(w, "vote.sync.any.pred {}, {}, 0xffffffff;", R(*d), R(*a))
+        }
         Inst::Mov { ty: t, d, a } => write!(w, "mov.{} {}, {};", ty(*t), A(*d), O(*a)),
         Inst::MovSpecial { d, s } => write!(w, "mov.u32 {}, {};", R(*d), special(*s)),
         Inst::MovSmemBase { d } => write!(w, "mov.u32 {}, {SMEM_SYMBOL};", R(*d)),

@@ -158,8 +158,8 @@ pub struct KernelSpec {
     pub arch: Arch,
 }
 
-pub use tiles::TileConfig;
 use tiles::{BWD_DQ_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_TILES};
+pub use tiles::{TileConfig, parse_override, set_overrides};
 
 impl KernelSpec {
     /// Every supported variant, in a stable order.
@@ -206,6 +206,9 @@ impl KernelSpec {
     /// The tile configuration from the one table. Panics for an unsupported head dim
     /// (a spec from `all()` or `FromStr` is always supported).
     pub fn tiles(&self) -> TileConfig {
+        if let Some(t) = tiles::overridden(self.pass, self.head_dim) {
+            return t;
+        }
         let table: &[(u32, TileConfig)] = match self.pass {
             Pass::Fwd => &FWD_TILES,
             Pass::Bwd => &BWD_TILES,
@@ -222,6 +225,16 @@ impl KernelSpec {
     /// The head dim rounded up to whole 64-column shared-memory panels.
     pub fn smem_head_dim(&self) -> u32 {
         self.head_dim.div_ceil(64) * 64
+    }
+
+    /// The CTAs per SM the kernel is planned for: as many as shared memory allows on an
+    /// H100/H200 (228 KiB per SM, 1 KiB of it reserved per CTA) and registers allow at the
+    /// full 255 per thread, at least 1. Emitted as `.minnctapersm`, so that ptxas does not
+    /// trade spills for an occupancy the plan does not count on.
+    pub fn ctas_per_sm_hint(&self) -> u32 {
+        let by_smem = 228 * 1024 / (self.smem_bytes() + 1024);
+        let by_regs = 65536 / (self.tiles().threads() * 256);
+        by_smem.min(by_regs).max(1)
     }
 
     /// Dynamic shared memory bytes: Q tile plus `stages` K and V tiles.

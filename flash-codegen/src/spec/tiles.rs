@@ -1,6 +1,10 @@
 //! Spec layer: the tile table, every geometric choice of every kernel in one place.
 
+use std::sync::RwLock;
+
 use serde::{Deserialize, Serialize};
+
+use super::Pass;
 
 /// Geometry of one kernel: every choice the kernel body reads, from ONE table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -17,6 +21,10 @@ pub struct TileConfig {
     /// Backward only: passes over the query blocks. 1 = dV and dK together; 2 = dV first,
     /// then dK and dQ, when both accumulators (d/2 f32 each per thread) don't fit at once.
     pub sweeps: u32,
+    /// Operand fragments kept in registers for the whole CTA instead of re-read from
+    /// shared memory every block: Q in the forward, K and V in the backward main pass,
+    /// Q and dO in the dQ pass. Saves ldmatrix traffic; costs registers.
+    pub resident: bool,
 }
 
 /// The forward tile table (sm_80 path). Rows: head_dim -> (block_m, block_n, warps, stages).
@@ -26,13 +34,13 @@ pub struct TileConfig {
 /// stays <= 96 KiB so every variant also runs on RTX 30/40 (99 KiB per block).
 #[rustfmt::skip]
 pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
-    (32, tc(128, 64, 4, 2, 1)),
-    (64, tc(128, 64, 4, 2, 1)),
+    (32, tc(128, 64, 4, 2, 1).resident()),
+    (64, tc(128, 64, 4, 2, 1).resident()),
     (96, tc(128, 64, 4, 2, 1)),
     (128, tc(128, 32, 4, 2, 1)),
     (160, tc(128, 16, 4, 2, 1)),
-    (192, tc(64, 32, 4, 2, 1)),
-    (224, tc(64, 32, 4, 2, 1)),
+    (192, tc(64, 32, 4, 2, 1).resident()),
+    (224, tc(64, 32, 4, 2, 1).resident()),
     (256, tc(64, 32, 4, 2, 1)),
 ];
 
@@ -43,9 +51,9 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
 /// tile stay resident. d >= 160 takes two sweeps (dV, then dK and dQ).
 #[rustfmt::skip]
 pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
-    (32, tc(64, 64, 4, 2, 1)),
-    (64, tc(64, 64, 4, 2, 1)),
-    (96, tc(64, 64, 4, 2, 1)),
+    (32, tc(64, 64, 4, 2, 1).resident()),
+    (64, tc(64, 64, 4, 2, 1).resident()),
+    (96, tc(64, 64, 4, 2, 1).resident()),
     (128, tc(64, 128, 8, 2, 1)),
     (160, tc(64, 64, 4, 2, 2)),
     (192, tc(64, 64, 4, 2, 2)),
@@ -56,11 +64,11 @@ pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
 /// Deterministic dQ pass (one CTA per query block, like the forward; one m16 tile per warp).
 #[rustfmt::skip]
 pub(super) const BWD_DQ_TILES: [(u32, TileConfig); 8] = [
-    (32, tc(64, 64, 4, 2, 1)),
-    (64, tc(64, 64, 4, 2, 1)),
-    (96, tc(64, 64, 4, 2, 1)),
-    (128, tc(64, 64, 4, 2, 1)),
-    (160, tc(64, 32, 4, 2, 1)),
+    (32, tc(64, 64, 4, 2, 1).resident()),
+    (64, tc(64, 64, 4, 2, 1).resident()),
+    (96, tc(64, 64, 4, 2, 1).resident()),
+    (128, tc(64, 64, 4, 2, 1).resident()),
+    (160, tc(64, 32, 4, 2, 1).resident()),
     (192, tc(64, 32, 4, 2, 1)),
     (224, tc(64, 32, 4, 2, 1)),
     (256, tc(64, 32, 4, 2, 1)),
@@ -88,12 +96,96 @@ const fn tc(block_m: u32, block_n: u32, warps: u32, stages: u32, sweeps: u32) ->
         warps,
         stages,
         sweeps,
+        resident: false,
     }
 }
 
 impl TileConfig {
+    /// The same tiles with resident operand fragments (see [`TileConfig::resident`]).
+    pub const fn resident(self) -> Self {
+        TileConfig {
+            resident: true,
+            ..self
+        }
+    }
+
     /// Threads per CTA (`32 * warps`).
     pub fn threads(&self) -> u32 {
         self.warps * 32
+    }
+}
+
+/// Tile rows that replace table rows, for tuning (see [`set_overrides`]).
+static OVERRIDES: RwLock<Vec<(Pass, u32, TileConfig)>> = RwLock::new(Vec::new());
+
+/// Replaces the table rows of the given (pass, head dim) pairs for this process: the
+/// generator's `--tile` flag, to measure a configuration without editing the table. The
+/// kernels keep their canonical names; the manifest records the tiles they were built
+/// with. Not for production use: a runtime in another process uses the table.
+pub fn set_overrides(rows: Vec<(Pass, u32, TileConfig)>) {
+    *OVERRIDES.write().unwrap_or_else(|e| e.into_inner()) = rows;
+}
+
+/// The override of (pass, head dim), if one was set.
+pub(super) fn overridden(pass: Pass, head_dim: u32) -> Option<TileConfig> {
+    let rows = OVERRIDES.read().unwrap_or_else(|e| e.into_inner());
+    rows.iter()
+        .find(|(p, d, _)| *p == pass && *d == head_dim)
+        .map(|(_, _, t)| *t)
+}
+
+/// Parses a tile override `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident]`, e.g.
+/// `fwd:256=128,32,8,2,1` or `bwd:64=64,64,4,2,1,resident`.
+pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
+    let bad =
+        || format!("bad tile override `{s}`: expected PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident]");
+    let (key, vals) = s.split_once('=').ok_or_else(bad)?;
+    let (pass, d) = key.split_once(':').ok_or_else(bad)?;
+    let pass = match pass {
+        "fwd" => Pass::Fwd,
+        "bwd" => Pass::Bwd,
+        "bwddq" => Pass::BwdDq,
+        _ => return Err(format!("{}: PASS is fwd, bwd or bwddq", bad())),
+    };
+    let d: u32 = d.parse().map_err(|_| bad())?;
+    let parts: Vec<&str> = vals.split(',').collect();
+    let resident = match parts.get(5) {
+        None => false,
+        Some(&"resident") => true,
+        Some(_) => return Err(bad()),
+    };
+    if !(5..=6).contains(&parts.len()) {
+        return Err(bad());
+    }
+    let n: Vec<u32> = parts[..5]
+        .iter()
+        .map(|x| x.parse().map_err(|_| bad()))
+        .collect::<Result<_, _>>()?;
+    let t = tc(n[0], n[1], n[2], n[3], n[4]);
+    Ok((pass, d, if resident { t.resident() } else { t }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overrides_parse_and_refuse_garbage() {
+        let (pass, d, t) = parse_override("bwd:64=64,64,4,2,1,resident").unwrap();
+        assert_eq!((pass, d), (Pass::Bwd, 64));
+        assert_eq!(t, tc(64, 64, 4, 2, 1).resident());
+        let (_, _, t) = parse_override("fwd:256=128,32,8,2,1").unwrap();
+        assert!(!t.resident && t.warps == 8);
+        for bad in [
+            "fwd:256",
+            "fwd=1,2,3,4,5",
+            "fwd:x=1,2,3,4,5",
+            "bwdpre:64=64,0,4,1,1",
+            "fwd:64=1,2,3,4",
+            "fwd:64=1,2,3,4,5,fast",
+            "fwd:64=1,2,3,4,5,resident,7",
+        ] {
+            assert!(parse_override(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -178,10 +178,11 @@ pub(crate) fn check_problem(
     }
     let scale = match softmax_scale {
         None => 1.0 / (d as f64).sqrt(),
-        Some(s) if s.is_finite() => s as f64,
+        Some(s) if s.is_finite() && s > 0.0 => s as f64,
         Some(s) => {
             return Err(FlashError::InvalidParam(format!(
-                "softmax_scale must be finite, got {s}"
+                "softmax_scale must be positive and finite, got {s} (the kernels keep the row \
+                 max of the raw scores, the max of the scaled ones only for a positive scale)"
             )));
         }
     };

@@ -160,6 +160,14 @@ impl Builder {
         p
     }
 
+    /// `vote.sync.any.pred` over the whole warp: true in every lane when `a` is true in
+    /// any lane (a warp-uniform predicate, for `bra.uni`).
+    pub fn vote_any(&mut self, a: Reg<Pred>) -> Reg<Pred> {
+        let d = self.reg();
+        self.push(Inst::VoteAny { d, a });
+        d
+    }
+
     /// `and.pred`: a && b.
     pub fn and_pred(&mut self, a: Reg<Pred>, b: Reg<Pred>) -> Reg<Pred> {
         let d = self.reg();
