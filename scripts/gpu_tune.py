@@ -3,10 +3,11 @@
 PyTorch SDPA's flash backend (FA2), in one process, on a few rows of the FA2-paper sweep.
 
 Usage: python3 gpu_tune.py PTX_DIR [--label L] [--dims 64,128,256] [--seqs 1024,16384]
-       [--pass fwd,bwd] [--causal 0,1] [--dtype bf16] [--once]
+       [--pass fwd,bwd] [--causal 0,1] [--dtype bf16] [--atomic] [--once]
 PTX_DIR is `flash-codegen emit --all --out-dir PTX_DIR [--tile ...]` output; every launch
 is driven by its manifest.json. Backward = bwdpre + bwd (no dQ) + bwddq, the runtime's
-default deterministic mode; FA2's backward is timed as `out.backward` (grads reset), as in
+default deterministic mode (--atomic: bwdpre, which also zeroes dq_accum, + bwd with
+dq_accum + bwdpost); FA2's backward is timed as `out.backward` (grads reset), as in
 bench_compare_bwd.py. Medians of triton.testing.do_bench. One line per row:
 LABEL pass dtype d causal seqlen ours_TF fa2_TF ratio. --once runs every launcher once,
 untimed (for `ncu -k regex:'fa2_|flash'`).
@@ -33,6 +34,7 @@ SEQS = [int(x) for x in arg("--seqs", "1024,4096,16384").split(",")]
 PASSES = arg("--pass", "fwd,bwd").split(",")
 CAUSAL = [bool(int(x)) for x in arg("--causal", "0,1").split(",")]
 ONCE = "--once" in sys.argv
+ATOMIC = "--atomic" in sys.argv
 DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16}[arg("--dtype", "bf16")]
 
 
@@ -48,15 +50,16 @@ def ours(q, k, v, do, causal):
     o, lse = torch.empty_like(q), torch.empty(b, h, n, device="cuda")
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dvec = torch.empty(b, h, n, device="cuda")
+    accum = torch.empty(b, n, h, d, device="cuda") if ATOMIC else None
     vals = {"seqlen_q": n, "seqlen_k": n, "head_dim": d, "heads": h, "heads_per_kv": 1,
             "scale_log2": g.LOG2E / math.sqrt(d), "softmax_scale": 1 / math.sqrt(d),
             "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
-            "lse": lse.data_ptr(), "dvec": dvec.data_ptr(), "dq_accum": 0, "dq": dq.data_ptr(),
+            "lse": lse.data_ptr(), "dvec": dvec.data_ptr(), "dq_accum": accum.data_ptr() if ATOMIC else 0, "dq": dq.data_ptr(),
             "dk": dk.data_ptr(), "dv": dv.data_ptr(), "do": do.data_ptr()}
     for nm, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("dq", dq), ("dk", dk), ("dv", dv)):
         g.strides(vals, nm, t)
     name = {p: f"fa2_{p}_d{d}_{dt}{c if p in ('fwd', 'bwd', 'bwddq') else ''}_sm80"
-            for p in ("fwd", "bwdpre", "bwd", "bwddq")}
+            for p in ("fwd", "bwdpre", "bwd", "bwddq", "bwdpost")}
 
     def grid(p):
         t = g.MAN[name[p]]["tiles"]
@@ -67,7 +70,7 @@ def ours(q, k, v, do, causal):
         g.launch(name["fwd"], grid("fwd"), vals)
 
     def bwd():
-        for p in ("bwdpre", "bwd", "bwddq"):
+        for p in ("bwdpre", "bwd", "bwdpost" if ATOMIC else "bwddq"):
             g.launch(name[p], grid(p), vals)
 
     return fwd, bwd

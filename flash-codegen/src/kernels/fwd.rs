@@ -96,6 +96,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
     b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
     softmax.step(&mut b, &mut s, &o);
+    kv.mid(&mut b, smem, seqlen_k, n_blocks);
     b.comment("-- O += P V --");
     for (mt, s_mt) in s.iter().enumerate() {
         let pa = p_as_a(&mut b, fmt, s_mt);

@@ -1,7 +1,9 @@
 //! Kernel layer: two operands (K and V, or Q and dO) streamed block by block through
 //! `stages` shared-memory buffers with `cp.async`: block j+1 is in flight while block j
-//! is computed. The loop is emitted once; `start` may run several times (once per head
-//! in the backward), re-pointing the stream at another tensor slice.
+//! is computed. With one stage (the forward only) the operands take turns instead, as in
+//! FA2: V_j loads while Q K_j^T runs, K_{j+1} while P V_j runs ([`BlockStream::mid`]).
+//! The loop is emitted once; `start` may run several times (once per head in the
+//! backward), re-pointing the stream at another tensor slice.
 
 use super::params::Params;
 use crate::ptx::inst::CpSize;
@@ -20,7 +22,8 @@ pub struct BlockStream {
     tid: Reg<B32>,
     /// Byte distance between successive blocks of each operand.
     step: [Reg<B64>; 2],
-    /// Global address of the next block to fetch (loop-carried).
+    /// Global address of the next block to fetch (loop-carried); with one stage, operand
+    /// 1's is that of the current block (it is fetched inside the iteration).
     next: [Reg<B64>; 2],
     /// Current block index (loop-carried).
     j: Reg<B32>,
@@ -56,6 +59,10 @@ impl BlockStream {
         strides: [&str; 2],
     ) -> Self {
         let t = spec.tiles();
+        assert!(
+            t.stages >= 2 || spec.pass == crate::spec::Pass::Fwd,
+            "generator bug: one stage (operands taking turns) needs the forward's order"
+        );
         let (d, dp) = (spec.head_dim, spec.smem_head_dim());
         let stage_bytes = SmemTile::new(0, rows, dp).bytes();
         let tiles = [0, 1].map(|i| SmemTile::new(smem_base + i * t.stages * stage_bytes, rows, dp));
@@ -124,7 +131,7 @@ impl BlockStream {
 
     /// Points the stream at operands whose row 0 is at `bases`, to run blocks
     /// `first..n_blocks` of a sequence of `seqlen` rows; issues block `first` when it
-    /// exists. The caller commits the group.
+    /// exists (with one stage: operand 0 only). The caller commits the group.
     pub fn start(
         &self,
         b: &mut Builder,
@@ -136,47 +143,47 @@ impl BlockStream {
     ) {
         b.assign(self.j, first);
         let first64 = b.cvt_u64_u32(first);
-        for ((base, step), next) in bases.iter().zip(self.step).zip(self.next) {
+        let mut cur = Vec::new();
+        for (i, ((base, step), next)) in bases.iter().zip(self.step).zip(self.next).enumerate() {
             let off = b.mul_lo_u64(first64, step);
-            let cur = b.add_s64(*base, off);
-            let nxt = b.add_s64(cur, step);
+            let c = b.add_s64(*base, off);
+            let nxt = if self.split() && i == 1 {
+                c
+            } else {
+                b.add_s64(c, step)
+            };
             b.assign(next, nxt);
+            cur.push((i, c));
+        }
+        if self.split() {
+            cur.truncate(1);
         }
         let has_blocks = b.setp_u32(Cmp::Lt, first, n_blocks);
         let none = b.label();
         b.bra_if(has_blocks, true, none, true);
-        self.issue(
-            b,
-            smem,
-            first,
-            seqlen,
-            |i| [bases[0], bases[1]][i],
-            Some(first64),
-        );
+        self.issue(b, smem, first, seqlen, &cur);
         b.place(none);
     }
 
-    /// Issues block `j` (at `at(i)` + `j * step` when `j64` is given, else at `next`).
+    /// One buffer per operand, taking turns (see the module docs).
+    fn split(&self) -> bool {
+        self.stages == 1
+    }
+
+    /// Issues block `j` of the operands `srcs` (operand index, global address of the
+    /// block), and of the vectors.
     fn issue(
         &self,
         b: &mut Builder,
         smem: Reg<B32>,
         j: Reg<B32>,
         seqlen: Reg<B32>,
-        at: impl Fn(usize) -> Reg<B64>,
-        j64: Option<Reg<B64>>,
+        srcs: &[(usize, Reg<B64>)],
     ) {
         let stage_smem = self.stage_addr(b, smem, j);
         let row0 = b.mul_lo_u32(j, self.rows);
         let rows_left = b.sub_u32(seqlen, row0);
-        for i in 0..2 {
-            let src = match j64 {
-                Some(j64) => {
-                    let off = b.mul_lo_u64(j64, self.step[i]);
-                    b.add_s64(at(i), off)
-                }
-                None => at(i),
-            };
+        for &(i, src) in srcs {
             self.copies[i].issue(b, stage_smem, self.tiles[i].base, src, rows_left);
         }
         if !self.vectors.is_empty() {
@@ -201,9 +208,9 @@ impl BlockStream {
         }
     }
 
-    /// Top of iteration j: exits after the last block, prefetches block j+1, waits for
-    /// block j. Returns (first row of block j, shared address the stage-0 tiles are
-    /// relative to for block j).
+    /// Top of iteration j: exits after the last block, prefetches block j+1 (with one
+    /// stage: operand 1 of block j), waits for block j (operand 0). Returns (first row of
+    /// block j, shared address the stage-0 tiles are relative to for block j).
     pub fn begin(
         &self,
         b: &mut Builder,
@@ -219,19 +226,48 @@ impl BlockStream {
         b.place(lp.top);
         let more = b.setp_u32(Cmp::Lt, self.j, n_blocks);
         b.bra_if(more, true, lp.done, true);
-        b.comment("-- prefetch block j+1 into the next stage --");
+        if self.split() {
+            b.comment("-- operand 0 of block j has landed; every warp is done with operand 1 --");
+            b.cp_async_wait(0);
+            b.bar_sync();
+            b.comment("-- fetch operand 1 of block j --");
+            self.issue(b, smem, self.j, seqlen, &[(1, self.next[1])]);
+            b.cp_async_commit();
+        } else {
+            b.comment("-- prefetch block j+1 into the next stage --");
+            let j1 = b.add_u32(self.j, 1u32);
+            let has_next = b.setp_u32(Cmp::Lt, j1, n_blocks);
+            let no_next = b.label();
+            b.bra_if(has_next, true, no_next, true);
+            self.issue(b, smem, j1, seqlen, &[(0, self.next[0]), (1, self.next[1])]);
+            b.place(no_next);
+            b.cp_async_commit();
+            b.cp_async_wait(1);
+            b.bar_sync();
+        }
+        let row0 = b.mul_lo_u32(self.j, self.rows);
+        let stage_smem = self.stage_addr(b, smem, self.j);
+        (row0, stage_smem, lp)
+    }
+
+    /// Between the product on operand 0 and the one on operand 1. With one stage: waits
+    /// for operand 1 of block j and, once every warp is done with operand 0, fetches
+    /// operand 0 of block j+1. No-op with more stages.
+    pub fn mid(&self, b: &mut Builder, smem: Reg<B32>, seqlen: Reg<B32>, n_blocks: Reg<B32>) {
+        if !self.split() {
+            return;
+        }
+        b.comment("-- operand 1 of block j has landed; every warp is done with operand 0 --");
+        b.cp_async_wait(0);
+        b.bar_sync();
         let j1 = b.add_u32(self.j, 1u32);
         let has_next = b.setp_u32(Cmp::Lt, j1, n_blocks);
         let no_next = b.label();
         b.bra_if(has_next, true, no_next, true);
-        self.issue(b, smem, j1, seqlen, |i| self.next[i], None);
-        b.place(no_next);
+        b.comment("-- fetch operand 0 of block j+1 --");
+        self.issue(b, smem, j1, seqlen, &[(0, self.next[0])]);
         b.cp_async_commit();
-        b.cp_async_wait(1);
-        b.bar_sync();
-        let row0 = b.mul_lo_u32(self.j, self.rows);
-        let stage_smem = self.stage_addr(b, smem, self.j);
-        (row0, stage_smem, lp)
+        b.place(no_next);
     }
 
     /// The shared address of vector `i`'s current stage (element 0), valid inside the loop.
@@ -247,10 +283,13 @@ impl BlockStream {
         b.add_u32(smem, off)
     }
 
-    /// Bottom of the iteration: every warp is done with the stage; advance and loop.
-    /// After the loop every copy has landed.
+    /// Bottom of the iteration: every warp is done with the stage (with one stage the
+    /// next `begin` waits for that); advance and loop. After the loop every copy has
+    /// landed.
     pub fn end(&self, b: &mut Builder, lp: StreamLoop) {
-        b.bar_sync();
+        if !self.split() {
+            b.bar_sync();
+        }
         for i in 0..2 {
             let n = b.add_s64(self.next[i], self.step[i]);
             b.assign(self.next[i], n);
