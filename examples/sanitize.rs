@@ -1,4 +1,4 @@
-//! Runs the d64 and d128 forward and backward kernels (atomic and deterministic modes)
+//! Runs the d64, d128 and d256 forward and backward kernels (atomic and deterministic modes)
 //! once per dtype and mask on odd shapes with GQA, for `compute-sanitizer --tool memcheck`
 //! and `--tool racecheck` (GPU machine, feature `gpu`). Checks every result against the
 //! CPU float64 reference too; exits non-zero on any failure.
@@ -150,7 +150,7 @@ fn main() {
     };
     let mut rng = Rng::new(7);
     let mut ok = true;
-    for d in [64, 128] {
+    for d in [64, 128, 256] {
         for causal in [false, true] {
             for (sq, sk) in [(77, 131), (131, 77), (200, 200)] {
                 let c = Case { d, causal, sq, sk };

@@ -17,7 +17,7 @@
 use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
 use super::params::Params;
-use super::softmax::{AccTiles, lse_log2, p_as_a};
+use super::softmax::{AccTiles, lse_log2, p_as_a, zeros};
 use super::stream::BlockStream;
 use super::warp::{AOperand, Warp};
 use crate::abi;
@@ -72,11 +72,11 @@ pub fn build(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::Bwd);
     let t = spec.tiles();
     let (d, dp, bm, bn) = (spec.head_dim, spec.smem_head_dim(), t.block_m, t.block_n);
-    // every warp owns 16 keys; for dQ the warps split into (bm / 16) query-row tiles times
-    // column groups of whole 64-column panels
+    // every warp owns bn / warps keys (m16 tiles); for dQ the warps split into (bm / 16)
+    // query-row tiles times column groups of whole 64-column panels
     let row_tiles = bm / 16;
     assert!(
-        bn == 16 * t.warps
+        bn % (16 * t.warps) == 0
             && bm <= 64
             && t.warps % row_tiles == 0
             && d.div_ceil(64) % (t.warps / row_tiles) == 0,
@@ -95,7 +95,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let p = Params::load(&mut b, &ir_params);
     let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
     let (group, scale_log2) = (p.u32("heads_per_kv"), p.f32("scale_log2"));
-    let w = Warp::new(&mut b, 1);
+    let w = Warp::new(&mut b, (bn / t.warps / 16) as usize);
     let n_block = b.special(Special::CtaIdX);
     let kv_head = b.special(Special::CtaIdY);
     let batch = b.special(Special::CtaIdZ);
@@ -247,32 +247,36 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 qmask.apply(&mut b, &pt, m0c);
                 b.place(skip);
             }
-            for (nt, frag) in pt[0].iter_mut().enumerate() {
+            for nt in 0..pt[0].len() {
                 let lse2 = stats.lse_log2(&mut b, nt0 + nt);
-                for (e, x) in frag.iter_mut().enumerate() {
-                    let neg = b.neg_f32(lse2[e & 1]);
-                    let y = b.fma_f32(*x, scale_log2, neg);
-                    *x = b.ex2(y);
+                let neg = lse2.map(|l| b.neg_f32(l));
+                for pt_mt in pt.iter_mut() {
+                    for (e, x) in pt_mt[nt].iter_mut().enumerate() {
+                        let y = b.fma_f32(*x, scale_log2, neg[e & 1]);
+                        *x = b.ex2(y);
+                    }
                 }
             }
             if do_dv {
                 b.comment("-- dV += P^T dO --");
-                let a = p_as_a(&mut b, fmt, &pt[0]);
-                w.mma_a_b(&mut b, fmt, &dv[0], &a, (&do_sub, st));
+                let a: Vec<_> = pt.iter().map(|p| p_as_a(&mut b, fmt, p)).collect();
+                w.mma_a_b(&mut b, fmt, &dv, &a, (&do_sub, st));
             }
             if do_dk {
                 b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
                 let mut ds = w.acc_zeros(&mut b, sub);
                 w.mma_a_bt(&mut b, fmt, &ds, v_operand, (&do_sub, st), d);
-                for (nt, (pf, df)) in pt[0].iter().zip(ds[0].iter_mut()).enumerate() {
+                for nt in 0..ds[0].len() {
                     let dcol = stats.d(&mut b, nt0 + nt);
-                    for e in 0..4 {
-                        let diff = b.sub_f32(df[e], dcol[e & 1]);
-                        df[e] = b.mul_f32(pf[e], diff);
+                    for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {
+                        for e in 0..4 {
+                            let diff = b.sub_f32(ds_mt[nt][e], dcol[e & 1]);
+                            ds_mt[nt][e] = b.mul_f32(pt_mt[nt][e], diff);
+                        }
                     }
                 }
-                let a = p_as_a(&mut b, fmt, &ds[0]);
-                w.mma_a_b(&mut b, fmt, &dk[0], &a, (&q_sub, st));
+                let a: Vec<_> = ds.iter().map(|x| p_as_a(&mut b, fmt, x)).collect();
+                w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st));
                 let no_dq = b.label();
                 b.bra_if(dq_on, true, no_dq, true);
                 store_ds(&mut b, fmt, &w, &ds, smem, &ds_tile, nt0);
@@ -347,8 +351,9 @@ fn store_ds(
     nt0: usize,
 ) {
     let col_bytes = b.shl_b32(w.t2, 1u32);
-    for (h, &row) in w.rows.iter().enumerate() {
-        for (nt, frag) in ds[0].iter().enumerate() {
+    for (r, &row) in w.rows.iter().enumerate() {
+        let (mt, h) = (r / 2, r % 2);
+        for (nt, frag) in ds[mt].iter().enumerate() {
             let chunk = b.mov((nt0 + nt) as u32);
             let off = ds_tile.emit_offset(b, row, chunk);
             let off = b.add_u32(off, col_bytes);
@@ -410,14 +415,15 @@ fn accumulate_dq(
     let q_row0 = b.shl_b32(qw, 4u32);
     for panel in 0..panels {
         let cols = (d - 64 * panel).min(64);
-        let acc = w.acc_zeros(b, cols);
+        let acc = zeros(b, 1, (cols / 8) as usize);
         let tile = SmemTile::new(
             k_tile.base + panel * k_tile.rows * ROW_BYTES,
             k_tile.rows,
             64,
         );
-        w.mma_a_b(b, fmt, &acc[0], &a, (&tile, k_smem));
-        for (h, &key_row) in w.rows.iter().enumerate() {
+        w.mma_a_b(b, fmt, &acc, std::slice::from_ref(&a), (&tile, k_smem));
+        // rows 0 and 1 of the thread are g and g + 8 of its warp's first m-tile
+        for (h, &key_row) in w.rows.iter().take(2).enumerate() {
             // the fragment row g + 8h of the warp's query tile
             let g8h = b.sub_u32(key_row, w.warp_row);
             let row = b.add_u32(q_row0, g8h);

@@ -174,10 +174,8 @@ pub fn build(spec: &KernelSpec) -> Entry {
     q.mma_a_bt(&mut b, fmt, &dpt, do_operand, (&kv.tiles[1], kv_smem), d);
     stats.ds(&mut b, &s, &mut dpt);
     b.comment("-- dQ += dS K --");
-    for (mt, ds_mt) in dpt.iter().enumerate() {
-        let a = p_as_a(&mut b, fmt, ds_mt);
-        q.mma_a_b(&mut b, fmt, &dq[mt], &a, (&kv.tiles[0], kv_smem));
-    }
+    let a: Vec<_> = dpt.iter().map(|ds_mt| p_as_a(&mut b, fmt, ds_mt)).collect();
+    q.mma_a_b(&mut b, fmt, &dq, &a, (&kv.tiles[0], kv_smem));
     kv.end(&mut b, lp);
 
     b.comment("-- epilogue: dQ *= softmax_scale, write dQ --");

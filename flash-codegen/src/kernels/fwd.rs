@@ -98,9 +98,11 @@ pub fn build(spec: &KernelSpec) -> Entry {
     softmax.step(&mut b, &mut s, &o);
     kv.mid(&mut b, smem, seqlen_k, n_blocks);
     b.comment("-- O += P V --");
+    // one m-tile at a time (V fragments reloaded per m-tile): measured 2-5% faster at d128
+    // than sharing each V fragment between the m-tiles, which keeps both P operands live
     for (mt, s_mt) in s.iter().enumerate() {
         let pa = p_as_a(&mut b, fmt, s_mt);
-        q.mma_a_b(&mut b, fmt, &o[mt], &pa, (&kv.tiles[1], kv_smem));
+        q.mma_a_b(&mut b, fmt, &o[mt..=mt], &[pa], (&kv.tiles[1], kv_smem));
     }
     kv.end(&mut b, lp);
 

@@ -145,24 +145,29 @@ impl Warp {
         }
     }
 
-    /// `acc[nt] += A * B[k][n]`: A fragments from registers (one per k16 step, e.g. P or
-    /// dS converted in place), B from `b_tile` `[k][n]` at `b_smem` via `ldmatrix.trans`.
+    /// `acc[mt][nt] += A[mt] * B[k][n]` for each m-tile: A fragments from registers
+    /// (`a[mt][kk]`, one per k16 step, e.g. P or dS converted in place), B from `b_tile`
+    /// `[k][n]` at `b_smem` via `ldmatrix.trans`, each B fragment loaded once for all
+    /// m-tiles.
     pub fn mma_a_b(
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
-        acc: &[[Reg<F32>; 4]],
-        a: &[[Reg<B32>; 4]],
+        acc: &[Vec<[Reg<F32>; 4]>],
+        a: &[Vec<[Reg<B32>; 4]>],
         b_tile: (&SmemTile, Reg<B32>),
     ) {
-        for (kk, af) in a.iter().enumerate() {
-            for np in 0..acc.len() as u32 / 2 {
+        assert_eq!(acc.len(), a.len(), "generator bug: m-tiles of A and C");
+        for kk in 0..a[0].len() {
+            for np in 0..acc[0].len() as u32 / 2 {
                 let addr = self
                     .b_lanes
                     .addr(b, b_tile.1, b_tile.0, 16 * kk as u32, 2 * np);
                 let bf = b.ldmatrix::<4>(true, addr);
-                b.mma(fmt, acc[2 * np as usize], *af, [bf[0], bf[1]]);
-                b.mma(fmt, acc[2 * np as usize + 1], *af, [bf[2], bf[3]]);
+                for (acc_mt, a_mt) in acc.iter().zip(a) {
+                    b.mma(fmt, acc_mt[2 * np as usize], a_mt[kk], [bf[0], bf[1]]);
+                    b.mma(fmt, acc_mt[2 * np as usize + 1], a_mt[kk], [bf[2], bf[3]]);
+                }
             }
         }
     }

@@ -63,13 +63,15 @@ pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
     (256, tc(64, 64, 4, 2, 2)),
 ];
 
-/// Deterministic dQ pass (one CTA per query block, like the forward; one m16 tile per warp).
+/// Deterministic dQ pass (one CTA per query block, like the forward): one m16 tile per
+/// warp with Q and dO fragments resident, or (d128) two m-tiles sharing every K and V
+/// fragment (measured 1-4% faster than 64x64 resident).
 #[rustfmt::skip]
 pub(super) const BWD_DQ_TILES: [(u32, TileConfig); 8] = [
     (32, tc(64, 64, 4, 2, 1).resident()),
     (64, tc(64, 64, 4, 2, 1).resident()),
     (96, tc(64, 64, 4, 2, 1).resident()),
-    (128, tc(64, 64, 4, 2, 1).resident()),
+    (128, tc(128, 32, 4, 2, 1)),
     (160, tc(64, 32, 4, 2, 1).resident()),
     (192, tc(64, 32, 4, 2, 1)),
     (224, tc(64, 32, 4, 2, 1)),
