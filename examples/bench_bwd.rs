@@ -6,8 +6,8 @@
 //! 2.5 x the forward's 4 * b * h * n^2 * d (half if causal), in both modes.
 //!
 //! Env: BENCH_OUT (JSON path, default bench_bwd.json), BENCH_D, BENCH_SEQ (comma lists),
-//! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_DET=1
-//! (deterministic mode). BENCH_MEM=1 instead measures the device memory that forward +
+//! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_DET (default
+//! the library's default mode, deterministic; BENCH_DET=0 times the atomic mode). BENCH_MEM=1 instead measures the device memory that forward +
 //! backward need beyond q, k, v, dO (1 x 32 heads x 16K x d128, causal, f16) with
 //! cuMemGetInfo, in atomic and deterministic mode.
 //! Run: `cargo run --release --features gpu --example bench_bwd`.
@@ -358,7 +358,10 @@ fn run() -> Res<()> {
                 .copied()
                 .unwrap_or(20)
                 .max(1),
-            deterministic: env_flag("BENCH_DET"),
+            deterministic: match std::env::var("BENCH_DET") {
+                Ok(_) => env_flag("BENCH_DET"),
+                Err(_) => flash_runtime::BwdParams::default().deterministic,
+            },
         };
         let mode = if sw.deterministic {
             "deterministic"

@@ -168,7 +168,7 @@ fn gpu_bundle() -> Result<(), String> {
     if let Ok(entries) = fs::read_dir(root.join("scripts")) {
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_some_and(|x| x == "py") {
+            if path.extension().is_some_and(|x| x == "py" || x == "sh") {
                 let name = entry.file_name().to_string_lossy().into_owned();
                 total += copy_into(&bundle.join("scripts"), &name, &path)?;
             }

@@ -1,6 +1,7 @@
 //! Kernel layer: the FlashAttention-2 passes, written against tiles, plus the mma probe.
 
 pub mod bwd;
+pub mod bwd_atomic_dq;
 pub mod bwd_dq;
 pub mod bwd_elementwise;
 pub mod fwd;

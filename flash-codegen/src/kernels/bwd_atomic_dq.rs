@@ -1,0 +1,129 @@
+//! Kernel layer: the backward main pass's atomic dQ (when `dq_accum` is given): dS^T of
+//! each query block goes through shared memory, and every warp adds its share of
+//! dQ += dS K into the f32 accumulator with `red.global.add.f32`.
+
+use super::params::Params;
+use super::softmax::{AccTiles, zeros};
+use super::warp::Warp;
+use crate::ptx::{Addr, B32, Builder, Cmp, HalfFmt, Reg, Space, Ty};
+use crate::spec::KernelSpec;
+use crate::tile::smem::{ROW_BYTES, SmemTile};
+
+/// Writes dS^T (this thread's fragments, n-tiles from `nt0`) into the dS^T tile.
+pub fn store_ds(
+    b: &mut Builder,
+    fmt: HalfFmt,
+    w: &Warp,
+    ds: &AccTiles,
+    smem: Reg<B32>,
+    ds_tile: &SmemTile,
+    nt0: usize,
+) {
+    let col_bytes = b.shl_b32(w.t2, 1u32);
+    for (r, &row) in w.rows.iter().enumerate() {
+        let (mt, h) = (r / 2, r % 2);
+        for (nt, frag) in ds[mt].iter().enumerate() {
+            let chunk = b.mov((nt0 + nt) as u32);
+            let off = ds_tile.emit_offset(b, row, chunk);
+            let off = b.add_u32(off, col_bytes);
+            let addr = b.add_u32(smem, off);
+            let word = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
+            b.st(
+                Space::Shared,
+                Ty::B32,
+                Addr::Shared(addr, ds_tile.base as i32),
+                &[word],
+            );
+        }
+    }
+}
+
+/// dQ += dS K over the block's keys: warp (qw, grp) reads query rows 16 qw.. of the dS^T
+/// tile back transposed (ldmatrix.trans), multiplies by its group's 64-column panels of
+/// K and adds the result into dq_accum (f32 [batch, seqlen_q, heads, head_dim]) with
+/// red.global.add.f32.
+#[allow(clippy::type_complexity)]
+pub fn accumulate_dq(
+    b: &mut Builder,
+    spec: &KernelSpec,
+    p: &Params,
+    w: &Warp,
+    (smem, ds_tile, k_tile, dq_lane): (Reg<B32>, &SmemTile, &SmemTile, Reg<B32>),
+    (qw, grp): (Reg<B32>, Option<Reg<B32>>),
+    (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
+) {
+    let fmt: HalfFmt = spec.dtype.half_fmt();
+    let t = spec.tiles();
+    let d = spec.head_dim;
+    let groups = t.warps / (t.block_m / 16);
+    let panels = d.div_ceil(64) / groups;
+    b.comment("-- dQ += dS K (atomic) --");
+    b.bar_sync();
+    // a[kk]: dS rows (the warp's 16 queries) x keys 16kk..16kk+16
+    let ds_base = b.add_u32(smem, dq_lane);
+    let a: Vec<[Reg<B32>; 4]> = (0..t.block_n / 16)
+        .map(|kk| {
+            b.ldmatrix::<4>(
+                true,
+                Addr::Shared(ds_base, (ds_tile.base + 16 * kk * ROW_BYTES) as i32),
+            )
+        })
+        .collect();
+    let q_rows = b.sub_u32(p.u32("seqlen_q"), m0);
+    let head_dim = p.u32("head_dim");
+    let seq0 = b.mad_lo_u32(batch, p.u32("seqlen_q"), m0);
+    let accum = b.cvta_global(p.u64("dq_accum"));
+    // the group's first K panel and first column (compile-time 0 with one group)
+    let (k_smem, col0) = match grp {
+        Some(grp) => (
+            b.mad_lo_u32(grp, panels * k_tile.rows * ROW_BYTES, smem),
+            Some(b.mul_lo_u32(grp, 64 * panels)),
+        ),
+        None => (smem, None),
+    };
+    let q_row0 = b.shl_b32(qw, 4u32);
+    for panel in 0..panels {
+        let cols = (d - 64 * panel).min(64);
+        let acc = zeros(b, 1, (cols / 8) as usize);
+        let tile = SmemTile::new(
+            k_tile.base + panel * k_tile.rows * ROW_BYTES,
+            k_tile.rows,
+            64,
+        );
+        w.mma_a_b(b, fmt, &acc, std::slice::from_ref(&a), (&tile, k_smem));
+        // rows 0 and 1 of the thread are g and g + 8 of its warp's first m-tile
+        for (h, &key_row) in w.rows.iter().take(2).enumerate() {
+            // the fragment row g + 8h of the warp's query tile
+            let g8h = b.sub_u32(key_row, w.warp_row);
+            let row = b.add_u32(q_row0, g8h);
+            let row_ok = b.setp_s32(Cmp::Lt, row, q_rows);
+            let seq = b.add_u32(seq0, row);
+            let elem = b.mad_lo_u32(seq, heads, head);
+            let elem = b.mul_wide_u32(elem, head_dim);
+            let col = match col0 {
+                Some(c0) => b.add_u32(c0, w.t2),
+                None => w.t2,
+            };
+            let col = b.cvt_u64_u32(col);
+            let elem = b.add_s64(elem, col);
+            let bytes = b.shl_b64(elem, 2);
+            let base = b.add_s64(accum, bytes);
+            for (nt, frag) in acc[0].iter().enumerate() {
+                let col = 64 * panel + 8 * nt as u32;
+                let col_ok = match col0 {
+                    Some(c0) => {
+                        let col_abs = b.add_u32(c0, col);
+                        b.setp_u32(Cmp::Lt, col_abs, head_dim)
+                    }
+                    None => b.setp_u32(Cmp::Lt, col, head_dim),
+                };
+                let ok = b.and_pred(row_ok, col_ok);
+                for e in 0..2 {
+                    let v = frag[2 * h + e];
+                    let addr = Addr::Global(base, 4 * (col + e as u32) as i32);
+                    b.when(ok, false, |b| b.red_add_f32(addr, v));
+                }
+            }
+        }
+    }
+}
