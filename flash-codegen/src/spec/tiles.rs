@@ -31,7 +31,7 @@ pub struct TileConfig {
 /// Each warp owns block_m / warps query rows (one or two m16 tiles): two tiles share every
 /// K/V fragment loaded from shared memory, halving ldmatrix traffic per mma; above d160
 /// the O accumulator (d/2 f32 per m-tile per thread) only fits with one. d224/d256 take
-/// FA2's 64x64 with one K and one V buffer taking turns (stages = 1), measured 4-8% faster
+/// FA2's 64x64 with one K and one V buffer taking turns (stages = 1), measured 5-11% faster
 /// than 64x32 double-buffered (docs/performance.md). Shared memory stays <= 96 KiB so
 /// every variant also runs on RTX 30/40 (99 KiB per block).
 #[rustfmt::skip]
@@ -65,7 +65,7 @@ pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
 
 /// Deterministic dQ pass (one CTA per query block, like the forward): one m16 tile per
 /// warp with Q and dO fragments resident, or (d128) two m-tiles sharing every K and V
-/// fragment (measured 1-4% faster than 64x64 resident).
+/// fragment (measured up to 4% faster than 64x64 resident).
 #[rustfmt::skip]
 pub(super) const BWD_DQ_TILES: [(u32, TileConfig); 8] = [
     (32, tc(64, 64, 4, 2, 1).resident()),
