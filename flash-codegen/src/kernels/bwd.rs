@@ -20,7 +20,7 @@ use super::mask::QueryMask;
 use super::params::Params;
 use super::softmax::{lse_log2, p_as_a};
 use super::stream::BlockStream;
-use super::warp::{AOperand, Warp};
+use super::warp::Warp;
 use crate::abi;
 use crate::ptx::{
     Addr, B32, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
@@ -211,16 +211,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
         );
         b.cp_async_commit();
         // K and V (first head: in the group before Q's) have landed once this waits
-        let kv_frags = t.resident.then(|| {
-            b.comment("-- K and V fragments to registers --");
-            b.cp_async_wait(1);
-            b.bar_sync();
-            [&k_tile, &v_tile].map(|tile| w.load_a(&mut b, (tile, smem), d))
-        });
-        let [k_operand, v_operand] = match &kv_frags {
-            Some([kf, vf]) => [AOperand::Regs(kf), AOperand::Regs(vf)],
-            None => [AOperand::Smem(&k_tile, smem), AOperand::Smem(&v_tile, smem)],
-        };
+        let [k_operand, v_operand] = w.a_operands(&mut b, t.resident, [&k_tile, &v_tile], smem, d);
         let (m0, st, lp) = qs.begin(&mut b, smem, seqlen_q, n_qblocks);
         let [q_tile, do_tile] = qs.tiles;
         let (lse_smem, d_smem) = (
@@ -239,7 +230,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 c0 + sub
             ));
             let mut pt = w.acc_zeros(&mut b, sub);
-            w.mma_a_bt(&mut b, fmt, &pt, k_operand, (&q_sub, st), d);
+            w.mma_a_bt(&mut b, fmt, &pt, &k_operand, (&q_sub, st), d);
             if spec.causal {
                 let m0c = b.add_u32(m0, c0);
                 let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
@@ -266,7 +257,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
             if do_dk {
                 b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
                 let mut ds = w.acc_zeros(&mut b, sub);
-                w.mma_a_bt(&mut b, fmt, &ds, v_operand, (&do_sub, st), d);
+                w.mma_a_bt(&mut b, fmt, &ds, &v_operand, (&do_sub, st), d);
                 for nt in 0..ds[0].len() {
                     let dcol = stats.d(&mut b, nt0 + nt);
                     for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {

@@ -9,7 +9,6 @@ use super::mainloop::{QBlock, kv_blocks, mask_block};
 use super::params::Params;
 use super::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
 use super::stream::BlockStream;
-use super::warp::AOperand;
 use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelSpec, Pass};
@@ -146,19 +145,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     }
     kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
-    let frags = t.resident.then(|| {
-        b.comment("-- Q and dO fragments to registers, once --");
-        b.cp_async_wait(1);
-        b.bar_sync();
-        [&q_tile, &do_tile].map(|tile| q.load_a(&mut b, (tile, smem), d))
-    });
-    let [q_operand, do_operand] = match &frags {
-        Some([qf, dof]) => [AOperand::Regs(qf), AOperand::Regs(dof)],
-        None => [
-            AOperand::Smem(&q_tile, smem),
-            AOperand::Smem(&do_tile, smem),
-        ],
-    };
+    let [q_operand, do_operand] = q.a_operands(&mut b, t.resident, [&q_tile, &do_tile], smem, d);
     let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
     let dq = q.acc_zeros(&mut b, d);
@@ -166,12 +153,12 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &s, q_operand, (&kv.tiles[0], kv_smem), d);
+    q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], kv_smem), d);
     mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
     stats.probabilities(&mut b, &mut s, scale_log2);
     b.comment("-- dS = P * (dO V^T - D) --");
     let mut dpt = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &dpt, do_operand, (&kv.tiles[1], kv_smem), d);
+    q.mma_a_bt(&mut b, fmt, &dpt, &do_operand, (&kv.tiles[1], kv_smem), d);
     stats.ds(&mut b, &s, &mut dpt);
     b.comment("-- dQ += dS K --");
     let a: Vec<_> = dpt.iter().map(|ds_mt| p_as_a(&mut b, fmt, ds_mt)).collect();

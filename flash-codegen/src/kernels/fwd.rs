@@ -8,7 +8,6 @@ use super::mainloop::{QBlock, kv_blocks, mask_block};
 use super::params::Params;
 use super::softmax::{OnlineSoftmax, p_as_a};
 use super::stream::BlockStream;
-use super::warp::AOperand;
 use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Reg, Space, Ty};
 use crate::spec::KernelSpec;
@@ -74,16 +73,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     }
     kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
-    let q_frags = t.resident.then(|| {
-        b.comment("-- Q fragments to registers, once --");
-        b.cp_async_wait(1);
-        b.bar_sync();
-        q.load_a(&mut b, (&q_tile, smem), d)
-    });
-    let q_operand = match &q_frags {
-        Some(frags) => AOperand::Regs(frags),
-        None => AOperand::Smem(&q_tile, smem),
-    };
+    let [q_operand] = q.a_operands(&mut b, t.resident, [&q_tile], smem, d);
     let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
     let o = q.acc_zeros(&mut b, d);
     let mut softmax = OnlineSoftmax::new(&mut b, q.m_tiles, p.f32("scale_log2"));
@@ -91,7 +81,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
     b.comment("-- S = Q K^T --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &s, q_operand, (&kv.tiles[0], kv_smem), d);
+    q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], kv_smem), d);
     b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
     mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
     b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");

@@ -12,12 +12,11 @@ use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};
 pub type AFrags = Vec<Vec<[Reg<B32>; 4]>>;
 
 /// Where the A operand of [`Warp::mma_a_bt`] comes from.
-#[derive(Clone, Copy)]
 pub enum AOperand<'a> {
     /// A tile at a shared address, read fragment by fragment as the product goes.
     Smem(&'a SmemTile, Reg<B32>),
     /// Fragments loaded before (by [`Warp::load_a`]) and kept in registers.
-    Regs(&'a AFrags),
+    Regs(AFrags),
 }
 
 /// A warp owning `16 * m_tiles` consecutive rows of a block.
@@ -92,6 +91,27 @@ impl Warp {
             .collect()
     }
 
+    /// The A operands of `tiles` (at shared address `smem`) for [`Warp::mma_a_bt`]: with
+    /// `resident`, waits for every cp.async group but the last committed one, syncs the
+    /// CTA and loads their fragments into registers once; otherwise they are read from
+    /// shared memory at each product.
+    pub fn a_operands<'a, const N: usize>(
+        &self,
+        b: &mut Builder,
+        resident: bool,
+        tiles: [&'a SmemTile; N],
+        smem: Reg<B32>,
+        k_dim: u32,
+    ) -> [AOperand<'a>; N] {
+        if !resident {
+            return tiles.map(|t| AOperand::Smem(t, smem));
+        }
+        b.comment("-- operand fragments to registers --");
+        b.cp_async_wait(1);
+        b.bar_sync();
+        tiles.map(|t| AOperand::Regs(self.load_a(b, (t, smem), k_dim)))
+    }
+
     /// The A fragments of contraction step `kk` (one per m-tile).
     fn load_a_step(
         &self,
@@ -116,12 +136,12 @@ impl Warp {
         b: &mut Builder,
         fmt: HalfFmt,
         acc: &AccTiles,
-        a: AOperand,
+        a: &AOperand,
         bt: (&SmemTile, Reg<B32>),
         k_dim: u32,
     ) {
         let n_tiles = acc[0].len() as u32;
-        let a_base = match a {
+        let a_base = match *a {
             AOperand::Smem(_, smem) => {
                 let wr = b.mul_lo_u32(self.warp_row, ROW_BYTES);
                 Some(b.add_u32(smem, wr))
@@ -130,7 +150,7 @@ impl Warp {
         };
         for kk in 0..k_dim / 16 {
             let af = match (a, a_base) {
-                (AOperand::Smem(tile, _), Some(base)) => self.load_a_step(b, tile, base, kk),
+                (&AOperand::Smem(tile, _), Some(base)) => self.load_a_step(b, tile, base, kk),
                 (AOperand::Regs(frags), _) => frags[kk as usize].clone(),
                 _ => unreachable!("a_base is set for shared-memory operands"),
             };
