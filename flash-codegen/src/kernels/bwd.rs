@@ -14,7 +14,8 @@
 //! dK is scaled by softmax_scale at the end. With two sweeps (large head dims) the first
 //! computes dV only and the second dK and dQ, so one accumulator lives at a time.
 
-use super::bwd_atomic_dq::{accumulate_dq, store_ds};
+use super::bwd_atomic_dq::{Cols, accumulate_dq, store_ds};
+use super::bwd_exchange::{Columns, Exchange, StepTiles};
 use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
 use super::params::Params;
@@ -23,7 +24,7 @@ use super::stream::BlockStream;
 use super::warp::Warp;
 use crate::abi;
 use crate::ptx::{
-    Addr, B32, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
+    Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
 };
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;
@@ -38,6 +39,15 @@ struct ColStats {
     /// Shared address of `lse[m0 + 2t]` and of `D[m0 + 2t]`.
     lse: Reg<B32>,
     d: Reg<B32>,
+}
+
+impl Columns for ColStats {
+    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
+        ColStats::lse_log2(self, b, nt)
+    }
+    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
+        ColStats::d(self, b, nt)
+    }
 }
 
 impl ColStats {
@@ -96,7 +106,22 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let p = Params::load(&mut b, &ir_params);
     let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
     let (group, scale_log2) = (p.u32("heads_per_kv"), p.f32("scale_log2"));
-    let w = Warp::new(&mut b, (bn / t.warps / 16) as usize);
+    // exchange: 32 keys (two m-tiles) per warp, the warps repeating over bn / 32 row blocks
+    let w = if t.exchange {
+        assert!(
+            bn % 32 == 0
+                && t.warps % (bn / 32) == 0
+                && t.sweeps == 1
+                && !t.resident
+                && d == dp
+                && (dp / 64) % (t.warps / (bn / 32)) == 0
+                && bm % (8 * (t.warps / (bn / 32))) == 0,
+            "generator bug: bwd exchange tiles {t:?}"
+        );
+        Warp::with_row_blocks(&mut b, 2, Some(bn / 32))
+    } else {
+        Warp::new(&mut b, (bn / t.warps / 16) as usize)
+    };
     let n_block = b.special(Special::CtaIdX);
     let kv_head = b.special(Special::CtaIdY);
     let batch = b.special(Special::CtaIdZ);
@@ -121,11 +146,19 @@ pub fn build(spec: &KernelSpec) -> Entry {
     )
     .with_vectors(&mut b, 2);
     let ds_tile = SmemTile::new(2 * k_tile.bytes() + qs.bytes(), bn, bm.div_ceil(64) * 64);
-    assert_eq!(
-        ds_tile.base + ds_tile.bytes(),
-        spec.smem_bytes(),
-        "generator bug: smem size"
-    );
+    let exchange = t.exchange.then(|| {
+        let groups = t.warps / (bn / 32);
+        Exchange {
+            groups,
+            group: b.div_u32(w.warp, bn / 32),
+            pt_tile: SmemTile::new(ds_tile.base + ds_tile.bytes(), bn, ds_tile.cols),
+        }
+    });
+    let smem_end = match &exchange {
+        Some(x) => x.pt_tile.base + x.pt_tile.bytes(),
+        None => ds_tile.base + ds_tile.bytes(),
+    };
+    assert_eq!(smem_end, spec.smem_bytes(), "generator bug: smem size");
     for (tile, name) in [(&k_tile, "k"), (&v_tile, "v")] {
         let base = p.tensor(&mut b, name, batch, n0, kv_head);
         let copy = TileCopy::new(
@@ -159,19 +192,20 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let last_first_q = b.add_s32(first_q, bn as i32 - 1); // first query that sees the block's last key
     let dq_on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
     // dQ: warp -> (query-row tile qw, column group grp); one group: qw = warp
-    let grouped = t.warps > row_tiles;
-    let (qw, grp) = if grouped {
-        (
-            b.rem_u32(w.warp, row_tiles),
-            Some(b.div_u32(w.warp, row_tiles)),
-        )
-    } else {
-        (w.warp, None)
-    };
-    let dq_lane = {
+    let dq_warp = |b: &mut Builder| {
+        let (qw, grp) = if t.warps > row_tiles {
+            (
+                b.rem_u32(w.warp, row_tiles),
+                Some(b.div_u32(w.warp, row_tiles)),
+            )
+        } else {
+            (w.warp, None)
+        };
         let two_qw = b.shl_b32(qw, 1u32);
-        ldm_lane_offset_emit(&mut b, &LDM_B_NK, w.lane, two_qw)
+        (qw, grp, ldm_lane_offset_emit(b, &LDM_B_NK, w.lane, two_qw))
     };
+    // (exchange: recomputed where used, to keep registers for the accumulators)
+    let dq_regs = (!t.exchange).then(|| dq_warp(&mut b));
     for sweep in 0..t.sweeps {
         let (do_dv, do_dk) = match (t.sweeps, sweep) {
             (1, _) => (true, true),
@@ -188,8 +222,10 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 "dK, dQ"
             }
         ));
-        let dv = w.acc_zeros(&mut b, if do_dv { d } else { 0 });
-        let dk = w.acc_zeros(&mut b, if do_dk { d } else { 0 });
+        // exchange: each warp accumulates its group's share of the head dim
+        let acc_cols = exchange.as_ref().map_or(d, |x| d / x.groups);
+        let dv = w.acc_zeros(&mut b, if do_dv { acc_cols } else { 0 });
+        let dk = w.acc_zeros(&mut b, if do_dk { acc_cols } else { 0 });
         let gh = b.mov(0u32);
         let (head_top, head_done) = (b.label(), b.label());
         b.place(head_top);
@@ -218,11 +254,39 @@ pub fn build(spec: &KernelSpec) -> Entry {
             qs.vector_addr(&mut b, smem, 0),
             qs.vector_addr(&mut b, smem, 1),
         );
+        if let Some(x) = &exchange {
+            // the group's query columns of the LSE and D vectors
+            let off = b.mul_lo_u32(x.group, 4 * x.q_cols(bm));
+            let (ls, ds) = (b.add_u32(lse_smem, off), b.add_u32(d_smem, off));
+            let stats = ColStats::new(&mut b, &w, ls, ds);
+            let tiles = StepTiles {
+                k: &k_tile,
+                v: &v_tile,
+                q: &q_tile,
+                d_o: &do_tile,
+                ds: &ds_tile,
+                smem,
+                st,
+            };
+            let causal = spec.causal.then_some((&qmask, last_first_q));
+            x.step(
+                &mut b,
+                fmt,
+                &w,
+                &tiles,
+                &stats,
+                scale_log2,
+                causal,
+                m0,
+                (&dv, &dk),
+            );
+        }
         let stats = ColStats::new(&mut b, &w, lse_smem, d_smem);
 
         // Query columns in sub-blocks of 32: S^T and dP^T of one sub-block live at a time.
         let sub = bm.min(32);
-        for c0 in (0..bm).step_by(sub as usize) {
+        let sub_blocks = if exchange.is_some() { 0 } else { bm };
+        for c0 in (0..sub_blocks).step_by(sub as usize) {
             let (q_sub, do_sub) = (q_tile.rows_from(c0), do_tile.rows_from(c0));
             let nt0 = (c0 / 8) as usize;
             b.comment(format!(
@@ -271,13 +335,14 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st));
                 let no_dq = b.label();
                 b.bra_if(dq_on, true, no_dq, true);
-                store_ds(&mut b, fmt, &w, &ds, smem, &ds_tile, nt0);
+                store_ds(&mut b, fmt, &w, &ds, smem, &ds_tile, Cols::Fixed(nt0));
                 b.place(no_dq);
             }
         }
         if do_dk {
             let no_dq = b.label();
             b.bra_if(dq_on, true, no_dq, true);
+            let (qw, grp, dq_lane) = dq_regs.unwrap_or_else(|| dq_warp(&mut b));
             accumulate_dq(
                 &mut b,
                 spec,
@@ -295,17 +360,15 @@ pub fn build(spec: &KernelSpec) -> Entry {
         b.bra(head_top, true);
         b.place(head_done);
 
+        // exchange: the warp's head-dim columns start at group * d / groups
+        let cols = |b: &mut Builder, base: Reg<B64>| match &exchange {
+            Some(x) => x.cols_from(b, d, base, head_dim),
+            None => (base, head_dim),
+        };
         if do_dv {
             let base = p.tensor(&mut b, "dv", batch, n0, kv_head);
-            w.store_rows(
-                &mut b,
-                fmt,
-                &dv,
-                base,
-                p.u32("dv_row_stride"),
-                head_dim,
-                k_rows,
-            );
+            let (base, hd) = cols(&mut b, base);
+            w.store_rows(&mut b, fmt, &dv, base, p.u32("dv_row_stride"), hd, k_rows);
         }
         if do_dk {
             let scale = p.f32("softmax_scale");
@@ -314,15 +377,8 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 b.assign(*x, v);
             }
             let base = p.tensor(&mut b, "dk", batch, n0, kv_head);
-            w.store_rows(
-                &mut b,
-                fmt,
-                &dk,
-                base,
-                p.u32("dk_row_stride"),
-                head_dim,
-                k_rows,
-            );
+            let (base, hd) = cols(&mut b, base);
+            w.store_rows(&mut b, fmt, &dk, base, p.u32("dk_row_stride"), hd, k_rows);
         }
     }
     let bounds = LaunchBounds {

@@ -9,7 +9,17 @@ use crate::ptx::{Addr, B32, Builder, Cmp, HalfFmt, Reg, Space, Ty};
 use crate::spec::KernelSpec;
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
-/// Writes dS^T (this thread's fragments, n-tiles from `nt0`) into the dS^T tile.
+/// Where the n-tiles of [`store_ds`] start: a compile-time n-tile, or a run-time chunk.
+#[derive(Clone, Copy)]
+pub enum Cols {
+    /// N-tile `nt0` (columns `8 nt0..`).
+    Fixed(usize),
+    /// The 8-column chunk in a register (columns `8 chunk..`).
+    At(Reg<B32>),
+}
+
+/// Writes accumulator tiles (this thread's fragments, converted to `fmt`; rows = the
+/// warp's rows, columns from `cols`) into a `[rows][cols]` tile: dS^T, or P^T.
 pub fn store_ds(
     b: &mut Builder,
     fmt: HalfFmt,
@@ -17,13 +27,16 @@ pub fn store_ds(
     ds: &AccTiles,
     smem: Reg<B32>,
     ds_tile: &SmemTile,
-    nt0: usize,
+    cols: Cols,
 ) {
     let col_bytes = b.shl_b32(w.t2, 1u32);
     for (r, &row) in w.rows.iter().enumerate() {
         let (mt, h) = (r / 2, r % 2);
         for (nt, frag) in ds[mt].iter().enumerate() {
-            let chunk = b.mov((nt0 + nt) as u32);
+            let chunk = match cols {
+                Cols::Fixed(nt0) => b.mov((nt0 + nt) as u32),
+                Cols::At(c) => b.add_u32(c, nt as u32),
+            };
             let off = ds_tile.emit_offset(b, row, chunk);
             let off = b.add_u32(off, col_bytes);
             let addr = b.add_u32(smem, off);

@@ -4,6 +4,7 @@ pub mod bwd;
 pub mod bwd_atomic_dq;
 pub mod bwd_dq;
 pub mod bwd_elementwise;
+pub mod bwd_exchange;
 pub mod fwd;
 pub mod mainloop;
 pub mod mask;

@@ -46,12 +46,22 @@ pub struct Warp {
 impl Warp {
     /// Lane coordinates, the warp's rows and its ldmatrix lane offsets.
     pub fn new(b: &mut Builder, m_tiles: usize) -> Self {
+        Self::with_row_blocks(b, m_tiles, None)
+    }
+
+    /// Like [`Warp::new`], but with `Some(n)` the warps tile only `n` row blocks and
+    /// repeat: warp w owns row block `w % n` (its column group is `w / n`).
+    pub fn with_row_blocks(b: &mut Builder, m_tiles: usize, blocks: Option<u32>) -> Self {
         let tid = b.special(Special::TidX);
         let lane = b.and_b32(tid, 31u32);
         let warp = b.shr_u32(tid, 5u32);
         let t2 = c_frag(0).col.emit(b, lane);
         let g = c_frag(0).row.emit(b, lane);
-        let warp_row = b.mul_lo_u32(warp, 16 * m_tiles as u32);
+        let block = match blocks {
+            Some(n) => b.rem_u32(warp, n),
+            None => warp,
+        };
+        let warp_row = b.mul_lo_u32(block, 16 * m_tiles as u32);
         let rows = (0..m_tiles as u32)
             .flat_map(|mt| [0u32, 8].map(|h| 16 * mt + h))
             .map(|off| {

@@ -244,10 +244,12 @@ impl KernelSpec {
         match self.pass {
             Pass::Fwd => t.block_m * row + 2 * t.stages * t.block_n * row,
             // K, V once; Q, dO, LSE and D per stage; dS^T [block_n][block_m, padded to 64]
+            // (exchange: P^T [block_n][block_m] too)
             Pass::Bwd => {
                 2 * t.block_n * row
                     + 2 * t.stages * t.block_m * (row + 4)
-                    + t.block_n * t.block_m.div_ceil(64) * 64 * self.dtype.size()
+                    + (1 + u32::from(t.exchange))
+                        * (t.block_n * t.block_m.div_ceil(64) * 64 * self.dtype.size())
             }
             // Q, dO once; K and V per stage
             Pass::BwdDq => 2 * t.block_m * row + 2 * t.stages * t.block_n * row,

@@ -25,6 +25,14 @@ pub struct TileConfig {
     /// shared memory every block: Q in the forward, K and V in the backward main pass,
     /// Q and dO in the dQ pass. Saves ldmatrix traffic; costs registers.
     pub resident: bool,
+    /// Backward main pass only: FA2's warp layouts. The warps tile the key block in
+    /// 32-key rows (two m-tiles each) times `warps / (block_n / 32)` groups that split the
+    /// query block for S^T and dP^T and the head dim for dV and dK; P^T and dS^T pass
+    /// between the layouts through shared memory. Every B fragment then feeds two mma.
+    /// Correct on the H200 at d128 (64x128, 8 warps) but measured no faster than the
+    /// table's layout (docs/performance.md), so no table row uses it yet; kept buildable
+    /// with `--tile bwd:128=64,128,8,2,1,exchange` (tests/ptxas_variants.rs).
+    pub exchange: bool,
 }
 
 /// The forward tile table (sm_80 path). Rows: head_dim -> (block_m, block_n, warps, stages).
@@ -101,10 +109,19 @@ const fn tc(block_m: u32, block_n: u32, warps: u32, stages: u32, sweeps: u32) ->
         stages,
         sweeps,
         resident: false,
+        exchange: false,
     }
 }
 
 impl TileConfig {
+    /// The same tiles with FA2's backward warp layouts (see [`TileConfig::exchange`]).
+    pub const fn exchange(self) -> Self {
+        TileConfig {
+            exchange: true,
+            ..self
+        }
+    }
+
     /// The same tiles with resident operand fragments (see [`TileConfig::resident`]).
     pub const fn resident(self) -> Self {
         TileConfig {
@@ -138,11 +155,14 @@ pub(super) fn overridden(pass: Pass, head_dim: u32) -> Option<TileConfig> {
         .map(|(_, _, t)| *t)
 }
 
-/// Parses a tile override `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident]`, e.g.
+/// Parses a tile override `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident|,exchange]`, e.g.
 /// `fwd:256=128,32,8,2,1` or `bwd:64=64,64,4,2,1,resident`.
 pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
-    let bad =
-        || format!("bad tile override `{s}`: expected PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident]");
+    let bad = || {
+        format!(
+            "bad tile override `{s}`: expected PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident|,exchange]"
+        )
+    };
     let (key, vals) = s.split_once('=').ok_or_else(bad)?;
     let (pass, d) = key.split_once(':').ok_or_else(bad)?;
     let pass = match pass {
@@ -153,12 +173,10 @@ pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
     };
     let d: u32 = d.parse().map_err(|_| bad())?;
     let parts: Vec<&str> = vals.split(',').collect();
-    let resident = match parts.get(5) {
-        None => false,
-        Some(&"resident") => true,
-        Some(_) => return Err(bad()),
-    };
-    if !(5..=6).contains(&parts.len()) {
+    let flag = |name: &str| parts.get(5) == Some(&name);
+    if !(5..=6).contains(&parts.len())
+        || (parts.len() == 6 && !flag("resident") && !flag("exchange"))
+    {
         return Err(bad());
     }
     let n: Vec<u32> = parts[..5]
@@ -166,7 +184,8 @@ pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
         .map(|x| x.parse().map_err(|_| bad()))
         .collect::<Result<_, _>>()?;
     let t = tc(n[0], n[1], n[2], n[3], n[4]);
-    Ok((pass, d, if resident { t.resident() } else { t }))
+    let t = if flag("resident") { t.resident() } else { t };
+    Ok((pass, d, if flag("exchange") { t.exchange() } else { t }))
 }
 
 #[cfg(test)]

@@ -1,0 +1,169 @@
+//! Kernel layer: one query block of the backward main pass with FA2's warp layouts
+//! ([`TileConfig::exchange`](crate::spec::TileConfig::exchange)).
+//!
+//! Warp w owns the 32 keys of row block `w % (block_n / 32)` (two m16 tiles) and column
+//! group `g = w / (block_n / 32)`. For S^T = K Q^T and dP^T = V dO^T the group picks its
+//! share of the query block; P^T and dS^T go to shared memory; after a barrier, for
+//! dV += P^T dO and dK += dS^T Q the group picks its share of the head dim and reads P^T
+//! and dS^T of the whole query block back as A fragments. Every B fragment read from
+//! shared memory feeds both m-tiles.
+
+use super::bwd_atomic_dq::{Cols, store_ds};
+use super::mask::QueryMask;
+use super::softmax::AccTiles;
+use super::warp::{AFrags, AOperand, Warp};
+use crate::ptx::{B32, B64, Builder, Cmp, F32, HalfFmt, Reg};
+use crate::tile::smem::{ROW_BYTES, SmemTile};
+
+/// The exchange layout of one kernel: the warp's column group and the P^T tile.
+pub struct Exchange {
+    /// Column groups (warps per 32-key row block).
+    pub groups: u32,
+    /// This warp's column group.
+    pub group: Reg<B32>,
+    /// P^T `[block_n][block_m]` (dS^T has its own tile, shared with the atomic dQ).
+    pub pt_tile: SmemTile,
+}
+
+/// The tiles one query block reads: K, V (resident), Q and dO (this stage, at `st`), and
+/// the P^T / dS^T exchange tiles.
+pub struct StepTiles<'a> {
+    /// K `[block_n][d]`.
+    pub k: &'a SmemTile,
+    /// V `[block_n][d]`.
+    pub v: &'a SmemTile,
+    /// Q `[block_m][d]` (stage-0 tile; the current stage sits at `st`).
+    pub q: &'a SmemTile,
+    /// dO `[block_m][d]` (stage-0 tile).
+    pub d_o: &'a SmemTile,
+    /// dS^T `[block_n][block_m]`.
+    pub ds: &'a SmemTile,
+    /// Shared address of the dynamic shared memory.
+    pub smem: Reg<B32>,
+    /// Shared address the current stage's Q and dO tiles are relative to.
+    pub st: Reg<B32>,
+}
+
+/// Per-column `LSE * log2 e` and D of n-tile `nt` of the group's query columns.
+pub trait Columns {
+    /// `LSE * log2 e` of the two columns of n-tile `nt`.
+    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2];
+    /// D of the two columns of n-tile `nt`.
+    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2];
+}
+
+impl Exchange {
+    /// Query columns of the block per group.
+    pub fn q_cols(&self, block_m: u32) -> u32 {
+        block_m / self.groups
+    }
+
+    /// One query block (first query `m0`): S^T, P^T, dP^T, dS^T for the group's query
+    /// columns, both to shared memory, then dV and dK for the group's head-dim columns.
+    /// `causal`: the mask and the first query that sees the block's last key.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &self,
+        b: &mut Builder,
+        fmt: HalfFmt,
+        w: &Warp,
+        t: &StepTiles,
+        cols: &impl Columns,
+        scale_log2: Reg<F32>,
+        causal: Option<(&QueryMask, Reg<B32>)>,
+        m0: Reg<B32>,
+        (dv, dk): (&AccTiles, &AccTiles),
+    ) {
+        let (bm, d) = (t.q.rows, 8 * dv[0].len() as u32 * self.groups);
+        let qn = self.q_cols(bm);
+        let row_off = b.mul_lo_u32(self.group, qn * ROW_BYTES);
+        let st_rows = b.add_u32(t.st, row_off);
+        let chunk0 = b.mul_lo_u32(self.group, qn / 8);
+        b.comment("-- P^T = exp2(K Q^T * scale_log2 - LSE * log2 e), the group's queries --");
+        let mut pt = w.acc_zeros(b, qn);
+        w.mma_a_bt(b, fmt, &pt, &AOperand::Smem(t.k, t.smem), (t.q, st_rows), d);
+        if let Some((qmask, last_first_q)) = causal {
+            let m0c = b.mad_lo_u32(self.group, qn, m0);
+            let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
+            let skip = b.label();
+            b.bra_if(needs, true, skip, true);
+            qmask.apply(b, &pt, m0c);
+            b.place(skip);
+        }
+        for nt in 0..pt[0].len() {
+            let lse2 = cols.lse_log2(b, nt);
+            let neg = lse2.map(|l| b.neg_f32(l));
+            for pt_mt in pt.iter_mut() {
+                for (e, x) in pt_mt[nt].iter_mut().enumerate() {
+                    let y = b.fma_f32(*x, scale_log2, neg[e & 1]);
+                    *x = b.ex2(y);
+                }
+            }
+        }
+        store_ds(b, fmt, w, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
+        // dP^T in two halves of the group's columns: P^T, dV and dK already take 160
+        // registers, and a whole dP^T on top spills
+        let half = qn / 2;
+        for h in 0..2 {
+            b.comment(format!(
+                "-- dS^T = P^T * (V dO^T - D), columns {}.. of the group's --",
+                h * half
+            ));
+            let mut ds = w.acc_zeros(b, half);
+            let st_half = b.add_u32(st_rows, h * half * ROW_BYTES);
+            w.mma_a_bt(
+                b,
+                fmt,
+                &ds,
+                &AOperand::Smem(t.v, t.smem),
+                (t.d_o, st_half),
+                d,
+            );
+            let nt0 = (h * half / 8) as usize;
+            for nt in 0..ds[0].len() {
+                let dcol = cols.d(b, nt0 + nt);
+                for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {
+                    for e in 0..4 {
+                        let diff = b.sub_f32(ds_mt[nt][e], dcol[e & 1]);
+                        ds_mt[nt][e] = b.mul_f32(pt_mt[nt0 + nt][e], diff);
+                    }
+                }
+            }
+            let c = b.add_u32(chunk0, h * half / 8);
+            store_ds(b, fmt, w, &ds, t.smem, t.ds, Cols::At(c));
+        }
+        b.bar_sync();
+        b.comment("-- dV += P^T dO, dK += dS^T Q: the group's head-dim columns --");
+        let panel_off = b.mul_lo_u32(self.group, (d / self.groups / 64) * bm * ROW_BYTES);
+        let st_panel = b.add_u32(t.st, panel_off);
+        for (src, acc, b_tile) in [(&self.pt_tile, dv, t.d_o), (t.ds, dk, t.q)] {
+            let a = by_m_tile(w.load_a(b, (src, t.smem), bm));
+            w.mma_a_b(b, fmt, acc, &a, (b_tile, st_panel));
+        }
+    }
+
+    /// First head-dim column of the warp's dV/dK (`group * d / groups`), the global
+    /// address of that column in row 0 of a `[rows][row_stride]` tensor at `base`, and
+    /// the head-dim columns left from there (0 when past the end).
+    pub fn cols_from(
+        &self,
+        b: &mut Builder,
+        d: u32,
+        base: Reg<B64>,
+        head_dim: Reg<B32>,
+    ) -> (Reg<B64>, Reg<B32>) {
+        let c0 = b.mul_lo_u32(self.group, d / self.groups);
+        let bytes = b.mul_wide_u32(c0, 2u32);
+        let at = b.add_s64(base, bytes);
+        let hd = b.max_u32(head_dim, c0);
+        (at, b.sub_u32(hd, c0))
+    }
+}
+
+/// `[kk][mt]` fragments as `[mt][kk]`, the order of [`Warp::mma_a_b`].
+fn by_m_tile(a: AFrags) -> Vec<Vec<[Reg<B32>; 4]>> {
+    let m_tiles = a[0].len();
+    (0..m_tiles)
+        .map(|mt| a.iter().map(|kk| kk[mt]).collect())
+        .collect()
+}
