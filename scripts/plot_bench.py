@@ -109,7 +109,7 @@ def plot(rows, dtype, title, out):
 def main():
     bench = os.path.join(ROOT, "docs", "bench")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    fwd_default = os.path.join(bench, "fwd_sweep_v4.json")
+    fwd_default = os.path.join(bench, "fwd_sweep_v5.json")
     if not os.path.exists(fwd_default):
         fwd_default = os.path.join(bench, "fwd_sweep_v4.txt")
     ap.add_argument("--fwd", default=fwd_default, help="forward sweep (.json or .txt)")

@@ -45,7 +45,16 @@ impl QBlock {
             t.block_m
         );
         let w = Warp::new(b, m_tiles);
+        // causal: the last query blocks see the most keys; launch them first, so the
+        // light ones fill the tail of the grid
         let m_block = b.special(Special::CtaIdX);
+        let m_block = if spec.causal {
+            let n = b.special(Special::NCtaIdX);
+            let last = b.sub_u32(n, 1u32);
+            b.sub_u32(last, m_block)
+        } else {
+            m_block
+        };
         let head = b.special(Special::CtaIdY);
         let batch = b.special(Special::CtaIdZ);
         let m0 = b.mul_lo_u32(m_block, t.block_m);
