@@ -324,7 +324,7 @@ fn grid_too_large() {
 
 #[test]
 fn invalid_scale() {
-    for s in [f32::NAN, f32::INFINITY, 0.0, -0.125] {
+    for s in [f32::NAN, f32::INFINITY, 0.0, -0.125, 3.0e38] {
         let mut a = args(1, 8, 8, 2, 2, 64);
         a.params.softmax_scale = Some(s);
         let (e, msg) = err(&a);

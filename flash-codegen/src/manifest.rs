@@ -242,7 +242,7 @@ const STRIDES: &str = "All strides are in elements, not bytes. The last dimensio
 
 const ALIGNMENT: &str = "q, k, v and o base pointers must be 16-byte aligned, and every row start (batch, row and head strides times 2 bytes) a multiple of 16 bytes, i.e. strides are multiples of 8 elements; the kernels load and store 16 bytes at a time. lse needs 4-byte alignment.";
 
-const SCALE_LOG2: &str = "scale_log2 = softmax_scale * log2(e) = softmax_scale * 1.4426950408889634, as an f32. The default softmax_scale is 1 / sqrt(d) with d the problem's head dim (the head_dim parameter, not the kernel's).";
+const SCALE_LOG2: &str = "scale_log2 = softmax_scale * log2(e) = softmax_scale * 1.4426950408889634, as an f32; softmax_scale must be positive and scale_log2 finite (the kernels track the max of the raw scores). The default softmax_scale is 1 / sqrt(d) with d the problem's head dim (the head_dim parameter, not the kernel's).";
 
 const KERNEL_CHOICE: &str = "Pick the kernel with the problem's dtype and causal flag and the smallest spec.head_dim >= d, where d is a multiple of 8 (at most 256); pass d as the head_dim parameter (the kernel zero-fills the columns past d).";
 

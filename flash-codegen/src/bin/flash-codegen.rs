@@ -38,8 +38,9 @@ enum Command {
         #[arg(long, value_name = "DIR", requires = "all")]
         out_dir: Option<PathBuf>,
         /// Tuning: build (pass, head dim) with other tiles than the table's, e.g.
-        /// `fwd:256=128,32,8,2,1` or `bwd:64=64,64,4,2,1,resident` (repeatable).
-        #[arg(long = "tile", value_name = "PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident]",
+        /// `fwd:256=128,32,8,2,1`, `bwd:64=64,64,4,2,1,resident` or
+        /// `bwd:128=64,128,8,2,1,exchange` (repeatable).
+        #[arg(long = "tile", value_name = "PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident|,exchange]",
               value_parser = flash_codegen::spec::parse_override)]
         tiles: Vec<(flash_codegen::Pass, u32, flash_codegen::TileConfig)>,
     },
@@ -95,16 +96,17 @@ fn emit_all(dir: &Path) -> Result<(), String> {
     // Kernels are independent: generate them on all cores, write them in order.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = specs.len().div_ceil(threads).max(1);
-    let ptx: Vec<String> = std::thread::scope(|s| {
+    let ptx: Vec<String> = std::thread::scope(|s| -> Result<Vec<String>, String> {
         let handles: Vec<_> = specs
             .chunks(chunk)
             .map(|part| s.spawn(|| part.iter().map(flash_codegen::generate).collect::<Vec<_>>()))
             .collect();
         handles
             .into_iter()
-            .flat_map(|h| h.join().expect("generator thread panicked"))
-            .collect()
-    });
+            .map(|h| h.join().map_err(panic_message))
+            .collect::<Result<Vec<_>, _>>()
+            .map(|parts| parts.into_iter().flatten().collect())
+    })?;
     for (spec, text) in specs.iter().zip(&ptx) {
         write(&dir.join(manifest::file_name(spec)), text)?;
     }
@@ -118,6 +120,16 @@ fn emit_all(dir: &Path) -> Result<(), String> {
         dir.display()
     );
     Ok(())
+}
+
+/// A generator panic (a tile override the kernel builders refuse) as an error message.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    let msg = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("unknown panic");
+    format!("kernel generation failed (with --tile: tiles this kernel cannot use): {msg}")
 }
 
 fn run(cli: Cli) -> Result<(), String> {

@@ -1,7 +1,9 @@
 //! Kernel layer: FlashAttention-2 backward, main pass (Dao 2023, Algorithm 2), parallel
 //! over key blocks.
 //!
-//! One CTA per (key block, kv head, batch); each warp owns 16 keys. Scores are computed
+//! One CTA per (key block, kv head, batch); each warp owns 16 keys per m-tile (with
+//! [`TileConfig::exchange`](crate::spec::TileConfig::exchange): 32 keys, see
+//! `bwd_exchange`). Scores are computed
 //! transposed, S^T = K Q^T (rows = keys), so P^T and dS^T come out of the accumulators
 //! already in the A-operand layout of dV += P^T dO and dK += dS^T Q. For every query
 //! head of the kv head's group, in a fixed order, and every query block (Q and dO
@@ -115,7 +117,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 && !t.resident
                 && d == dp
                 && (dp / 64) % (t.warps / (bn / 32)) == 0
-                && bm % (8 * (t.warps / (bn / 32))) == 0,
+                && bm % (32 * (t.warps / (bn / 32))) == 0,
             "generator bug: bwd exchange tiles {t:?}"
         );
         Warp::with_row_blocks(&mut b, 2, Some(bn / 32))

@@ -4,7 +4,8 @@
 //! four lanes of a quad, so row reductions are two butterfly shuffles. Running max `m_i`
 //! is kept unscaled; `m_i * scale_log2` is folded into one `fma` per score:
 //! `p = 2^(s * scale_log2 - m_i * scale_log2)`. Rows that have seen no valid key keep
-//! `m_i = -inf` and use 0 as their scaled max, so `-inf - -inf` (NaN) never happens.
+//! `m_i = -inf` and use 0 as their scaled max, so no probability is NaN (the rescale test
+//! compares `-inf - -inf` on purpose: NaN compares false, nothing to rescale).
 
 use crate::ptx::{B32, Builder, Cmp, F32, Pred, Reg};
 

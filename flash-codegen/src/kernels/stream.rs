@@ -60,8 +60,10 @@ impl BlockStream {
     ) -> Self {
         let t = spec.tiles();
         assert!(
-            t.stages >= 2 || spec.pass == crate::spec::Pass::Fwd,
-            "generator bug: one stage (operands taking turns) needs the forward's order"
+            t.stages.is_power_of_two() && (t.stages >= 2 || spec.pass == crate::spec::Pass::Fwd),
+            "generator bug: stages {} (a power of two: the stage is j & (stages - 1); one \
+             stage, operands taking turns, needs the forward's order)",
+            t.stages
         );
         let (d, dp) = (spec.head_dim, spec.smem_head_dim());
         let stage_bytes = SmemTile::new(0, rows, dp).bytes();

@@ -103,8 +103,8 @@ impl Warp {
 
     /// The A operands of `tiles` (at shared address `smem`) for [`Warp::mma_a_bt`]: with
     /// `resident`, waits for every cp.async group but the last committed one, syncs the
-    /// CTA and loads their fragments into registers once; otherwise they are read from
-    /// shared memory at each product.
+    /// CTA and loads their fragments into registers (once per call: the backward calls it
+    /// once per query head); otherwise they are read from shared memory at each product.
     pub fn a_operands<'a, const N: usize>(
         &self,
         b: &mut Builder,
@@ -151,6 +151,10 @@ impl Warp {
         k_dim: u32,
     ) {
         let n_tiles = acc[0].len() as u32;
+        assert!(
+            n_tiles % 2 == 0,
+            "generator bug: odd n-tile count {n_tiles}"
+        );
         let a_base = match *a {
             AOperand::Smem(_, smem) => {
                 let wr = b.mul_lo_u32(self.warp_row, ROW_BYTES);
@@ -188,6 +192,7 @@ impl Warp {
         b_tile: (&SmemTile, Reg<B32>),
     ) {
         assert_eq!(acc.len(), a.len(), "generator bug: m-tiles of A and C");
+        assert!(acc[0].len() % 2 == 0, "generator bug: odd n-tile count");
         for kk in 0..a[0].len() {
             for np in 0..acc[0].len() as u32 / 2 {
                 let addr = self

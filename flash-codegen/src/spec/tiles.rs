@@ -16,7 +16,8 @@ pub struct TileConfig {
     /// Warps per CTA; each owns `block_m / warps` query rows.
     pub warps: u32,
     /// Shared-memory buffers of the streamed operand (K/V in the forward, Q/dO in the
-    /// backward): 2 = load block j+1 while computing block j.
+    /// backward), a power of two: 2 = load block j+1 while computing block j; 1 (forward
+    /// only) = one K and one V buffer taking turns (V_j loads during Q K_j^T).
     pub stages: u32,
     /// Backward only: passes over the query blocks. 1 = dV and dK together; 2 = dV first,
     /// then dK and dQ, when both accumulators (d/2 f32 each per thread) don't fit at once.
@@ -142,7 +143,9 @@ static OVERRIDES: RwLock<Vec<(Pass, u32, TileConfig)>> = RwLock::new(Vec::new())
 /// Replaces the table rows of the given (pass, head dim) pairs for this process: the
 /// generator's `--tile` flag, to measure a configuration without editing the table. The
 /// kernels keep their canonical names; the manifest records the tiles they were built
-/// with. Not for production use: a runtime in another process uses the table.
+/// with. Tuning only: everything in the process that asks a spec for its tiles (a
+/// `FlashAttention` runtime's launch geometry included) sees the override, so never set
+/// it in a process that also launches kernels embedded or generated without it.
 pub fn set_overrides(rows: Vec<(Pass, u32, TileConfig)>) {
     *OVERRIDES.write().unwrap_or_else(|e| e.into_inner()) = rows;
 }
@@ -185,7 +188,32 @@ pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
         .collect::<Result<_, _>>()?;
     let t = tc(n[0], n[1], n[2], n[3], n[4]);
     let t = if flag("resident") { t.resident() } else { t };
-    Ok((pass, d, if flag("exchange") { t.exchange() } else { t }))
+    let t = if flag("exchange") { t.exchange() } else { t };
+    check_override(pass, d, &t).map_err(|why| format!("tile override `{s}`: {why}"))?;
+    Ok((pass, d, t))
+}
+
+/// The geometry rules every kernel builder relies on (they assert the finer ones).
+fn check_override(pass: Pass, d: u32, t: &TileConfig) -> Result<(), String> {
+    if !super::HEAD_DIMS.contains(&d) {
+        return Err(format!(
+            "head dim {d} has no kernel (one of {:?})",
+            super::HEAD_DIMS
+        ));
+    }
+    if t.warps == 0 || t.block_m == 0 || t.block_m % 16 != 0 || t.block_n % 16 != 0 {
+        return Err("block_m and block_n must be multiples of 16, warps at least 1".into());
+    }
+    if !t.stages.is_power_of_two() || (t.stages == 1 && pass != Pass::Fwd) {
+        return Err("stages must be a power of two (1 only for fwd: K and V take turns)".into());
+    }
+    if t.exchange && pass != Pass::Bwd {
+        return Err("exchange is a bwd layout".into());
+    }
+    if !(1..=2).contains(&t.sweeps) || (t.sweeps == 2 && pass != Pass::Bwd) {
+        return Err("sweeps is 1, or 2 for bwd".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -199,6 +227,10 @@ mod tests {
         assert_eq!(t, tc(64, 64, 4, 2, 1).resident());
         let (_, _, t) = parse_override("fwd:256=128,32,8,2,1").unwrap();
         assert!(!t.resident && t.warps == 8);
+        let (_, _, t) = parse_override("fwd:256=64,64,4,1,1").unwrap();
+        assert_eq!(t.stages, 1);
+        let (_, _, t) = parse_override("bwd:128=64,128,8,2,1,exchange").unwrap();
+        assert!(t.exchange && !t.resident);
         for bad in [
             "fwd:256",
             "fwd=1,2,3,4,5",
@@ -207,6 +239,12 @@ mod tests {
             "fwd:64=1,2,3,4",
             "fwd:64=1,2,3,4,5,fast",
             "fwd:64=1,2,3,4,5,resident,7",
+            "fwd:128=128,32,4,3,1",
+            "bwd:64=64,64,4,1,1",
+            "fwd:100=128,32,4,2,1",
+            "fwd:64=128,64,4,2,1,exchange",
+            "bwddq:64=64,64,4,2,2",
+            "fwd:64=128,64,0,2,1",
         ] {
             assert!(parse_override(bad).is_err(), "{bad}");
         }

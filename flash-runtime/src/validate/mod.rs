@@ -7,6 +7,7 @@
 
 use flash_codegen::abi::params as abi_params;
 use flash_codegen::{DType, KernelSpec, Pass};
+use std::f64::consts::LOG2_E;
 
 use crate::error::{FlashError, Result};
 
@@ -178,11 +179,15 @@ pub(crate) fn check_problem(
     }
     let scale = match softmax_scale {
         None => 1.0 / (d as f64).sqrt(),
-        Some(s) if s.is_finite() && s > 0.0 => s as f64,
+        // the kernels take scale * log2(e) as an f32: it must stay finite too
+        Some(s) if s.is_finite() && s > 0.0 && ((s as f64) * LOG2_E).abs() < f32::MAX as f64 => {
+            s as f64
+        }
         Some(s) => {
             return Err(FlashError::InvalidParam(format!(
-                "softmax_scale must be positive and finite, got {s} (the kernels keep the row \
-                 max of the raw scores, the max of the scaled ones only for a positive scale)"
+                "softmax_scale must be positive and finite, with scale * log2(e) within f32 \
+                 range, got {s} (the kernels keep the row max of the raw scores, the max of \
+                 the scaled ones only for a positive scale)"
             )));
         }
     };
