@@ -12,13 +12,14 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::CudaStream;
 use flash_codegen::DType;
 use flash_runtime::reference::{Shape, attention_backward, last_visible_key, rel_l2};
 use flash_runtime::rng::Rng;
-use flash_runtime::{
-    BwdParams, BwdScratch, Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut,
-};
+use flash_runtime::{BwdParams, BwdScratch, Element, FlashAttention, FwdParams};
+
+mod gpu_support;
+use gpu_support::{Placed, rounded, upload};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -57,72 +58,6 @@ struct Case {
     layout: Layout,
     deterministic: bool,
     seed: u64,
-}
-
-/// Where a logical `[b, s, h, d]` tensor sits in its buffer.
-#[derive(Clone, Copy)]
-struct Placed {
-    shape: [usize; 4],
-    strides: [usize; 4],
-    offset: usize,
-}
-
-impl Placed {
-    fn new(shape: [usize; 4], padded: bool) -> Self {
-        let [_, s, h, d] = shape;
-        let row = h * (d + 8) + 8;
-        match padded {
-            true => Placed {
-                shape,
-                strides: [s * row + 16, row, d + 8, 1],
-                offset: 8,
-            },
-            false => Placed {
-                shape,
-                strides: [s * h * d, h * d, d, 1],
-                offset: 0,
-            },
-        }
-    }
-    /// Buffer positions of the elements, in logical row-major order.
-    fn positions(&self) -> Vec<usize> {
-        let ([b, s, h, d], st) = (self.shape, self.strides);
-        let mut v = Vec::with_capacity(b * s * h * d);
-        for i in 0..b {
-            for j in 0..s {
-                for k in 0..h {
-                    let base = self.offset + i * st[0] + j * st[1] + k * st[2];
-                    v.extend(base..base + d);
-                }
-            }
-        }
-        v
-    }
-    /// Buffer length: the span plus 8 elements of tail padding.
-    fn buffer_len(&self) -> usize {
-        self.positions().last().map_or(self.offset, |p| p + 1) + 8
-    }
-    fn view<'a, T>(&self, buf: &'a CudaSlice<T>) -> Tensor4<'a, T> {
-        Tensor4::strided(buf.slice(self.offset..), self.shape, self.strides)
-    }
-    fn view_mut<'a, T>(&self, buf: &'a mut CudaSlice<T>) -> Tensor4Mut<'a, T> {
-        Tensor4Mut::strided(buf.slice_mut(self.offset..), self.shape, self.strides)
-    }
-}
-
-fn rounded<T: Element>(rng: &mut Rng, n: usize) -> (Vec<T>, Vec<f64>) {
-    let x: Vec<T> = rng.normal_vec(n).into_iter().map(T::from_f32).collect();
-    let f = x.iter().map(|v| v.to_f32() as f64).collect();
-    (x, f)
-}
-
-/// Uploads `vals` at `p`'s positions of a NaN-filled buffer.
-fn upload<T: Element>(s: &Arc<CudaStream>, p: &Placed, vals: &[T]) -> Result<CudaSlice<T>, Error> {
-    let mut buf = vec![T::from_f32(f32::NAN); p.buffer_len()];
-    for (&i, &x) in p.positions().iter().zip(vals) {
-        buf[i] = x;
-    }
-    Ok(s.clone_htod(&buf)?)
 }
 
 /// One gradient's check: padding untouched, no NaN, rel-L2 vs `want`; the logical values.

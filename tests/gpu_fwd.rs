@@ -10,8 +10,11 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use flash_codegen::DType;
 use flash_runtime::reference::{Shape, attention_forward, rel_l2};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
+use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4};
 use std::sync::Arc;
+
+mod gpu_support;
+use gpu_support::{Placed, rounded, upload};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Layout {
@@ -55,68 +58,6 @@ const SHAPES: [(usize, usize, usize, usize, usize, Layout); 12] = [
 ];
 
 /// Where a logical `[b, s, h, d]` tensor sits in its buffer.
-#[derive(Clone, Copy)]
-struct Placed {
-    shape: [usize; 4],
-    strides: [usize; 4],
-    offset: usize,
-}
-
-impl Placed {
-    fn new(shape: [usize; 4], layout: Layout) -> Self {
-        let [_, s, h, d] = shape;
-        let (strides, offset) = match layout {
-            Layout::Padded => {
-                let row = h * (d + 8) + 8;
-                ([s * row + 16, row, d + 8, 1], 8)
-            }
-            _ => ([s * h * d, h * d, d, 1], 0),
-        };
-        Placed {
-            shape,
-            strides,
-            offset,
-        }
-    }
-    /// Buffer positions of the elements, in logical row-major order.
-    fn positions(&self) -> Vec<usize> {
-        let ([b, s, h, d], st) = (self.shape, self.strides);
-        let mut v = Vec::with_capacity(b * s * h * d);
-        for i in 0..b {
-            for j in 0..s {
-                for k in 0..h {
-                    let base = self.offset + i * st[0] + j * st[1] + k * st[2];
-                    v.extend(base..base + d);
-                }
-            }
-        }
-        v
-    }
-    /// Buffer length: the span plus 8 elements of tail padding (never zero).
-    fn buffer_len(&self) -> usize {
-        self.positions().last().map_or(self.offset, |p| p + 1) + 8
-    }
-}
-
-fn rounded<T: Element>(rng: &mut Rng, n: usize) -> (Vec<T>, Vec<f64>) {
-    let x: Vec<T> = rng.normal_vec(n).into_iter().map(T::from_f32).collect();
-    let f = x.iter().map(|v| v.to_f32() as f64).collect();
-    (x, f)
-}
-
-fn view<'a, T>(buf: &'a CudaSlice<T>, p: &Placed) -> Tensor4<'a, T> {
-    Tensor4::strided(buf.slice(p.offset..), p.shape, p.strides)
-}
-
-/// A NaN-filled buffer of `len` with `vals` at `pos`.
-fn scatter<T: Element>(len: usize, pos: &[usize], vals: &[T]) -> Vec<T> {
-    let mut buf = vec![T::from_f32(f32::NAN); len];
-    for (&p, &x) in pos.iter().zip(vals) {
-        buf[p] = x;
-    }
-    buf
-}
-
 struct Outcome {
     o_err: f64,
     lse_err: f64,
@@ -139,7 +80,7 @@ fn run_case<T: Element>(
     } else {
         c.layout
     };
-    let po = Placed::new(qs, o_layout);
+    let po = Placed::new(qs, o_layout == Layout::Padded);
     let (o_pos, o_len) = (po.positions(), po.buffer_len());
     let mut o_buf: CudaSlice<T> = stream.clone_htod(&vec![T::from_f32(f32::NAN); o_len])?;
     let lse_n = c.b * c.h * c.sq;
@@ -149,7 +90,7 @@ fn run_case<T: Element>(
         softmax_scale: None,
     };
     let lse_arg = if c.lse { Some(&mut lse_buf) } else { None };
-    let mut o_t = Tensor4Mut::strided(o_buf.slice_mut(po.offset..), qs, po.strides);
+    let mut o_t = po.view_mut(&mut o_buf);
     if c.layout == Layout::Packed {
         let (s, h, d) = (c.sq, c.h, c.d);
         let pq = Placed {
@@ -176,17 +117,17 @@ fn run_case<T: Element>(
             &params,
         )?;
     } else {
-        let (pq, pk) = (Placed::new(qs, c.layout), Placed::new(ks, c.layout));
-        let kpos = pk.positions();
-        let q_d = stream.clone_htod(&scatter(pq.buffer_len(), &pq.positions(), &q))?;
-        let k_d = stream.clone_htod(&scatter(pk.buffer_len(), &kpos, &k))?;
-        let v_d = stream.clone_htod(&scatter(pk.buffer_len(), &kpos, &v))?;
+        let padded = c.layout == Layout::Padded;
+        let (pq, pk) = (Placed::new(qs, padded), Placed::new(ks, padded));
+        let q_d = upload(stream, &pq, &q)?;
+        let k_d = upload(stream, &pk, &k)?;
+        let v_d = upload(stream, &pk, &v)?;
 
         rt.forward(
             stream,
-            &view(&q_d, &pq),
-            &view(&k_d, &pk),
-            &view(&v_d, &pk),
+            &pq.view(&q_d),
+            &pk.view(&k_d),
+            &pk.view(&v_d),
             &mut o_t,
             lse_arg,
             &params,

@@ -1,0 +1,86 @@
+//! Helpers shared by the GPU tests (`gpu_fwd`, `gpu_bwd`): where a logical
+//! `[b, s, h, d]` tensor sits in its (possibly padded) device buffer, NaN-poisoned uploads
+//! and bf16/f16-rounded random inputs.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DriverError};
+use flash_runtime::rng::Rng;
+use flash_runtime::{Element, Tensor4, Tensor4Mut};
+
+/// Where a logical `[b, s, h, d]` tensor sits in its buffer.
+#[derive(Clone, Copy)]
+pub struct Placed {
+    pub shape: [usize; 4],
+    pub strides: [usize; 4],
+    pub offset: usize,
+}
+
+impl Placed {
+    /// Contiguous, or `padded`: gaps after each head, row and batch, and a 16-byte offset.
+    pub fn new(shape: [usize; 4], padded: bool) -> Self {
+        let [_, s, h, d] = shape;
+        let row = h * (d + 8) + 8;
+        match padded {
+            true => Placed {
+                shape,
+                strides: [s * row + 16, row, d + 8, 1],
+                offset: 8,
+            },
+            false => Placed {
+                shape,
+                strides: [s * h * d, h * d, d, 1],
+                offset: 0,
+            },
+        }
+    }
+
+    /// Buffer positions of the elements, in logical row-major order.
+    pub fn positions(&self) -> Vec<usize> {
+        let ([b, s, h, d], st) = (self.shape, self.strides);
+        let mut v = Vec::with_capacity(b * s * h * d);
+        for i in 0..b {
+            for j in 0..s {
+                for k in 0..h {
+                    let base = self.offset + i * st[0] + j * st[1] + k * st[2];
+                    v.extend(base..base + d);
+                }
+            }
+        }
+        v
+    }
+
+    /// Buffer length: the span plus 8 elements of tail padding (never zero).
+    pub fn buffer_len(&self) -> usize {
+        self.positions().last().map_or(self.offset, |p| p + 1) + 8
+    }
+
+    pub fn view<'a, T>(&self, buf: &'a CudaSlice<T>) -> Tensor4<'a, T> {
+        Tensor4::strided(buf.slice(self.offset..), self.shape, self.strides)
+    }
+
+    pub fn view_mut<'a, T>(&self, buf: &'a mut CudaSlice<T>) -> Tensor4Mut<'a, T> {
+        Tensor4Mut::strided(buf.slice_mut(self.offset..), self.shape, self.strides)
+    }
+}
+
+/// `n` standard-normal values rounded to `T`, and the same values as f64.
+pub fn rounded<T: Element>(rng: &mut Rng, n: usize) -> (Vec<T>, Vec<f64>) {
+    let x: Vec<T> = rng.normal_vec(n).into_iter().map(T::from_f32).collect();
+    let f = x.iter().map(|v| v.to_f32() as f64).collect();
+    (x, f)
+}
+
+/// Uploads `vals` at `p`'s positions of a NaN-filled buffer.
+pub fn upload<T: Element>(
+    s: &Arc<CudaStream>,
+    p: &Placed,
+    vals: &[T],
+) -> Result<CudaSlice<T>, DriverError> {
+    let mut buf = vec![T::from_f32(f32::NAN); p.buffer_len()];
+    for (&i, &x) in p.positions().iter().zip(vals) {
+        buf[i] = x;
+    }
+    s.clone_htod(&buf)
+}
