@@ -22,33 +22,11 @@ use flash_runtime::{
     BwdParams, BwdScratch, Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut,
 };
 
-const TOKENS: usize = 16384;
-const HIDDEN: usize = 2048;
-const WARMUP: usize = 5;
+mod bench_common;
+use bench_common::{HIDDEN, Sweep, TOKENS, WARMUP, env_flag, median};
 const GIB: f64 = (1u64 << 30) as f64;
 
 type Res<T> = Result<T, Box<dyn Error>>;
-
-fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
-    match std::env::var(name) {
-        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
-        Err(_) => default.to_vec(),
-    }
-}
-
-fn env_flag(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v != "0" && !v.is_empty())
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let m = xs.len() / 2;
-    if xs.len() % 2 == 1 {
-        xs[m]
-    } else {
-        (xs[m - 1] + xs[m]) / 2.0
-    }
-}
 
 fn randn<T: Element>(stream: &Arc<CudaStream>, rng: &mut Rng, n: usize) -> Res<CudaSlice<T>> {
     let x: Vec<T> = (0..n).map(|_| T::from_f32(rng.normal())).collect();
@@ -162,18 +140,11 @@ fn time_row<T: Element>(
     Ok((median(times), min))
 }
 
-struct Sweep {
-    dims: Vec<usize>,
-    seqs: Vec<usize>,
-    causal: Vec<bool>,
-    iters: usize,
-    deterministic: bool,
-}
-
 fn sweep<T: Element>(
     rt: &FlashAttention,
     stream: &Arc<CudaStream>,
     sw: &Sweep,
+    deterministic: bool,
     rows: &mut Vec<serde_json::Value>,
 ) -> Res<()> {
     let mut bu = bufs::<T>(stream, 0xb4c4 ^ T::DTYPE as u64)?;
@@ -188,15 +159,7 @@ fn sweep<T: Element>(
                     error = Some("seqlen must divide 16384 and d must divide 2048".to_string());
                 } else {
                     let shape = [b, n, h, d];
-                    match time_row(
-                        rt,
-                        stream,
-                        &mut bu,
-                        shape,
-                        causal,
-                        sw.deterministic,
-                        sw.iters,
-                    ) {
+                    match time_row(rt, stream, &mut bu, shape, causal, deterministic, sw.iters) {
                         Ok(t) => (med, min) = t,
                         Err(e) => error = Some(e.to_string()),
                     }
@@ -217,7 +180,7 @@ fn sweep<T: Element>(
                 );
                 rows.push(serde_json::json!({
                     "backend": "flash_ptx", "dtype": T::DTYPE.name(), "d": d, "causal": causal,
-                    "n": n, "b": b, "h": h, "deterministic": sw.deterministic,
+                    "n": n, "b": b, "h": h, "deterministic": deterministic,
                     "bwd_ms": med, "bwd_ms_min": min, "bwd_tflops": tflops, "error": error,
                 }));
             }
@@ -346,24 +309,12 @@ fn run() -> Res<()> {
     if env_flag("BENCH_MEM") {
         report["memory"] = memory(&rt, &stream)?["memory"].take();
     } else {
-        let sw = Sweep {
-            dims: env_list("BENCH_D", &[64, 128, 256]),
-            seqs: env_list("BENCH_SEQ", &[512, 1024, 2048, 4096, 8192, 16384]),
-            causal: env_list("BENCH_CAUSAL", &[0, 1])
-                .into_iter()
-                .map(|c| c != 0)
-                .collect(),
-            iters: env_list("BENCH_ITERS", &[20])
-                .first()
-                .copied()
-                .unwrap_or(20)
-                .max(1),
-            deterministic: match std::env::var("BENCH_DET") {
-                Ok(_) => env_flag("BENCH_DET"),
-                Err(_) => flash_runtime::BwdParams::default().deterministic,
-            },
+        let sw = Sweep::from_env();
+        let deterministic = match std::env::var("BENCH_DET") {
+            Ok(_) => env_flag("BENCH_DET"),
+            Err(_) => flash_runtime::BwdParams::default().deterministic,
         };
-        let mode = if sw.deterministic {
+        let mode = if deterministic {
             "deterministic"
         } else {
             "atomic"
@@ -383,13 +334,13 @@ fn run() -> Res<()> {
             .map(str::trim)
         {
             match dt {
-                "bf16" => sweep::<half::bf16>(&rt, &stream, &sw, &mut rows)?,
-                "f16" => sweep::<half::f16>(&rt, &stream, &sw, &mut rows)?,
+                "bf16" => sweep::<half::bf16>(&rt, &stream, &sw, deterministic, &mut rows)?,
+                "f16" => sweep::<half::f16>(&rt, &stream, &sw, deterministic, &mut rows)?,
                 other => eprintln!("skipping unknown dtype `{other}` (use bf16, f16)"),
             }
         }
         report["iters"] = sw.iters.into();
-        report["deterministic"] = sw.deterministic.into();
+        report["deterministic"] = deterministic.into();
         report["rows"] = rows.into();
     }
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;

@@ -15,9 +15,8 @@ use cudarc::driver::{CudaSlice, CudaStream};
 use flash_runtime::rng::Rng;
 use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
 
-const TOKENS: usize = 16384;
-const HIDDEN: usize = 2048;
-const WARMUP: usize = 5;
+mod bench_common;
+use bench_common::{HIDDEN, Sweep, TOKENS, WARMUP, median};
 
 #[derive(Debug)]
 struct Row {
@@ -43,20 +42,6 @@ impl Row {
     }
 }
 
-fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
-    match std::env::var(name) {
-        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
-        Err(_) => default.to_vec(),
-    }
-}
-
-struct Sweep {
-    dims: Vec<usize>,
-    seqs: Vec<usize>,
-    causal: Vec<bool>,
-    iters: usize,
-}
-
 /// Inputs for one dtype: flat buffers of TOKENS * HIDDEN elements, reshaped per row.
 struct Bufs<T> {
     q: CudaSlice<T>,
@@ -80,16 +65,6 @@ fn bufs<T: Element>(stream: &Arc<CudaStream>, seed: u64) -> Result<Bufs<T>, Box<
         nan: stream.clone_htod(&vec![T::from_f32(f32::NAN); n])?,
         lse: stream.alloc_zeros(TOKENS * (HIDDEN / 8))?,
     })
-}
-
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    let m = xs.len() / 2;
-    if xs.len() % 2 == 1 {
-        xs[m]
-    } else {
-        (xs[m - 1] + xs[m]) / 2.0
-    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -210,19 +185,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let stream = rt.context().default_stream();
     let ctx = rt.context();
     let gpu = ctx.name()?;
-    let sw = Sweep {
-        dims: env_list("BENCH_D", &[64, 128, 256]),
-        seqs: env_list("BENCH_SEQ", &[512, 1024, 2048, 4096, 8192, 16384]),
-        causal: env_list("BENCH_CAUSAL", &[0, 1])
-            .into_iter()
-            .map(|c| c != 0)
-            .collect(),
-        iters: env_list("BENCH_ITERS", &[20])
-            .first()
-            .copied()
-            .unwrap_or(20)
-            .max(1),
-    };
+    let sw = Sweep::from_env();
     let dtypes = std::env::var("BENCH_DTYPE").unwrap_or_else(|_| "bf16,f16".into());
     println!(
         "flash-ptx forward on {gpu}: {TOKENS} tokens, hidden {HIDDEN}, median of {} launches",

@@ -1,0 +1,61 @@
+//! What `bench_fwd` and `bench_bwd` share: the FlashAttention-2 paper's setup, the sweep's
+//! environment filters and the median.
+#![allow(dead_code)] // each bench uses its own subset
+
+/// Tokens per row of the sweep (batch = TOKENS / seqlen).
+pub const TOKENS: usize = 16384;
+/// Model width (heads = HIDDEN / head_dim).
+pub const HIDDEN: usize = 2048;
+/// Untimed calls before the timed ones.
+pub const WARMUP: usize = 5;
+
+/// A comma list of integers from env `name`, else `default`.
+pub fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
+    match std::env::var(name) {
+        Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+        Err(_) => default.to_vec(),
+    }
+}
+
+/// Whether env `name` is set to something other than empty or "0".
+pub fn env_flag(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v != "0" && !v.is_empty())
+}
+
+/// The median of `xs` (the mean of the middle two for an even count).
+pub fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
+}
+
+/// The rows to time: env BENCH_D, BENCH_SEQ, BENCH_CAUSAL (0,1) and BENCH_ITERS.
+pub struct Sweep {
+    pub dims: Vec<usize>,
+    pub seqs: Vec<usize>,
+    pub causal: Vec<bool>,
+    pub iters: usize,
+}
+
+impl Sweep {
+    /// The sweep the environment asks for (default: the whole FA2-paper sweep, 20 calls).
+    pub fn from_env() -> Self {
+        Sweep {
+            dims: env_list("BENCH_D", &[64, 128, 256]),
+            seqs: env_list("BENCH_SEQ", &[512, 1024, 2048, 4096, 8192, 16384]),
+            causal: env_list("BENCH_CAUSAL", &[0, 1])
+                .into_iter()
+                .map(|c| c != 0)
+                .collect(),
+            iters: env_list("BENCH_ITERS", &[20])
+                .first()
+                .copied()
+                .unwrap_or(20)
+                .max(1),
+        }
+    }
+}
