@@ -2,47 +2,7 @@
 //! the last dim of every tensor is contiguous. Scratch buffers (D, dq_accum) are
 //! contiguous f32.
 
-use super::{ParamDesc, p};
-
-macro_rules! strides {
-    ($t:literal) => {
-        [
-            p(
-                concat!($t, "_batch_stride"),
-                "u64",
-                concat!("elements between batches of ", $t),
-            ),
-            p(
-                concat!($t, "_row_stride"),
-                "u32",
-                concat!("elements between sequence positions of ", $t),
-            ),
-            p(
-                concat!($t, "_head_stride"),
-                "u32",
-                concat!("elements between heads of ", $t),
-            ),
-        ]
-    };
-}
-
-const fn cat<const A: usize, const B: usize, const C: usize>(
-    a: [ParamDesc; A],
-    b: [ParamDesc; B],
-) -> [ParamDesc; C] {
-    assert!(A + B == C);
-    let mut out = [p("", "", ""); C];
-    let mut i = 0;
-    while i < A {
-        out[i] = a[i];
-        i += 1;
-    }
-    while i < C {
-        out[i] = b[i - A];
-        i += 1;
-    }
-    out
-}
+use super::{ParamDesc, cat, p};
 
 const DVEC: ParamDesc = p(
     "dvec",

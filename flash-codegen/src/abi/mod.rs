@@ -6,6 +6,29 @@ use serde::Serialize;
 use crate::ptx::{Param, Ty};
 use crate::spec::{KernelSpec, Pass};
 
+/// The three stride parameters of tensor `$t`: batch (u64), row and head (u32).
+macro_rules! strides {
+    ($t:literal) => {
+        [
+            p(
+                concat!($t, "_batch_stride"),
+                "u64",
+                concat!("elements between batches of ", $t),
+            ),
+            p(
+                concat!($t, "_row_stride"),
+                "u32",
+                concat!("elements between sequence positions of ", $t),
+            ),
+            p(
+                concat!($t, "_head_stride"),
+                "u32",
+                concat!("elements between heads of ", $t),
+            ),
+        ]
+    };
+}
+
 mod bwd;
 pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
 
@@ -25,9 +48,37 @@ pub(crate) const fn p(name: &'static str, ty: &'static str, meaning: &'static st
     ParamDesc { name, ty, meaning }
 }
 
+/// `a` then `b`, in a const context.
+const fn cat<const A: usize, const B: usize, const C: usize>(
+    a: [ParamDesc; A],
+    b: [ParamDesc; B],
+) -> [ParamDesc; C] {
+    assert!(A + B == C);
+    let mut out = [p("", "", ""); C];
+    let mut i = 0;
+    while i < A {
+        out[i] = a[i];
+        i += 1;
+    }
+    while i < C {
+        out[i] = b[i - A];
+        i += 1;
+    }
+    out
+}
+
 /// Forward parameters, in launch order. Strides are in elements; the last dim of every
 /// tensor is contiguous.
-pub const FWD_PARAMS: [ParamDesc; 23] = [
+pub const FWD_PARAMS: [ParamDesc; 23] = cat(
+    FWD_HEAD,
+    cat::<6, 6, 12>(
+        cat::<3, 3, 6>(strides!("q"), strides!("k")),
+        cat::<3, 3, 6>(strides!("v"), strides!("o")),
+    ),
+);
+
+/// The forward's pointers and scalars (its strides follow).
+const FWD_HEAD: [ParamDesc; 11] = [
     p(
         "q",
         "u64",
@@ -71,34 +122,6 @@ pub const FWD_PARAMS: [ParamDesc; 23] = [
         "f32",
         "softmax scale times log2(e) (default 1/sqrt(head_dim) * 1.4426950408889634)",
     ),
-    p("q_batch_stride", "u64", "elements between batches of q"),
-    p(
-        "q_row_stride",
-        "u32",
-        "elements between sequence positions of q",
-    ),
-    p("q_head_stride", "u32", "elements between heads of q"),
-    p("k_batch_stride", "u64", "elements between batches of k"),
-    p(
-        "k_row_stride",
-        "u32",
-        "elements between sequence positions of k",
-    ),
-    p("k_head_stride", "u32", "elements between heads of k"),
-    p("v_batch_stride", "u64", "elements between batches of v"),
-    p(
-        "v_row_stride",
-        "u32",
-        "elements between sequence positions of v",
-    ),
-    p("v_head_stride", "u32", "elements between heads of v"),
-    p("o_batch_stride", "u64", "elements between batches of o"),
-    p(
-        "o_row_stride",
-        "u32",
-        "elements between sequence positions of o",
-    ),
-    p("o_head_stride", "u32", "elements between heads of o"),
 ];
 
 /// The parameter list of a pass.
