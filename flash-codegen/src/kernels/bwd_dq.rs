@@ -5,11 +5,10 @@
 //! S = Q K^T, P = exp2(S * scale_log2 - LSE * log2 e) (recomputed from the saved LSE),
 //! dP = dO V^T, dS = P * (dP - D), dQ += dS K. At the end dQ *= softmax_scale.
 
-use super::mainloop::{QBlock, kv_blocks, mask_block};
+use super::mainloop::{Opening, QBlock, kv_blocks, mask_block, open};
 use super::params::Params;
 use super::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
 use super::stream::BlockStream;
-use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;
@@ -94,21 +93,23 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let t = spec.tiles();
     let (d, dp) = (spec.head_dim, spec.smem_head_dim());
     let fmt = spec.dtype.half_fmt();
-    let ir_params = abi::ir_params(spec.pass);
-    let mut b = Builder::new();
-    b.comment(format!(
+    let header = format!(
         "{}: block {}x{}, {} warps, smem {} bytes",
         spec.name(),
         t.block_m,
         t.block_n,
         t.warps,
         spec.smem_bytes()
-    ));
-    let p = Params::load(&mut b, &ir_params);
+    );
+    let Opening {
+        mut b,
+        ir_params,
+        p,
+        q,
+        zero,
+    } = open(spec, header);
     let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
     let scale_log2 = p.f32("scale_log2");
-    let q = QBlock::new(&mut b, spec, &p);
-    let zero = b.mov(0u32);
     let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
     let do_base = p.tensor(&mut b, "do", q.batch, q.m0, q.head);
     let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);

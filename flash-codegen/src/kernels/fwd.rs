@@ -4,11 +4,10 @@
 //! mask, online softmax, O += P V with P converted in registers. At the end O /= l and
 //! the LSE is written.
 
-use super::mainloop::{QBlock, kv_blocks, mask_block};
+use super::mainloop::{Opening, QBlock, kv_blocks, mask_block, open};
 use super::params::Params;
 use super::softmax::{OnlineSoftmax, p_as_a};
 use super::stream::BlockStream;
-use crate::abi;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Reg, Space, Ty};
 use crate::spec::KernelSpec;
 use crate::tile::copy::TileCopy;
@@ -19,9 +18,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let t = spec.tiles();
     let (d, dp) = (spec.head_dim, spec.smem_head_dim());
     let fmt = spec.dtype.half_fmt();
-    let ir_params = abi::ir_params(spec.pass);
-    let mut b = Builder::new();
-    b.comment(format!(
+    let header = format!(
         "{}: block {}x{}, {} warps, {} stages, d {d}, smem {} bytes",
         spec.name(),
         t.block_m,
@@ -29,11 +26,15 @@ pub fn build(spec: &KernelSpec) -> Entry {
         t.warps,
         t.stages,
         spec.smem_bytes()
-    ));
-    let p = Params::load(&mut b, &ir_params);
+    );
+    let Opening {
+        mut b,
+        ir_params,
+        p,
+        q,
+        zero,
+    } = open(spec, header);
     let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
-    let q = QBlock::new(&mut b, spec, &p);
-    let zero = b.mov(0u32);
     let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
     let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);
     let v_base = p.tensor(&mut b, "v", q.batch, zero, q.kv_head);

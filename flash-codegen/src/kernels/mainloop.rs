@@ -8,8 +8,41 @@ use super::mask::KeyMask;
 use super::params::Params;
 use super::softmax::AccTiles;
 use super::warp::Warp;
-use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
+use crate::abi;
+use crate::ptx::{B32, B64, Builder, Cmp, Param, Reg, Special};
 use crate::spec::KernelSpec;
+
+/// The opening every query-block kernel shares: the builder with the kernel's `header`
+/// comment, the parameters loaded, the CTA's [`QBlock`] and a zero register.
+pub struct Opening {
+    /// The kernel's builder.
+    pub b: Builder,
+    /// The IR parameters, for [`Builder::finish`].
+    pub ir_params: Vec<Param>,
+    /// The loaded parameters.
+    pub p: Params,
+    /// The CTA's query block and the warp's share.
+    pub q: QBlock,
+    /// `0u32`.
+    pub zero: Reg<B32>,
+}
+
+/// Opens a query-block kernel (see [`Opening`]).
+pub fn open(spec: &KernelSpec, header: String) -> Opening {
+    let ir_params = abi::ir_params(spec.pass);
+    let mut b = Builder::new();
+    b.comment(header);
+    let p = Params::load(&mut b, &ir_params);
+    let q = QBlock::new(&mut b, spec, &p);
+    let zero = b.mov(0u32);
+    Opening {
+        b,
+        ir_params,
+        p,
+        q,
+        zero,
+    }
+}
 
 /// Per-CTA coordinates of a query-block kernel, plus its warp's share.
 pub struct QBlock {
