@@ -282,63 +282,63 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 m0,
                 (&dv, &dk),
             );
-        }
-        let stats = ColStats::new(&mut b, &w, lse_smem, d_smem);
+        } else {
+            let stats = ColStats::new(&mut b, &w, lse_smem, d_smem);
 
-        // Query columns in sub-blocks of 32: S^T and dP^T of one sub-block live at a time.
-        let sub = bm.min(32);
-        let sub_blocks = if exchange.is_some() { 0 } else { bm };
-        for c0 in (0..sub_blocks).step_by(sub as usize) {
-            let (q_sub, do_sub) = (q_tile.rows_from(c0), do_tile.rows_from(c0));
-            let nt0 = (c0 / 8) as usize;
-            b.comment(format!(
-                "-- query columns {c0}..{}: P^T = exp2(K Q^T * scale_log2 - LSE * log2 e) --",
-                c0 + sub
-            ));
-            let mut pt = w.acc_zeros(&mut b, sub);
-            w.mma_a_bt(&mut b, fmt, &pt, &k_operand, (&q_sub, st), d);
-            if spec.causal {
-                let m0c = b.add_u32(m0, c0);
-                let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
-                let skip = b.label();
-                b.bra_if(needs, true, skip, true);
-                qmask.apply(&mut b, &pt, m0c);
-                b.place(skip);
-            }
-            for nt in 0..pt[0].len() {
-                let lse2 = stats.lse_log2(&mut b, nt0 + nt);
-                let neg = lse2.map(|l| b.neg_f32(l));
-                for pt_mt in pt.iter_mut() {
-                    for (e, x) in pt_mt[nt].iter_mut().enumerate() {
-                        let y = b.fma_f32(*x, scale_log2, neg[e & 1]);
-                        *x = b.ex2(y);
-                    }
+            // Query columns in sub-blocks of 32: S^T and dP^T of one sub-block live at a time.
+            let sub = bm.min(32);
+            for c0 in (0..bm).step_by(sub as usize) {
+                let (q_sub, do_sub) = (q_tile.rows_from(c0), do_tile.rows_from(c0));
+                let nt0 = (c0 / 8) as usize;
+                b.comment(format!(
+                    "-- query columns {c0}..{}: P^T = exp2(K Q^T * scale_log2 - LSE * log2 e) --",
+                    c0 + sub
+                ));
+                let mut pt = w.acc_zeros(&mut b, sub);
+                w.mma_a_bt(&mut b, fmt, &pt, &k_operand, (&q_sub, st), d);
+                if spec.causal {
+                    let m0c = b.add_u32(m0, c0);
+                    let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
+                    let skip = b.label();
+                    b.bra_if(needs, true, skip, true);
+                    qmask.apply(&mut b, &pt, m0c);
+                    b.place(skip);
                 }
-            }
-            if do_dv {
-                b.comment("-- dV += P^T dO --");
-                let a: Vec<_> = pt.iter().map(|p| p_as_a(&mut b, fmt, p)).collect();
-                w.mma_a_b(&mut b, fmt, &dv, &a, (&do_sub, st));
-            }
-            if do_dk {
-                b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
-                let mut ds = w.acc_zeros(&mut b, sub);
-                w.mma_a_bt(&mut b, fmt, &ds, &v_operand, (&do_sub, st), d);
-                for nt in 0..ds[0].len() {
-                    let dcol = stats.d(&mut b, nt0 + nt);
-                    for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {
-                        for e in 0..4 {
-                            let diff = b.sub_f32(ds_mt[nt][e], dcol[e & 1]);
-                            ds_mt[nt][e] = b.mul_f32(pt_mt[nt][e], diff);
+                for nt in 0..pt[0].len() {
+                    let lse2 = stats.lse_log2(&mut b, nt0 + nt);
+                    let neg = lse2.map(|l| b.neg_f32(l));
+                    for pt_mt in pt.iter_mut() {
+                        for (e, x) in pt_mt[nt].iter_mut().enumerate() {
+                            let y = b.fma_f32(*x, scale_log2, neg[e & 1]);
+                            *x = b.ex2(y);
                         }
                     }
                 }
-                let a: Vec<_> = ds.iter().map(|x| p_as_a(&mut b, fmt, x)).collect();
-                w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st));
-                let no_dq = b.label();
-                b.bra_if(dq_on, true, no_dq, true);
-                store_ds(&mut b, fmt, &w, &ds, smem, &ds_tile, Cols::Fixed(nt0));
-                b.place(no_dq);
+                if do_dv {
+                    b.comment("-- dV += P^T dO --");
+                    let a: Vec<_> = pt.iter().map(|p| p_as_a(&mut b, fmt, p)).collect();
+                    w.mma_a_b(&mut b, fmt, &dv, &a, (&do_sub, st));
+                }
+                if do_dk {
+                    b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
+                    let mut ds = w.acc_zeros(&mut b, sub);
+                    w.mma_a_bt(&mut b, fmt, &ds, &v_operand, (&do_sub, st), d);
+                    for nt in 0..ds[0].len() {
+                        let dcol = stats.d(&mut b, nt0 + nt);
+                        for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {
+                            for e in 0..4 {
+                                let diff = b.sub_f32(ds_mt[nt][e], dcol[e & 1]);
+                                ds_mt[nt][e] = b.mul_f32(pt_mt[nt][e], diff);
+                            }
+                        }
+                    }
+                    let a: Vec<_> = ds.iter().map(|x| p_as_a(&mut b, fmt, x)).collect();
+                    w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st));
+                    let no_dq = b.label();
+                    b.bra_if(dq_on, true, no_dq, true);
+                    store_ds(&mut b, fmt, &w, &ds, smem, &ds_tile, Cols::Fixed(nt0));
+                    b.place(no_dq);
+                }
             }
         }
         if do_dk {
