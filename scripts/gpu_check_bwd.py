@@ -64,7 +64,7 @@ def run(q, k, v, do, causal, deterministic):
     dk = torch.full_like(k, float("nan"))
     dv = torch.full_like(v, float("nan"))
     dvec = torch.full((b, h, sq), float("nan"), device=dev)
-    accum = torch.full((b, sq, h, d), float("nan"), device=dev) if not deterministic else None
+    accum = torch.full((b, h, (sq + 15) // 16 * 16, d), float("nan"), device=dev) if not deterministic else None
     vals = dict(base, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(),
                 dvec=dvec.data_ptr(), dq_accum=accum.data_ptr() if accum is not None else 0,
                 dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(), **{"do": do.data_ptr()})

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Where the backward's time goes: times each pass alone, and the main pass with and
-without its dQ atomics, with CUDA events (median). Usage: gpu_profile_bwd.py PTX_DIR."""
+without its dQ atomics, with CUDA events (median). Usage: gpu_profile_bwd.py PTX_DIR
+[--rows D:N,...] (default 64:4096,128:4096,128:16384,256:4096)."""
 import warnings; warnings.filterwarnings("ignore", category=DeprecationWarning)
 import math, sys
 import torch
@@ -15,7 +16,8 @@ def bench(fn):
 
 
 def main():
-    for d, n in ((64, 4096), (128, 4096), (128, 16384), (256, 4096)):
+    rows = sys.argv[sys.argv.index("--rows") + 1] if "--rows" in sys.argv else "64:4096,128:4096,128:16384,256:4096"
+    for d, n in (tuple(int(x) for x in r.split(":")) for r in rows.split(",")):
         for causal in (False, True):
             b, h = 16384 // n, 2048 // d
             dt = torch.bfloat16
@@ -25,7 +27,7 @@ def main():
             base = {"seqlen_q": n, "seqlen_k": n, "head_dim": d, "heads": h, "heads_per_kv": 1,
                     "scale_log2": g.LOG2E / math.sqrt(d), "softmax_scale": 1 / math.sqrt(d)}
             dvec = torch.empty(b, h, n, device="cuda")
-            accum = torch.zeros(b, n, h, d, device="cuda")
+            accum = torch.zeros(b, h, (n + 15) // 16 * 16, d, device="cuda")
             vals = dict(base, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(),
                         dvec=dvec.data_ptr(), dq_accum=accum.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
                         dv=dv.data_ptr(), **{"do": do.data_ptr()})

@@ -50,7 +50,7 @@ def ours(q, k, v, do, causal):
     o, lse = torch.empty_like(q), torch.empty(b, h, n, device="cuda")
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dvec = torch.empty(b, h, n, device="cuda")
-    accum = torch.empty(b, n, h, d, device="cuda") if ATOMIC else None
+    accum = torch.empty(b, h, (n + 15) // 16 * 16, d, device="cuda") if ATOMIC else None
     vals = {"seqlen_q": n, "seqlen_k": n, "head_dim": d, "heads": h, "heads_per_kv": 1,
             "scale_log2": g.LOG2E / math.sqrt(d), "softmax_scale": 1 / math.sqrt(d),
             "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),

@@ -120,7 +120,7 @@ def ours(man, q, k, v, do, causal, deterministic):
         return (o,), used
     t.update(do=do, dq=torch.full_like(q, float("nan")), dk=torch.full_like(k, float("nan")),
              dv=torch.full_like(v, float("nan")), dvec=torch.empty((b, h, sq), device=q.device),
-             dq_accum=None if deterministic else torch.empty((b, sq, h, d), device=q.device))
+             dq_accum=None if deterministic else torch.empty((b, h, (sq + 15) // 16 * 16, d), device=q.device))
     passes = ["bwd_pre", "bwd", "bwd_dq" if deterministic else "bwd_post"]
     for p in passes:
         used.append(man.launch(man.pick(p, d, q.dtype, causal and p in ("bwd", "bwd_dq")), t, sizes))

@@ -46,7 +46,7 @@ fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArg
             },
             dq_accum: Some(BufDesc {
                 ptr: ACC,
-                len: b * sq * h * d,
+                len: b * sq.div_ceil(16) * 16 * h * d,
             }),
         }),
         // atomic mode: the plans below expect the dq_accum scratch and the post pass
@@ -156,8 +156,9 @@ fn dry_run_sizes_the_scratch() {
     let p = plan(&a).unwrap();
     assert!(!p.scratch_bound);
     assert_eq!(p.scratch.dvec, 2 * 4 * 33);
-    assert_eq!(p.scratch.dq_accum, 2 * 33 * 4 * 40);
-    assert_eq!(p.scratch.bytes(), 4 * (2 * 4 * 33 + 2 * 33 * 4 * 40));
+    // whole 16-row tiles: 33 rows -> 48
+    assert_eq!(p.scratch.dq_accum, 2 * 48 * 4 * 40);
+    assert_eq!(p.scratch.bytes(), 4 * (2 * 4 * 33 + 2 * 48 * 4 * 40));
     assert_eq!(p.launches[1].param("dvec"), Some(ParamValue::U64(0)));
     // odd head dims run on the next kernel up, with the problem's head dim as parameter
     assert_eq!(p.launches[1].spec.head_dim, 64);
@@ -395,7 +396,7 @@ fn scratch_too_small_or_missing() {
         e,
         FlashError::ScratchTooSmall {
             buffer: "dq_accum",
-            needed: 2048,
+            needed: 4096, // 2 x 2 heads x 16 rows (one tile) x 64
             available: 100
         }
     ));
@@ -433,7 +434,7 @@ fn grid_too_large_and_invalid_scale() {
 fn scratch_sizes() {
     let need = ScratchNeed::of([2, 1000, 16, 128], false);
     assert_eq!(need.dvec, 2 * 16 * 1000);
-    assert_eq!(need.dq_accum, 2 * 1000 * 16 * 128);
+    assert_eq!(need.dq_accum, 2 * 1008 * 16 * 128);
     assert_eq!(
         flash_runtime::BwdScratch::bytes([2, 1000, 16, 128], false),
         need.bytes()

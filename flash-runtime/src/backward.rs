@@ -15,7 +15,7 @@ use crate::validate::{
 };
 
 /// Device scratch of the backward: D = rowsum(dO * O) (f32 `[batch, heads, seqlen_q]`) and,
-/// for atomic mode, the f32 dQ accumulator (`[batch, seqlen_q, heads, head_dim]`).
+/// for atomic mode, the f32 dQ accumulator (whole 16-row tiles in the kernels' fragment order).
 ///
 /// [`FlashAttention::backward`] allocates one per call when given `None`; a training loop
 /// can make one for its largest q shape and pass it to every call instead. A scratch made for
@@ -260,7 +260,7 @@ impl FlashAttention {
             //   in `backward`); `plan_bwd` proved that q, k, v, o, dO, dq, dk, dv stay inside
             //   their views with 16-byte aligned bases and strides, that dq/dk/dv elements are
             //   disjoint, that lse holds b*h*sq f32, dvec b*h*sq f32 and (atomic mode)
-            //   dq_accum b*sq*h*d f32, and passes 0 for dq_accum in deterministic mode.
+            //   dq_accum b*h*16ceil(sq/16)*d f32, and passes 0 for dq_accum in deterministic mode.
             // - Inputs (q, k, v, o, dO, lse) are shared borrows, only read; dq, dk, dv and the
             //   scratch are exclusive borrows (or owned), so no other live view aliases them.
             // - The launches are stream-ordered: Bwd reads the D (and zeroed dq_accum) BwdPre

@@ -12,7 +12,7 @@ const DVEC: ParamDesc = p(
 const DQ_ACCUM: ParamDesc = p(
     "dq_accum",
     "u64",
-    "f32 [batch, seqlen_q, heads, head_dim] contiguous dQ accumulator (unscaled), or 0 (deterministic mode: no dQ here)",
+    "f32 dQ accumulator (unscaled), batch * heads * 16 ceil(seqlen_q / 16) * head_dim elements in MMA-fragment order (opaque scratch: zeroed by bwdpre, read by bwdpost), or 0 (deterministic mode: no dQ here)",
 );
 
 /// Preprocess: D = rowsum(dO * O) per query row; zeroes dq_accum when non-null.

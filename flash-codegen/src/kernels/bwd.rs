@@ -89,7 +89,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     // query-row tiles times column groups of whole 64-column panels
     let row_tiles = bm / 16;
     assert!(
-        bn % (16 * t.warps) == 0
+        (t.exchange || bn % (16 * t.warps) == 0)
             && bm <= 64
             && t.warps % row_tiles == 0
             && d.div_ceil(64) % (t.warps / row_tiles) == 0,
@@ -117,7 +117,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 && !t.resident
                 && d == dp
                 && (dp / 64) % (t.warps / (bn / 32)) == 0
-                && bm % (32 * (t.warps / (bn / 32))) == 0,
+                && bm % (16 * (t.warps / (bn / 32))) == 0,
             "generator bug: bwd exchange tiles {t:?}"
         );
         Warp::with_row_blocks(&mut b, 2, Some(bn / 32))

@@ -7,6 +7,7 @@ use super::softmax::{AccTiles, zeros};
 use super::warp::Warp;
 use crate::ptx::{Addr, B32, Builder, Cmp, HalfFmt, Reg, Space, Ty};
 use crate::spec::KernelSpec;
+use crate::tile::frag::{ACCUM_TILE_FLOATS, accum_slot};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
 /// Where the n-tiles of [`store_ds`] start: a compile-time n-tile, or a run-time chunk.
@@ -53,8 +54,9 @@ pub fn store_ds(
 
 /// dQ += dS K over the block's keys: warp (qw, grp) reads query rows 16 qw.. of the dS^T
 /// tile back transposed (ldmatrix.trans), multiplies by its group's 64-column panels of
-/// K and adds the result into dq_accum (f32 [batch, seqlen_q, heads, head_dim]) with
-/// red.global.add.f32.
+/// K and adds the result into dq_accum (f32 tiles in fragment order, see
+/// [`crate::tile::frag::ACCUM_TILE_FLOATS`]) with red.global.add.f32: one 128-byte line per
+/// warp-wide instruction.
 #[allow(clippy::type_complexity)]
 pub fn accumulate_dq(
     b: &mut Builder,
@@ -82,9 +84,7 @@ pub fn accumulate_dq(
             )
         })
         .collect();
-    let q_rows = b.sub_u32(p.u32("seqlen_q"), m0);
     let head_dim = p.u32("head_dim");
-    let seq0 = b.mad_lo_u32(batch, p.u32("seqlen_q"), m0);
     let accum = b.cvta_global(p.u64("dq_accum"));
     // the group's first K panel and first column (compile-time 0 with one group)
     let (k_smem, col0) = match grp {
@@ -94,7 +94,27 @@ pub fn accumulate_dq(
         ),
         None => (smem, None),
     };
+    // the warp's 16 query rows are one row of accumulator tiles (frag::ACCUM_TILE_FLOATS)
     let q_row0 = b.shl_b32(qw, 4u32);
+    let q_row0 = b.add_u32(q_row0, m0);
+    let tile_ok = b.setp_u32(Cmp::Lt, q_row0, p.u32("seqlen_q"));
+    let row_tiles = b.add_u32(p.u32("seqlen_q"), 15u32);
+    let row_tiles = b.shr_u32(row_tiles, 4u32);
+    let bh = b.mad_lo_u32(batch, heads, head);
+    let r16 = b.shr_u32(q_row0, 4u32);
+    let r16 = b.mad_lo_u32(bh, row_tiles, r16);
+    let col_tiles = b.shr_u32(head_dim, 3u32);
+    let tile = match col0 {
+        Some(c0) => {
+            let c8 = b.shr_u32(c0, 3u32);
+            b.mad_lo_u32(r16, col_tiles, c8)
+        }
+        None => b.mul_lo_u32(r16, col_tiles),
+    };
+    let tile_bytes = 4 * ACCUM_TILE_FLOATS;
+    let lane_bytes = b.mul_wide_u32(w.lane, 4u32);
+    let off = b.mad_wide_u32(tile, tile_bytes, lane_bytes);
+    let base = b.add_s64(accum, off);
     for panel in 0..panels {
         let cols = (d - 64 * panel).min(64);
         let acc = zeros(b, 1, (cols / 8) as usize);
@@ -104,38 +124,21 @@ pub fn accumulate_dq(
             64,
         );
         w.mma_a_b(b, fmt, &acc, std::slice::from_ref(&a), (&tile, k_smem));
-        // rows 0 and 1 of the thread are g and g + 8 of its warp's first m-tile
-        for (h, &key_row) in w.rows.iter().take(2).enumerate() {
-            // the fragment row g + 8h of the warp's query tile
-            let g8h = b.sub_u32(key_row, w.warp_row);
-            let row = b.add_u32(q_row0, g8h);
-            let row_ok = b.setp_s32(Cmp::Lt, row, q_rows);
-            let seq = b.add_u32(seq0, row);
-            let elem = b.mad_lo_u32(seq, heads, head);
-            let elem = b.mul_wide_u32(elem, head_dim);
-            let col = match col0 {
-                Some(c0) => b.add_u32(c0, w.t2),
-                None => w.t2,
-            };
-            let col = b.cvt_u64_u32(col);
-            let elem = b.add_s64(elem, col);
-            let bytes = b.shl_b64(elem, 2);
-            let base = b.add_s64(accum, bytes);
-            for (nt, frag) in acc[0].iter().enumerate() {
-                let col = 64 * panel + 8 * nt as u32;
-                let col_ok = match col0 {
-                    Some(c0) => {
-                        let col_abs = b.add_u32(c0, col);
-                        b.setp_u32(Cmp::Lt, col_abs, head_dim)
-                    }
-                    None => b.setp_u32(Cmp::Lt, col, head_dim),
-                };
-                let ok = b.and_pred(row_ok, col_ok);
-                for e in 0..2 {
-                    let v = frag[2 * h + e];
-                    let addr = Addr::Global(base, 4 * (col + e as u32) as i32);
-                    b.when(ok, false, |b| b.red_add_f32(addr, v));
+        for (nt, frag) in acc[0].iter().enumerate() {
+            let col = 64 * panel + 8 * nt as u32;
+            let col_ok = match col0 {
+                Some(c0) => {
+                    let col_abs = b.add_u32(c0, col);
+                    b.setp_u32(Cmp::Lt, col_abs, head_dim)
                 }
+                None => b.setp_u32(Cmp::Lt, col, head_dim),
+            };
+            let ok = b.and_pred(tile_ok, col_ok);
+            let tile_off = (col / 8) * tile_bytes;
+            for (reg, &v) in frag.iter().enumerate() {
+                let slot = accum_slot(reg as u32, 0);
+                let addr = Addr::Global(base, (tile_off + 4 * slot) as i32);
+                b.when(ok, false, |b| b.red_add_f32(addr, v));
             }
         }
     }

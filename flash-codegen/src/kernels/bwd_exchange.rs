@@ -101,10 +101,11 @@ impl Exchange {
             }
         }
         store_ds(b, fmt, w, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
-        // dP^T in two halves of the group's columns: P^T, dV and dK already take 160
-        // registers, and a whole dP^T on top spills
-        let half = qn / 2;
-        for h in 0..2 {
+        // dP^T in two halves of 32 or more group columns: P^T, dV and dK already take 160
+        // registers at d128, and a whole dP^T on top spills (16 columns: one piece)
+        let halves = if qn >= 32 { 2 } else { 1 };
+        let half = qn / halves;
+        for h in 0..halves {
             b.comment(format!(
                 "-- dS^T = P^T * (V dO^T - D), columns {}.. of the group's --",
                 h * half

@@ -59,7 +59,10 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
 /// block_m queries per inner step; for dQ the warps split into block_m / 16 query tiles
 /// times column groups of whole 64-column panels (d128: 8 warps, 128 keys, half the dQ
 /// atomics of 64-key blocks). Q, dO, LSE and D are double buffered; K, V and the dS^T
-/// tile stay resident. d >= 160 takes two sweeps (dV, then dK and dQ).
+/// tile stay resident. d160-d224 take two sweeps (dV, then dK and dQ); d256 runs one
+/// sweep on 8 warps with FA2's warp layouts (`exchange`: each warp 32 keys x a quarter of
+/// the head dim for dV and dK, P^T and dS^T through shared memory; session 4: 0.65x ->
+/// 0.89x FA2 at 16K in atomic mode, `docs/performance.md`).
 #[rustfmt::skip]
 pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
     (32, tc(64, 64, 4, 2, 1).resident()),
@@ -69,7 +72,7 @@ pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
     (160, tc(64, 64, 4, 2, 2)),
     (192, tc(64, 64, 4, 2, 2)),
     (224, tc(64, 64, 4, 2, 2)),
-    (256, tc(64, 64, 4, 2, 2)),
+    (256, tc(64, 64, 8, 2, 1).exchange()),
 ];
 
 /// Deterministic dQ pass (one CTA per query block, like the forward): one m16 tile per

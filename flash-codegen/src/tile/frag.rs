@@ -106,6 +106,31 @@ pub const fn c_frag(i: u32) -> Coord {
     }
 }
 
+/// The atomic backward's dQ accumulator is stored in accumulator-fragment order, FA2's
+/// trick: f32 tiles of 16 rows x 8 columns, tile `(r16, c8)` of `(batch, head)` at
+/// `((batch * heads + head) * ceil(seqlen_q / 16) + r16) * head_dim / 8 + c8`, and inside a
+/// tile the value of register `i` of lane `l` (see [`c_frag`]) at float `32 i + l`. So each
+/// warp-wide `red.global.add.f32` of one register covers one 128-byte line (in row-major
+/// order it touched 8 lines), and a buffer of `batch * heads * 16 ceil(seqlen_q / 16) *
+/// head_dim` floats holds every tile (rows past seqlen_q are padding).
+pub const ACCUM_TILE_FLOATS: u32 = 128;
+
+/// Float offset of register `reg` of `lane` inside a dQ accumulator tile.
+pub const fn accum_slot(reg: u32, lane: u32) -> u32 {
+    32 * reg + lane
+}
+
+/// Float offset, inside a dQ accumulator tile, of the first of the two 4-float runs holding
+/// row `row` (0..16), as a bit-field expression of the row; run `e` starts `32 e` floats
+/// later and holds columns `e, e + 2, e + 4, e + 6`.
+pub const ACCUM_ROW_RUN: LaneExpr = LaneExpr::new((3, 1, 64), (0, 7, 4), 0);
+
+/// Float offsets of both runs of row `row` (see [`ACCUM_ROW_RUN`]).
+pub fn accum_row_runs(row: u32) -> [u32; 2] {
+    let first = ACCUM_ROW_RUN.eval(row);
+    [first, first + 32]
+}
+
 /// Row and 8-column chunk a lane addresses in an `ldmatrix.x4`, relative to the tile origin.
 /// `chunk` counts 16-byte (8-element) chunks along the contiguous dimension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -161,6 +186,21 @@ mod tests {
             (10, 1)
         );
         assert_eq!((c_frag(3).row.eval(31), c_frag(3).col.eval(31)), (15, 7));
+    }
+
+    /// The dQ accumulator's row runs hold exactly what the fragment slots put there.
+    #[test]
+    fn accum_row_runs_match_fragment_slots() {
+        let mut seen = [false; ACCUM_TILE_FLOATS as usize];
+        for lane in 0..32 {
+            for reg in 0..4 {
+                let (row, col) = (c_frag(reg).row.eval(lane), c_frag(reg).col.eval(lane));
+                let slot = accum_slot(reg, lane);
+                assert_eq!(slot, accum_row_runs(row)[(col % 2) as usize] + col / 2);
+                assert!(!seen[slot as usize]);
+                seen[slot as usize] = true;
+            }
+        }
     }
 
     /// ldmatrix.x4 with the A recipe delivers exactly the A fragment layout.

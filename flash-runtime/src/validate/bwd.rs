@@ -22,34 +22,27 @@ use super::{
 use crate::error::{FlashError, Result};
 
 /// Options of a backward call. The default is non-causal, scale `1 / sqrt(head_dim)`,
-/// deterministic.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// atomic dQ (like FlashAttention-2).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct BwdParams {
     /// Causal mask, as in the forward (bottom-right aligned).
     pub causal: bool,
     /// Softmax scale, as in the forward; `None` means `1 / sqrt(head_dim)`.
     pub softmax_scale: Option<f32>,
-    /// Bitwise reproducible gradients: dQ from its own pass instead of f32 atomics. It does
-    /// about 7/5 of the atomic mode's matmul FLOPs (S and dP are computed twice) and needs
-    /// no `dq_accum` scratch, yet on an H200 it was the faster mode at every size measured
-    /// (d128, 16K tokens: 23.9 ms against 27.1 ms; `scripts/gpu_profile_bwd.py`), because
-    /// the atomic mode's `red.global.add.f32` traffic costs more than the recomputation.
-    /// Hence the default `true`; `false` selects the atomic mode.
+    /// Bitwise reproducible gradients: dQ from its own pass instead of f32 atomics (whose
+    /// order of addition varies from run to run). It does about 7/5 of the atomic mode's
+    /// matmul FLOPs (S and dP are computed twice) and needs no `dq_accum` scratch. On an
+    /// H200 (bf16, 16K tokens, `docs/performance.md`) the atomic mode is the faster one
+    /// from 2K tokens on (d128 16K: 266 against 251 TFLOP/s; d256: 237 against 200) and
+    /// within a few percent below that; only d64 at 512-1K tokens favours this mode.
+    /// Default `false` (atomic).
     pub deterministic: bool,
 }
 
-impl Default for BwdParams {
-    fn default() -> Self {
-        BwdParams {
-            causal: false,
-            softmax_scale: None,
-            deterministic: true,
-        }
-    }
-}
 
 /// The backward's scratch buffers: D (f32 `[batch, heads, seqlen_q]`) and, in atomic mode,
-/// the dQ accumulator (f32 `[batch, seqlen_q, heads, head_dim]`, contiguous).
+/// the dQ accumulator (f32, `batch * heads * 16 ceil(seqlen_q / 16) * head_dim` elements in
+/// the kernels' fragment order: opaque scratch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScratchDesc {
     /// D = rowsum(dO * O).
@@ -63,7 +56,8 @@ pub struct ScratchDesc {
 pub struct ScratchNeed {
     /// `batch * heads * seqlen_q`.
     pub dvec: usize,
-    /// `batch * seqlen_q * heads * head_dim` in atomic mode, 0 in deterministic mode.
+    /// `batch * heads * 16 ceil(seqlen_q / 16) * head_dim` in atomic mode (whole 16-row tiles),
+    /// 0 in deterministic mode.
     pub dq_accum: usize,
 }
 
@@ -77,7 +71,7 @@ impl ScratchNeed {
             dq_accum: if deterministic {
                 0
             } else {
-                prod(&[b, sq, h, d])
+                prod(&[b, sq.div_ceil(16), 16, h, d])
             },
         }
     }
