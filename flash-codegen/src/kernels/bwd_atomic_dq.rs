@@ -5,7 +5,7 @@
 use super::params::Params;
 use super::softmax::{AccTiles, zeros};
 use super::warp::Warp;
-use crate::ptx::{Addr, B32, Builder, Cmp, HalfFmt, Reg, Space, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg, Space, Ty};
 use crate::spec::KernelSpec;
 use crate::tile::frag::{ACCUM_TILE_FLOATS, accum_slot};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
@@ -111,9 +111,8 @@ pub fn accumulate_dq(
         }
         None => b.mul_lo_u32(r16, col_tiles),
     };
-    let tile_bytes = 4 * ACCUM_TILE_FLOATS;
     let lane_bytes = b.mul_wide_u32(w.lane, 4u32);
-    let off = b.mad_wide_u32(tile, tile_bytes, lane_bytes);
+    let off = b.mad_wide_u32(tile, 4 * ACCUM_TILE_FLOATS, lane_bytes);
     let base = b.add_s64(accum, off);
     for panel in 0..panels {
         let cols = (d - 64 * panel).min(64);
@@ -124,8 +123,40 @@ pub fn accumulate_dq(
             64,
         );
         w.mma_a_b(b, fmt, &acc, std::slice::from_ref(&a), (&tile, k_smem));
-        for (nt, frag) in acc[0].iter().enumerate() {
-            let col = 64 * panel + 8 * nt as u32;
+        // ptxas wraps every predicated red in its own BSSY/BRA/BSYNC (32 per d128 step,
+        // 3% of the cycles stalled on branch resolution, ncu session 4); the predicates are
+        // warp-uniform, so one uniform branch picks unpredicated reds for whole tiles
+        let panel_end = 64 * panel + cols;
+        let panel_end = match col0 {
+            Some(c0) => b.add_u32(c0, panel_end),
+            None => b.mov(panel_end),
+        };
+        let cols_ok = b.setp_u32(Cmp::Le, panel_end, head_dim);
+        let whole = b.and_pred(tile_ok, cols_ok);
+        let (edge, done) = (b.label(), b.label());
+        b.bra_if(whole, true, edge, true);
+        red_tiles(b, &acc[0], base, panel, None);
+        b.bra(done, true);
+        b.place(edge);
+        red_tiles(b, &acc[0], base, panel, Some((tile_ok, col0, head_dim)));
+        b.place(done);
+    }
+}
+
+/// `red.global.add.f32` of the n-tiles `frags` (columns `64 panel..` of the warp's group)
+/// at their fragment-ordered slots from `base`; with `edge = (tile_ok, col0, head_dim)`
+/// each n-tile is predicated on its query tile and columns being inside the problem.
+fn red_tiles(
+    b: &mut Builder,
+    frags: &[[Reg<F32>; 4]],
+    base: Reg<B64>,
+    panel: u32,
+    edge: Option<(Reg<Pred>, Option<Reg<B32>>, Reg<B32>)>,
+) {
+    let tile_bytes = 4 * ACCUM_TILE_FLOATS;
+    for (nt, frag) in frags.iter().enumerate() {
+        let col = 64 * panel + 8 * nt as u32;
+        let ok = edge.map(|(tile_ok, col0, head_dim)| {
             let col_ok = match col0 {
                 Some(c0) => {
                     let col_abs = b.add_u32(c0, col);
@@ -133,12 +164,15 @@ pub fn accumulate_dq(
                 }
                 None => b.setp_u32(Cmp::Lt, col, head_dim),
             };
-            let ok = b.and_pred(tile_ok, col_ok);
-            let tile_off = (col / 8) * tile_bytes;
-            for (reg, &v) in frag.iter().enumerate() {
-                let slot = accum_slot(reg as u32, 0);
-                let addr = Addr::Global(base, (tile_off + 4 * slot) as i32);
-                b.when(ok, false, |b| b.red_add_f32(addr, v));
+            b.and_pred(tile_ok, col_ok)
+        });
+        let tile_off = (col / 8) * tile_bytes;
+        for (reg, &v) in frag.iter().enumerate() {
+            let slot = accum_slot(reg as u32, 0);
+            let addr = Addr::Global(base, (tile_off + 4 * slot) as i32);
+            match ok {
+                Some(ok) => b.when(ok, false, |b| b.red_add_f32(addr, v)),
+                None => b.red_add_f32(addr, v),
             }
         }
     }

@@ -39,7 +39,6 @@ pub struct BwdParams {
     pub deterministic: bool,
 }
 
-
 /// The backward's scratch buffers: D (f32 `[batch, heads, seqlen_q]`) and, in atomic mode,
 /// the dQ accumulator (f32, `batch * heads * 16 ceil(seqlen_q / 16) * head_dim` elements in
 /// the kernels' fragment order: opaque scratch).
