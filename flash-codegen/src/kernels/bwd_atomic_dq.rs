@@ -138,33 +138,48 @@ pub fn accumulate_dq(
         red_tiles(b, &acc[0], base, panel, None);
         b.bra(done, true);
         b.place(edge);
-        red_tiles(b, &acc[0], base, panel, Some((tile_ok, col0, head_dim)));
+        let edge = Edge {
+            tile_ok,
+            col0,
+            head_dim,
+        };
+        red_tiles(b, &acc[0], base, panel, Some(&edge));
         b.place(done);
     }
 }
 
+/// What an edge tile's reds are predicated on.
+struct Edge {
+    /// The warp's query tile starts below seqlen_q.
+    tile_ok: Reg<Pred>,
+    /// The group's first column (`None`: 0).
+    col0: Option<Reg<B32>>,
+    /// The problem's head dim.
+    head_dim: Reg<B32>,
+}
+
 /// `red.global.add.f32` of the n-tiles `frags` (columns `64 panel..` of the warp's group)
-/// at their fragment-ordered slots from `base`; with `edge = (tile_ok, col0, head_dim)`
-/// each n-tile is predicated on its query tile and columns being inside the problem.
+/// at their fragment-ordered slots from `base`; with an [`Edge`] each n-tile is
+/// predicated on its query tile and columns being inside the problem.
 fn red_tiles(
     b: &mut Builder,
     frags: &[[Reg<F32>; 4]],
     base: Reg<B64>,
     panel: u32,
-    edge: Option<(Reg<Pred>, Option<Reg<B32>>, Reg<B32>)>,
+    edge: Option<&Edge>,
 ) {
     let tile_bytes = 4 * ACCUM_TILE_FLOATS;
     for (nt, frag) in frags.iter().enumerate() {
         let col = 64 * panel + 8 * nt as u32;
-        let ok = edge.map(|(tile_ok, col0, head_dim)| {
-            let col_ok = match col0 {
+        let ok = edge.map(|e| {
+            let col_ok = match e.col0 {
                 Some(c0) => {
                     let col_abs = b.add_u32(c0, col);
-                    b.setp_u32(Cmp::Lt, col_abs, head_dim)
+                    b.setp_u32(Cmp::Lt, col_abs, e.head_dim)
                 }
-                None => b.setp_u32(Cmp::Lt, col, head_dim),
+                None => b.setp_u32(Cmp::Lt, col, e.head_dim),
             };
-            b.and_pred(tile_ok, col_ok)
+            b.and_pred(e.tile_ok, col_ok)
         });
         let tile_off = (col / 8) * tile_bytes;
         for (reg, &v) in frag.iter().enumerate() {
