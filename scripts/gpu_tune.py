@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Tile tuning: our forward and (deterministic) backward from one PTX directory next to
+"""Tile tuning: our forward and backward from one PTX directory next to
 PyTorch SDPA's flash backend (FA2), in one process, on a few rows of the FA2-paper sweep.
 
 Usage: python3 gpu_tune.py PTX_DIR [--label L] [--dims 64,128,256] [--seqs 1024,16384]
        [--pass fwd,bwd] [--causal 0,1] [--dtype bf16] [--atomic] [--once]
 PTX_DIR is `flash-codegen emit --all --out-dir PTX_DIR [--tile ...]` output; every launch
-is driven by its manifest.json. Backward = bwdpre + bwd (no dQ) + bwddq, the runtime's
-default deterministic mode (--atomic: bwdpre, which also zeroes dq_accum, + bwd with
+is driven by its manifest.json. Backward = bwdpre + bwd (no dQ) + bwddq, the deterministic
+mode (--atomic: the runtime's default mode, bwdpre, which also zeroes dq_accum, + bwd with
 dq_accum + bwdpost); FA2's backward is timed as `out.backward` (grads reset), as in
-bench_compare_bwd.py. Medians of triton.testing.do_bench. One line per row:
+bench_compare_bwd.py, but on [b, s, h, d] memory viewed as [b, h, s, d] (FA2's own
+layout; at 512-2K tokens FA2 runs up to ~20% faster on it than on the [b, h, s, d]-
+contiguous inputs of the sweep). Medians of triton.testing.do_bench. One line per row:
 LABEL pass dtype d causal seqlen ours_TF fa2_TF ratio. --once runs every launcher once,
 untimed (for `ncu -k regex:'fa2_|flash'`).
 """
