@@ -142,7 +142,7 @@ def case(b, sq, sk, h, hk, d, dtype, causal, deterministic, packed=False):
 def main():
     torch.manual_seed(1)
     ok = True
-    dims = HEAD_DIMS + [40, 72]
+    dims = HEAD_DIMS + [40, 72, 120, 248]  # 120, 248: column-group edges of d128/d256
     lens = [(1, 1), (17, 17), (128, 128), (1000, 1000), (2061, 2061), (128, 1000), (1000, 128), (17, 300), (300, 17)]
     if QUICK:
         dims, lens = [64, 128], [(17, 17), (300, 300), (128, 1000), (1000, 128)]

@@ -45,7 +45,8 @@ def bench(fn):
 
 
 def ours(q, k, v, do, causal):
-    """(forward launcher, deterministic backward launcher) on manifest-driven launches."""
+    """(forward launcher, backward launcher: deterministic, or atomic with --atomic) on
+    manifest-driven launches."""
     b, n, h, d = q.shape
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
     c = "_causal" if causal else ""

@@ -1,6 +1,7 @@
 //! GPU (feature `gpu`): the backward kernels against the f64 CPU reference over head dims
-//! (8 kernels + 40, 72) x dtypes x causal x shapes (seqlen 1..2061, sq != sk both ways, GQA
-//! 8/2, MQA, batch > 1, seqlen_k = 0 and seqlen_q = 0) x layouts (contiguous, padded
+//! (8 kernels + 40, 72, 120, 248: head dims below their kernel's, 120 and 248 on kernels
+//! whose dQ warps split the columns into groups) x dtypes x causal x shapes (seqlen
+//! 1..2061, sq != sk both ways, GQA 8/2, MQA, batch > 1, seqlen_k = 0 and seqlen_q = 0) x layouts (contiguous, padded
 //! strides, packed qkv inputs with padded gradients).
 //! Per case: fresh random inputs; our forward gives o and lse; dq/dk/dv buffers are poisoned
 //! with NaN; after the backward every element of each view must be written (no NaN; dq of
@@ -234,7 +235,7 @@ fn run_case<T: Element>(
 fn cases() -> Vec<Case> {
     let dims: Vec<usize> = match std::env::var("GPU_BWD_D") {
         Ok(s) => s.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
-        Err(_) => vec![32, 64, 96, 128, 160, 192, 224, 256, 40, 72],
+        Err(_) => vec![32, 64, 96, 128, 160, 192, 224, 256, 40, 72, 120, 248],
     };
     let mut v = Vec::new();
     for &d in &dims {

@@ -431,6 +431,13 @@ fn grid_too_large_and_invalid_scale() {
 }
 
 #[test]
+fn default_mode_is_atomic() {
+    // like FlashAttention-2; the deterministic mode is opt-in (see BwdParams::deterministic)
+    assert!(!BwdParams::default().deterministic);
+    assert_eq!(BwdParams::default().softmax_scale, None);
+}
+
+#[test]
 fn scratch_sizes() {
     let need = ScratchNeed::of([2, 1000, 16, 128], false);
     assert_eq!(need.dvec, 2 * 16 * 1000);

@@ -50,7 +50,8 @@ impl BwdScratch {
     }
 
     /// Device bytes [`BwdScratch::new`] allocates for these arguments: `4 * b * h * sq`
-    /// for D, plus `4 * b * sq * h * d` for the accumulator unless `deterministic`.
+    /// for D, plus `4 * b * h * 16 ceil(sq / 16) * d` for the accumulator unless
+    /// `deterministic`.
     pub fn bytes(q_shape: [usize; 4], deterministic: bool) -> usize {
         ScratchNeed::of(q_shape, deterministic).bytes()
     }

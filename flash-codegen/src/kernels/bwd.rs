@@ -85,8 +85,9 @@ pub fn build(spec: &KernelSpec) -> Entry {
     assert_eq!(spec.pass, Pass::Bwd);
     let t = spec.tiles();
     let (d, dp, bm, bn) = (spec.head_dim, spec.smem_head_dim(), t.block_m, t.block_n);
-    // every warp owns bn / warps keys (m16 tiles); for dQ the warps split into (bm / 16)
-    // query-row tiles times column groups of whole 64-column panels
+    // every warp owns bn / warps keys (m16 tiles; exchange: 32-key row blocks times
+    // column groups, below); for dQ the warps split into (bm / 16) query-row tiles times
+    // column groups of whole 64-column panels
     let row_tiles = bm / 16;
     assert!(
         (t.exchange || bn % (16 * t.warps) == 0)

@@ -30,9 +30,10 @@ pub struct TileConfig {
     /// 32-key rows (two m-tiles each) times `warps / (block_n / 32)` groups that split the
     /// query block for S^T and dP^T and the head dim for dV and dK; P^T and dS^T pass
     /// between the layouts through shared memory. Every B fragment then feeds two mma.
-    /// Correct on the H200 at d128 (64x128, 8 warps) but measured no faster than the
-    /// table's layout (docs/performance.md), so no table row uses it yet; kept buildable
-    /// with `--tile bwd:128=64,128,8,2,1,exchange` (tests/ptxas_variants.rs).
+    /// The d256 row uses it (64x64, 8 warps, one sweep instead of two: 0.66x -> 0.91x FA2
+    /// at 16K, docs/performance.md); at d128 (64x128, 8 warps) it measured no faster than
+    /// the table's layout, kept buildable with `--tile bwd:128=64,128,8,2,1,exchange`
+    /// (tests/ptxas_variants.rs).
     pub exchange: bool,
 }
 
@@ -55,7 +56,8 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
     (256, tc(64, 64, 4, 1, 1)),
 ];
 
-/// Backward main pass (one CTA per key block): block_n keys per CTA (16 per warp),
+/// Backward main pass (one CTA per key block): block_n keys per CTA (16 per warp; with
+/// `exchange`, 32-key row blocks times column groups),
 /// block_m queries per inner step; for dQ the warps split into block_m / 16 query tiles
 /// times column groups of whole 64-column panels (d128: 8 warps, 128 keys, half the dQ
 /// atomics of 64-key blocks). Q, dO, LSE and D are double buffered; K, V and the dS^T
