@@ -1,8 +1,9 @@
 //! xtask: project chores that are not part of any crate, run as `cargo xtask <task>`.
 //!
 //! `gpu-bundle`: build the GPU tests and GPU examples in release mode on this (CPU) machine
-//! and gather them, with a `run.sh`, into `target/gpu-bundle/`, to be copied to a GPU
-//! machine that has the driver but no Rust toolchain (cudarc loads libcuda at run time).
+//! and gather them, with a `run.sh`, the scripts and the table's PTX + manifest
+//! (`ptx-out/`), into `target/gpu-bundle/`, to be copied to a GPU machine that has the
+//! driver but no Rust toolchain (cudarc loads libcuda at run time).
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -13,7 +14,8 @@ const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
   gpu-bundle   build the GPU tests (tests/gpu_*.rs) and GPU examples in release mode and
-               collect them with run.sh into target/gpu-bundle/";
+               collect them with run.sh, scripts/ and every kernel's PTX (ptx-out/)
+               into target/gpu-bundle/";
 
 /// Bundles larger than this are awkward to ship to the GPU machine.
 const SIZE_BUDGET: u64 = 64 * 1024 * 1024;
@@ -177,6 +179,11 @@ fn gpu_bundle() -> Result<(), String> {
     let run = bundle.join("run.sh");
     fs::write(&run, RUN_SH).map_err(|e| e.to_string())?;
     set_executable(&run)?;
+    let ptx = bundle.join("ptx-out");
+    emit_ptx(&root, &ptx)?;
+    for entry in fs::read_dir(&ptx).map_err(|e| e.to_string())?.flatten() {
+        total += entry.metadata().map_or(0, |m| m.len());
+    }
 
     if tests.is_empty() {
         eprintln!("xtask: warning: no tests/gpu_*.rs test binaries were built");
@@ -191,7 +198,35 @@ fn gpu_bundle() -> Result<(), String> {
     if total > SIZE_BUDGET {
         eprintln!("xtask: warning: the bundle is over 64 MiB");
     }
-    eprintln!("xtask: on the GPU machine: OUT=/some/log/dir ./run.sh");
+    eprintln!(
+        "xtask: on the GPU machine: bash scripts/check_all.sh OUT (tests, checks, sanitizers), \
+         bash scripts/bench_all.sh OUT (benchmark)"
+    );
+    Ok(())
+}
+
+/// Every kernel of the table plus `manifest.json`, for the manifest-driven scripts.
+fn emit_ptx(root: &Path, out: &Path) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .current_dir(root)
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "flash-codegen",
+            "--",
+            "emit",
+            "--all",
+        ])
+        .arg("--out-dir")
+        .arg(out)
+        .status()
+        .map_err(|e| format!("cannot run flash-codegen: {e}"))?;
+    if !status.success() {
+        return Err(format!("flash-codegen emit failed ({status})"));
+    }
     Ok(())
 }
 
