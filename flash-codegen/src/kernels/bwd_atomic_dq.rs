@@ -7,7 +7,7 @@ use super::softmax::{AccTiles, zeros};
 use super::warp::Warp;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg, Space, Ty};
 use crate::spec::KernelSpec;
-use crate::tile::frag::{ACCUM_TILE_FLOATS, accum_slot};
+use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, accum_slot};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
 /// Where the n-tiles of [`store_ds`] start: a compile-time n-tile, or a run-time chunk.
@@ -98,19 +98,10 @@ pub fn accumulate_dq(
     let q_row0 = b.shl_b32(qw, 4u32);
     let q_row0 = b.add_u32(q_row0, m0);
     let tile_ok = b.setp_u32(Cmp::Lt, q_row0, p.u32("seqlen_q"));
-    let row_tiles = b.add_u32(p.u32("seqlen_q"), 15u32);
-    let row_tiles = b.shr_u32(row_tiles, 4u32);
+    let grid = AccumGrid::new(b, p.u32("seqlen_q"), head_dim);
     let bh = b.mad_lo_u32(batch, heads, head);
-    let r16 = b.shr_u32(q_row0, 4u32);
-    let r16 = b.mad_lo_u32(bh, row_tiles, r16);
-    let col_tiles = b.shr_u32(head_dim, 3u32);
-    let tile = match col0 {
-        Some(c0) => {
-            let c8 = b.shr_u32(c0, 3u32);
-            b.mad_lo_u32(r16, col_tiles, c8)
-        }
-        None => b.mul_lo_u32(r16, col_tiles),
-    };
+    let c8 = col0.map(|c0| b.shr_u32(c0, 3u32));
+    let tile = grid.tile(b, bh, q_row0, c8);
     let lane_bytes = b.mul_wide_u32(w.lane, 4u32);
     let off = b.mad_wide_u32(tile, 4 * ACCUM_TILE_FLOATS, lane_bytes);
     let base = b.add_s64(accum, off);

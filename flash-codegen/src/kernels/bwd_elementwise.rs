@@ -13,7 +13,7 @@ use crate::ptx::{
 };
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::convert::unpack_f32;
-use crate::tile::frag::{ACCUM_ROW_RUN, ACCUM_TILE_FLOATS};
+use crate::tile::frag::{ACCUM_ROW_RUN, ACCUM_TILE_FLOATS, AccumGrid};
 
 /// Where a thread works: its row loop and its 16-byte chunk.
 struct Rows {
@@ -22,10 +22,14 @@ struct Rows {
     lane: Reg<B32>,
     head: Reg<B32>,
     batch: Reg<B32>,
-    heads: Reg<B32>,
     m0: Reg<B32>,
     /// The lane's chunk is inside the problem's head dim.
     chunk_ok: Reg<crate::ptx::Pred>,
+    /// `batch * heads + head`.
+    bh: Reg<B32>,
+    /// The dQ accumulator's tile grid and global address.
+    grid: AccumGrid,
+    accum: Reg<B64>,
 }
 
 fn rows(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Rows {
@@ -39,15 +43,20 @@ fn rows(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Rows {
     let m0 = b.mul_lo_u32(m_block, spec.tiles().block_m);
     let col = b.shl_b32(lane, 3u32);
     let chunk_ok = b.setp_u32(Cmp::Lt, col, p.u32("head_dim"));
+    let bh = b.mad_lo_u32(batch, heads, head);
+    let grid = AccumGrid::new(b, p.u32("seqlen_q"), p.u32("head_dim"));
+    let accum = b.cvta_global(p.u64("dq_accum"));
     Rows {
         tid,
         warp,
         lane,
         head,
         batch,
-        heads,
         m0,
         chunk_ok,
+        bh,
+        grid,
+        accum,
     }
 }
 
@@ -73,36 +82,20 @@ fn for_rows(
     }
 }
 
-/// Index of the first accumulator tile (column tile 0) of the row of tiles holding
-/// absolute row `row` of the CTA's (batch, head): see [`ACCUM_TILE_FLOATS`].
-fn accum_tile0(b: &mut Builder, p: &Params, r: &Rows, row: Reg<B32>) -> Reg<B32> {
-    let row_tiles = b.add_u32(p.u32("seqlen_q"), 15u32);
-    let row_tiles = b.shr_u32(row_tiles, 4u32);
-    let bh = b.mad_lo_u32(r.batch, r.heads, r.head);
-    let r16 = b.shr_u32(row, 4u32);
-    let r16 = b.mad_lo_u32(bh, row_tiles, r16);
-    let col_tiles = b.shr_u32(p.u32("head_dim"), 3u32);
-    b.mul_lo_u32(r16, col_tiles)
-}
-
 /// Zeroes the CTA's rows of dq_accum: whole tiles, one contiguous range (the CTA's rows
 /// of tiles, the last one clipped at seqlen_q), 16-byte stores by every thread in turn.
 fn zero_accum(b: &mut Builder, spec: &KernelSpec, p: &Params, r: &Rows) {
     let t = spec.tiles();
     let on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
-    let row_tiles = b.add_u32(p.u32("seqlen_q"), 15u32);
-    let row_tiles = b.shr_u32(row_tiles, 4u32);
     let r16 = b.shr_u32(r.m0, 4u32);
-    let left = b.sub_u32(row_tiles, r16);
+    let left = b.sub_u32(r.grid.row_tiles, r16);
     let n16 = b.min_u32(left, t.block_m / 16);
-    let col_tiles = b.shr_u32(p.u32("head_dim"), 3u32);
-    let tiles = b.mul_lo_u32(n16, col_tiles);
+    let tiles = b.mul_lo_u32(n16, r.grid.col_tiles);
     let bytes = b.mul_lo_u32(tiles, 4 * ACCUM_TILE_FLOATS);
     let bytes = b.selp_b32(bytes, 0u32, on);
-    let tile0 = accum_tile0(b, p, r, r.m0);
-    let base = b.cvta_global(p.u64("dq_accum"));
+    let tile0 = r.grid.tile(b, r.bh, r.m0, None);
     let off = b.mul_wide_u32(tile0, 4 * ACCUM_TILE_FLOATS);
-    let base = b.add_s64(base, off);
+    let base = b.add_s64(r.accum, off);
     let i = b.shl_b32(r.tid, 4u32);
     let z = b.mov(0.0f32);
     let (top, done) = (b.label(), b.label());
@@ -121,16 +114,14 @@ fn zero_accum(b: &mut Builder, spec: &KernelSpec, p: &Params, r: &Rows) {
 /// Byte address of the first 4-float run of element chunk `lane` (columns `8 lane..`) of
 /// row `m0 + row` in the fragment-ordered dq_accum ([`ACCUM_TILE_FLOATS`]); the second
 /// run (odd columns) is 128 bytes further.
-fn accum_addr(b: &mut Builder, p: &Params, r: &Rows, row: Reg<B32>) -> Reg<B64> {
+fn accum_addr(b: &mut Builder, r: &Rows, row: Reg<B32>) -> Reg<B64> {
     let row = b.add_u32(r.m0, row);
-    let tile0 = accum_tile0(b, p, r, row);
-    let tile = b.add_u32(tile0, r.lane);
+    let tile = r.grid.tile(b, r.bh, row, Some(r.lane));
     let in_tile = b.and_b32(row, 15u32);
     let run = ACCUM_ROW_RUN.emit(b, in_tile);
     let run = b.mul_wide_u32(run, 4u32);
     let off = b.mad_wide_u32(tile, 4 * ACCUM_TILE_FLOATS, run);
-    let base = b.cvta_global(p.u64("dq_accum"));
-    b.add_s64(base, off)
+    b.add_s64(r.accum, off)
 }
 
 /// The entry of a [`Pass::BwdPre`] spec.
@@ -149,8 +140,7 @@ pub fn build_pre(spec: &KernelSpec) -> Entry {
     let o_rb = b.shl_b32(p.u32("o_row_stride"), 1u32);
     let do_rb = b.shl_b32(p.u32("do_row_stride"), 1u32);
     // dvec[(batch * heads + head) * seqlen_q + m0 + row]
-    let bh = b.mad_lo_u32(r.batch, r.heads, r.head);
-    let drow0 = b.mad_wide_u32(bh, p.u32("seqlen_q"), 0i64);
+    let drow0 = b.mad_wide_u32(r.bh, p.u32("seqlen_q"), 0i64);
     let m0_64 = b.cvt_u64_u32(r.m0);
     let drow0 = b.add_s64(drow0, m0_64);
     let dvec = b.cvta_global(p.u64("dvec"));
@@ -216,7 +206,7 @@ pub fn build_post(spec: &KernelSpec) -> Entry {
     let lane16 = b.mul_wide_u32(r.lane, 16u32);
     let rb = b.shl_b32(p.u32("dq_row_stride"), 1u32);
     for_rows(&mut b, spec, &r, sq_left, |b, row| {
-        let src = accum_addr(b, &p, &r, row);
+        let src = accum_addr(b, &r, row);
         let dst = b.mad_wide_u32(row, rb, lane16);
         let dst = b.add_s64(dq_base, dst);
         b.when(r.chunk_ok, false, |b| {

@@ -115,6 +115,42 @@ pub const fn c_frag(i: u32) -> Coord {
 /// head_dim` floats holds every tile (rows past seqlen_q are padding).
 pub const ACCUM_TILE_FLOATS: u32 = 128;
 
+/// The dQ accumulator's grid of tiles for one problem, as registers.
+pub struct AccumGrid {
+    /// Rows of tiles per (batch, head): `ceil(seqlen_q / 16)`.
+    pub row_tiles: Reg<B32>,
+    /// Columns of tiles: `head_dim / 8`.
+    pub col_tiles: Reg<B32>,
+}
+
+impl AccumGrid {
+    /// The grid of a problem with `seqlen_q` query rows and `head_dim` (a multiple of 8).
+    pub fn new(b: &mut Builder, seqlen_q: Reg<B32>, head_dim: Reg<B32>) -> Self {
+        let row_tiles = b.add_u32(seqlen_q, 15u32);
+        AccumGrid {
+            row_tiles: b.shr_u32(row_tiles, 4u32),
+            col_tiles: b.shr_u32(head_dim, 3u32),
+        }
+    }
+
+    /// Index of the tile holding query row `row` and column tile `c8` (`None`: 0) of
+    /// `bh = batch * heads + head`.
+    pub fn tile(
+        &self,
+        b: &mut Builder,
+        bh: Reg<B32>,
+        row: Reg<B32>,
+        c8: Option<Reg<B32>>,
+    ) -> Reg<B32> {
+        let r16 = b.shr_u32(row, 4u32);
+        let r16 = b.mad_lo_u32(bh, self.row_tiles, r16);
+        match c8 {
+            Some(c8) => b.mad_lo_u32(r16, self.col_tiles, c8),
+            None => b.mul_lo_u32(r16, self.col_tiles),
+        }
+    }
+}
+
 /// Float offset of register `reg` of `lane` inside a dQ accumulator tile.
 pub const fn accum_slot(reg: u32, lane: u32) -> u32 {
     32 * reg + lane
