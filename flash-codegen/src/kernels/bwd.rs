@@ -12,11 +12,13 @@
 //!   dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T * (dP^T - D);  dK += dS^T Q
 //!   dQ += dS K: dS^T goes through shared memory and every warp adds its 16 query rows
 //!   into the f32 accumulator with red.global.add.f32 (skipped when dq_accum is null:
-//!   the deterministic mode computes dQ in its own pass).
+//!   the deterministic mode computes dQ in its own pass). dS^T alternates between two
+//!   tiles and block j's dQ runs in iteration j + 1, after the one barrier per block
+//!   (exchange: right after the step's own barrier), so no barrier waits for it.
 //! dK is scaled by softmax_scale at the end. With two sweeps (large head dims) the first
 //! computes dV only and the second dK and dQ, so one accumulator lives at a time.
 
-use super::bwd_atomic_dq::{Cols, accumulate_dq, store_ds};
+use super::bwd_atomic_dq::{AtomicDq, Cols, dq_warp, store_ds};
 use super::bwd_exchange::{Columns, Exchange, StepTiles};
 use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
@@ -30,8 +32,7 @@ use crate::ptx::{
 };
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;
-use crate::tile::frag::LDM_B_NK;
-use crate::tile::smem::{SmemTile, ldm_lane_offset_emit};
+use crate::tile::smem::SmemTile;
 
 /// Per-column statistics of the current query block, staged in shared memory by the
 /// stream (zero past the sequence end: there Q and dO are zero too, so P = 1 is harmless).
@@ -148,6 +149,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
         ["q_row_stride", "do_row_stride"],
     )
     .with_vectors(&mut b, 2);
+    // dS^T, then a second tile: P^T (exchange) or the next query block's dS^T
     let ds_tile = SmemTile::new(2 * k_tile.bytes() + qs.bytes(), bn, bm.div_ceil(64) * 64);
     let exchange = t.exchange.then(|| {
         let groups = t.warps / (bn / 32);
@@ -157,11 +159,17 @@ pub fn build(spec: &KernelSpec) -> Entry {
             pt_tile: SmemTile::new(ds_tile.base + ds_tile.bytes(), bn, ds_tile.cols),
         }
     });
-    let smem_end = match &exchange {
-        Some(x) => x.pt_tile.base + x.pt_tile.bytes(),
-        None => ds_tile.base + ds_tile.bytes(),
+    assert_eq!(
+        ds_tile.base + 2 * ds_tile.bytes(),
+        spec.smem_bytes(),
+        "generator bug: smem size"
+    );
+    // without exchange, dS^T of query block j sits in stage j & 1: the atomic dQ of block
+    // j runs in iteration j + 1, past its barrier, so one barrier per block suffices
+    let ds_stage = |b: &mut Builder, j: Reg<B32>| {
+        let parity = b.and_b32(j, 1u32);
+        b.mad_lo_u32(parity, ds_tile.bytes(), smem)
     };
-    assert_eq!(smem_end, spec.smem_bytes(), "generator bug: smem size");
     for (tile, name) in [(&k_tile, "k"), (&v_tile, "v")] {
         let base = p.tensor(&mut b, name, batch, n0, kv_head);
         let copy = TileCopy::new(
@@ -194,21 +202,14 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let qmask = QueryMask::new(&mut b, &keys, w.t2, seqlen_q, seqlen_k);
     let last_first_q = b.add_s32(first_q, bn as i32 - 1); // first query that sees the block's last key
     let dq_on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
-    // dQ: warp -> (query-row tile qw, column group grp); one group: qw = warp
-    let dq_warp = |b: &mut Builder| {
-        let (qw, grp) = if t.warps > row_tiles {
-            (
-                b.rem_u32(w.warp, row_tiles),
-                Some(b.div_u32(w.warp, row_tiles)),
-            )
-        } else {
-            (w.warp, None)
-        };
-        let two_qw = b.shl_b32(qw, 1u32);
-        (qw, grp, ldm_lane_offset_emit(b, &LDM_B_NK, w.lane, two_qw))
+    let dq = AtomicDq {
+        smem,
+        ds_tile: &ds_tile,
+        k_tile: &k_tile,
+        batch_heads: (batch, heads),
+        // (exchange: computed where used, to keep registers for the accumulators)
+        warp: (!t.exchange).then(|| dq_warp(&mut b, spec, &w)),
     };
-    // (exchange: recomputed where used, to keep registers for the accumulators)
-    let dq_regs = (!t.exchange).then(|| dq_warp(&mut b));
     for sweep in 0..t.sweeps {
         let (do_dv, do_dk) = match (t.sweeps, sweep) {
             (1, _) => (true, true),
@@ -252,6 +253,17 @@ pub fn build(spec: &KernelSpec) -> Entry {
         // K and V (first head: in the group before Q's) have landed once this waits
         let [k_operand, v_operand] = w.a_operands(&mut b, t.resident, [&k_tile, &v_tile], smem, d);
         let (m0, st, lp) = qs.begin(&mut b, smem, seqlen_q, n_qblocks);
+        let j = qs.block();
+        let deferred_dq = do_dk && exchange.is_none();
+        if deferred_dq {
+            let has_prev = b.setp_u32(Cmp::Gt, j, m_first);
+            let run = b.and_pred(dq_on, has_prev);
+            b.comment("-- atomic dQ of the previous query block --");
+            let jp = b.sub_u32(j, 1u32);
+            let ds_prev = ds_stage(&mut b, jp);
+            let m0_prev = b.sub_u32(m0, bm);
+            dq.emit_if(&mut b, spec, &p, &w, run, ds_prev, (head, m0_prev));
+        }
         let [q_tile, do_tile] = qs.tiles;
         let (lse_smem, d_smem) = (
             qs.vector_addr(&mut b, smem, 0),
@@ -285,6 +297,11 @@ pub fn build(spec: &KernelSpec) -> Entry {
             );
         } else {
             let stats = ColStats::new(&mut b, &w, lse_smem, d_smem);
+            let ds_cur = if deferred_dq {
+                ds_stage(&mut b, j)
+            } else {
+                smem
+            };
 
             // Query columns in sub-blocks of 32: S^T and dP^T of one sub-block live at a time.
             let sub = bm.min(32);
@@ -337,27 +354,26 @@ pub fn build(spec: &KernelSpec) -> Entry {
                     w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st));
                     let no_dq = b.label();
                     b.bra_if(dq_on, true, no_dq, true);
-                    store_ds(&mut b, fmt, &w, &ds, smem, &ds_tile, Cols::Fixed(nt0));
+                    store_ds(&mut b, fmt, &w, &ds, ds_cur, &ds_tile, Cols::Fixed(nt0));
                     b.place(no_dq);
                 }
             }
         }
-        if do_dk {
-            let no_dq = b.label();
-            b.bra_if(dq_on, true, no_dq, true);
-            let (qw, grp, dq_lane) = dq_regs.unwrap_or_else(|| dq_warp(&mut b));
-            accumulate_dq(
-                &mut b,
-                spec,
-                &p,
-                &w,
-                (smem, &ds_tile, &k_tile, dq_lane),
-                (qw, grp),
-                (batch, head, heads, m0),
-            );
-            b.place(no_dq);
+        if do_dk && exchange.is_some() {
+            // dS^T is complete since the step's barrier
+            dq.emit_if(&mut b, spec, &p, &w, dq_on, smem, (head, m0));
         }
         qs.end(&mut b, lp);
+        if deferred_dq {
+            // after the loop's final barrier: the atomic dQ of the last query block
+            let any = b.setp_u32(Cmp::Lt, m_first, n_qblocks);
+            let run = b.and_pred(dq_on, any);
+            b.comment("-- atomic dQ of the last query block --");
+            let last = b.sub_u32(n_qblocks, 1u32);
+            let ds_last = ds_stage(&mut b, last);
+            let m0_last = b.mul_lo_u32(last, bm);
+            dq.emit_if(&mut b, spec, &p, &w, run, ds_last, (head, m0_last));
+        }
         let ngh = b.add_u32(gh, 1u32);
         b.assign(gh, ngh);
         b.bra(head_top, true);

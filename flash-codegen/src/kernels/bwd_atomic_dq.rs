@@ -7,8 +7,75 @@ use super::softmax::{AccTiles, zeros};
 use super::warp::Warp;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg, Space, Ty};
 use crate::spec::KernelSpec;
-use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, accum_slot};
-use crate::tile::smem::{ROW_BYTES, SmemTile};
+use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, LDM_B_NK, accum_slot};
+use crate::tile::smem::{ROW_BYTES, SmemTile, ldm_lane_offset_emit};
+
+/// A warp's share of the atomic dQ: (query-row tile, column group, ldmatrix lane offset).
+pub type DqWarp = (Reg<B32>, Option<Reg<B32>>, Reg<B32>);
+
+/// The atomic dQ of one main-pass kernel: what stays fixed across query blocks.
+pub struct AtomicDq<'a> {
+    /// Shared address of the dynamic shared memory (K sits at `k_tile.base` from it).
+    pub smem: Reg<B32>,
+    /// The dS^T tile's layout (its stage's address is given per call).
+    pub ds_tile: &'a SmemTile,
+    /// K `[block_n][d]`.
+    pub k_tile: &'a SmemTile,
+    /// `(batch, heads)`: the accumulator's batch index and total query heads.
+    pub batch_heads: (Reg<B32>, Reg<B32>),
+    /// The warp's (query-row tile, column group, ldmatrix lane offset), from [`dq_warp`];
+    /// `None`: computed at each use (to keep registers free in between).
+    pub warp: Option<DqWarp>,
+}
+
+impl AtomicDq<'_> {
+    /// When `run` holds (warp-uniform): dQ += dS K for the query block at `m0` of query
+    /// head `head`, its dS^T at shared address `ds_smem` (see [`accumulate_dq`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn emit_if(
+        &self,
+        b: &mut Builder,
+        spec: &KernelSpec,
+        p: &Params,
+        w: &Warp,
+        run: Reg<Pred>,
+        ds_smem: Reg<B32>,
+        (head, m0): (Reg<B32>, Reg<B32>),
+    ) {
+        let skip = b.label();
+        b.bra_if(run, true, skip, true);
+        let (qw, grp, lane) = self.warp.unwrap_or_else(|| dq_warp(b, spec, w));
+        let (batch, heads) = self.batch_heads;
+        accumulate_dq(
+            b,
+            spec,
+            p,
+            w,
+            (self.smem, ds_smem, self.ds_tile, self.k_tile, lane),
+            (qw, grp),
+            (batch, head, heads, m0),
+        );
+        b.place(skip);
+    }
+}
+
+/// The warp's share of the atomic dQ: (query-row tile qw, column group grp, ldmatrix lane
+/// offset of its dS rows); the warps split into `block_m / 16` row tiles times column
+/// groups (one group: qw = warp, grp = None).
+pub fn dq_warp(b: &mut Builder, spec: &KernelSpec, w: &Warp) -> DqWarp {
+    let t = spec.tiles();
+    let row_tiles = t.block_m / 16;
+    let (qw, grp) = if t.warps > row_tiles {
+        (
+            b.rem_u32(w.warp, row_tiles),
+            Some(b.div_u32(w.warp, row_tiles)),
+        )
+    } else {
+        (w.warp, None)
+    };
+    let two_qw = b.shl_b32(qw, 1u32);
+    (qw, grp, ldm_lane_offset_emit(b, &LDM_B_NK, w.lane, two_qw))
+}
 
 /// Where the n-tiles of [`store_ds`] start: a compile-time n-tile, or a run-time chunk.
 #[derive(Clone, Copy)]
@@ -52,18 +119,20 @@ pub fn store_ds(
     }
 }
 
-/// dQ += dS K over the block's keys: warp (qw, grp) reads query rows 16 qw.. of the dS^T
-/// tile back transposed (ldmatrix.trans), multiplies by its group's 64-column panels of
+/// dQ += dS K over the block's keys (the caller orders the dS^T stores before it, and its
+/// reads before the tile is stored again): warp (qw, grp) reads query rows 16 qw.. of the
+/// dS^T tile at shared address `ds_smem` back transposed (ldmatrix.trans), multiplies by
+/// its group's 64-column panels of
 /// K and adds the result into dq_accum (f32 tiles in fragment order, see
 /// [`crate::tile::frag::ACCUM_TILE_FLOATS`]) with red.global.add.f32: one 128-byte line per
 /// warp-wide instruction.
 #[allow(clippy::type_complexity)]
-pub fn accumulate_dq(
+fn accumulate_dq(
     b: &mut Builder,
     spec: &KernelSpec,
     p: &Params,
     w: &Warp,
-    (smem, ds_tile, k_tile, dq_lane): (Reg<B32>, &SmemTile, &SmemTile, Reg<B32>),
+    (smem, ds_smem, ds_tile, k_tile, dq_lane): (Reg<B32>, Reg<B32>, &SmemTile, &SmemTile, Reg<B32>),
     (qw, grp): (Reg<B32>, Option<Reg<B32>>),
     (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
 ) {
@@ -73,9 +142,8 @@ pub fn accumulate_dq(
     let groups = t.warps / (t.block_m / 16);
     let panels = d.div_ceil(64) / groups;
     b.comment("-- dQ += dS K (atomic) --");
-    b.bar_sync();
     // a[kk]: dS rows (the warp's 16 queries) x keys 16kk..16kk+16
-    let ds_base = b.add_u32(smem, dq_lane);
+    let ds_base = b.add_u32(ds_smem, dq_lane);
     let a: Vec<[Reg<B32>; 4]> = (0..t.block_n / 16)
         .map(|kk| {
             b.ldmatrix::<4>(

@@ -210,8 +210,8 @@ impl BlockStream {
         }
     }
 
-    /// Top of iteration j: exits after the last block, prefetches block j+1 (with one
-    /// stage: operand 1 of block j), waits for block j (operand 0). Returns (first row of
+    /// Top of iteration j: exits after the last block, waits for block j (operand 0) and
+    /// a barrier, then fetches block j+1 (with one stage: operand 1 of block j). Returns (first row of
     /// block j, shared address the stage-0 tiles are relative to for block j).
     pub fn begin(
         &self,
@@ -236,16 +236,19 @@ impl BlockStream {
             self.issue(b, smem, self.j, seqlen, &[(1, self.next[1])]);
             b.cp_async_commit();
         } else {
-            b.comment("-- prefetch block j+1 into the next stage --");
+            // One barrier per iteration: past it, block j is visible to every warp and
+            // every warp is done with block j-1, whose stage block j+1 then reuses.
+            b.comment("-- block j has landed; every warp is done with block j-1 --");
+            b.cp_async_wait(0);
+            b.bar_sync();
+            b.comment("-- prefetch block j+1 into the stage of block j-1 --");
             let j1 = b.add_u32(self.j, 1u32);
             let has_next = b.setp_u32(Cmp::Lt, j1, n_blocks);
             let no_next = b.label();
             b.bra_if(has_next, true, no_next, true);
             self.issue(b, smem, j1, seqlen, &[(0, self.next[0]), (1, self.next[1])]);
-            b.place(no_next);
             b.cp_async_commit();
-            b.cp_async_wait(1);
-            b.bar_sync();
+            b.place(no_next);
         }
         let row0 = b.mul_lo_u32(self.j, self.rows);
         let stage_smem = self.stage_addr(b, smem, self.j);
@@ -272,6 +275,11 @@ impl BlockStream {
         b.place(no_next);
     }
 
+    /// The current block index (loop-carried; `n_blocks` after the loop).
+    pub fn block(&self) -> Reg<B32> {
+        self.j
+    }
+
     /// The shared address of vector `i`'s current stage (element 0), valid inside the loop.
     pub fn vector_addr(&self, b: &mut Builder, smem: Reg<B32>, i: usize) -> Reg<B32> {
         let stage = b.and_b32(self.j, self.stages - 1);
@@ -285,13 +293,10 @@ impl BlockStream {
         b.add_u32(smem, off)
     }
 
-    /// Bottom of the iteration: every warp is done with the stage (with one stage the
-    /// next `begin` waits for that); advance and loop. After the loop every copy has
-    /// landed.
+    /// Bottom of the iteration: advance and loop (the next `begin`'s barrier orders this
+    /// iteration's reads before the stage is refilled). After the loop every copy has
+    /// landed and every warp is done with every stage, so the caller may `start` again.
     pub fn end(&self, b: &mut Builder, lp: StreamLoop) {
-        if !self.split() {
-            b.bar_sync();
-        }
         for i in 0..2 {
             let n = b.add_s64(self.next[i], self.step[i]);
             b.assign(self.next[i], n);
@@ -301,5 +306,6 @@ impl BlockStream {
         b.bra(lp.top, true);
         b.place(lp.done);
         b.cp_async_wait(0);
+        b.bar_sync();
     }
 }

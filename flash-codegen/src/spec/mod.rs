@@ -243,13 +243,13 @@ impl KernelSpec {
         let row = self.smem_head_dim() * self.dtype.size();
         match self.pass {
             Pass::Fwd => t.block_m * row + 2 * t.stages * t.block_n * row,
-            // K, V once; Q, dO, LSE and D per stage; dS^T [block_n][block_m, padded to 64]
-            // (exchange: P^T [block_n][block_m] too)
+            // K, V once; Q, dO, LSE and D per stage; two [block_n][block_m, padded to 64]
+            // tiles: dS^T of two successive query blocks (the atomic dQ of block j runs in
+            // iteration j + 1), or with exchange dS^T and P^T
             Pass::Bwd => {
                 2 * t.block_n * row
                     + 2 * t.stages * t.block_m * (row + 4)
-                    + (1 + u32::from(t.exchange))
-                        * (t.block_n * t.block_m.div_ceil(64) * 64 * self.dtype.size())
+                    + 2 * (t.block_n * t.block_m.div_ceil(64) * 64 * self.dtype.size())
             }
             // Q, dO once; K and V per stage
             Pass::BwdDq => 2 * t.block_m * row + 2 * t.stages * t.block_n * row,
