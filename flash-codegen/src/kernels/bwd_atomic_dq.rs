@@ -10,8 +10,16 @@ use crate::spec::KernelSpec;
 use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, LDM_B_NK, accum_slot};
 use crate::tile::smem::{ROW_BYTES, SmemTile, ldm_lane_offset_emit};
 
-/// A warp's share of the atomic dQ: (query-row tile, column group, ldmatrix lane offset).
-pub type DqWarp = (Reg<B32>, Option<Reg<B32>>, Reg<B32>);
+/// A warp's share of the atomic dQ (see [`dq_split`]).
+#[derive(Clone, Debug)]
+pub struct DqWarp {
+    /// The warp's row tile (`16 m_tiles` queries).
+    qw: Reg<B32>,
+    /// Its column group (`None`: one group).
+    grp: Option<Reg<B32>>,
+    /// Per m-tile: the ldmatrix.trans lane offset of its dS rows in the dS^T tile.
+    lanes: Vec<Reg<B32>>,
+}
 
 /// The atomic dQ of one main-pass kernel: what stays fixed across query blocks.
 pub struct AtomicDq<'a> {
@@ -44,37 +52,43 @@ impl AtomicDq<'_> {
     ) {
         let skip = b.label();
         b.bra_if(run, true, skip, true);
-        let (qw, grp, lane) = self.warp.unwrap_or_else(|| dq_warp(b, spec, w));
+        let dw = match &self.warp {
+            Some(dw) => dw.clone(),
+            None => dq_warp(b, spec, w),
+        };
         let (batch, heads) = self.batch_heads;
         accumulate_dq(
             b,
             spec,
             p,
             w,
-            (self.smem, ds_smem, self.ds_tile, self.k_tile, lane),
-            (qw, grp),
+            (self.smem, ds_smem, self.ds_tile, self.k_tile),
+            &dw,
             (batch, head, heads, m0),
         );
         b.place(skip);
     }
 }
 
-/// The warp's share of the atomic dQ: (query-row tile qw, column group grp, ldmatrix lane
-/// offset of its dS rows); the warps split into `block_m / 16` row tiles times column
-/// groups (one group: qw = warp, grp = None).
+/// The warp's share of the atomic dQ: its row tile and column group (warp `w` takes row
+/// tile `w % row_tiles`) and the lane offsets of its dS rows.
 pub fn dq_warp(b: &mut Builder, spec: &KernelSpec, w: &Warp) -> DqWarp {
-    let t = spec.tiles();
-    let row_tiles = t.block_m / 16;
-    let (qw, grp) = if t.warps > row_tiles {
+    let split = dq_split(spec);
+    let (qw, grp) = if split.groups > 1 {
         (
-            b.rem_u32(w.warp, row_tiles),
-            Some(b.div_u32(w.warp, row_tiles)),
+            b.rem_u32(w.warp, split.row_tiles),
+            Some(b.div_u32(w.warp, split.row_tiles)),
         )
     } else {
         (w.warp, None)
     };
-    let two_qw = b.shl_b32(qw, 1u32);
-    (qw, grp, ldm_lane_offset_emit(b, &LDM_B_NK, w.lane, two_qw))
+    let lanes = (0..split.m_tiles)
+        .map(|mt| {
+            let chunk = b.mad_lo_u32(qw, 2 * split.m_tiles, 2 * mt);
+            ldm_lane_offset_emit(b, &LDM_B_NK, w.lane, chunk)
+        })
+        .collect();
+    DqWarp { qw, grp, lanes }
 }
 
 /// Where the n-tiles of [`store_ds`] start: a compile-time n-tile, or a run-time chunk.
@@ -119,97 +133,166 @@ pub fn store_ds(
     }
 }
 
+/// The warps' split of the atomic dQ: `m_tiles` (1 or 2) m16 tiles of query rows per
+/// warp, `row_tiles = block_m / (16 m_tiles)` row tiles times `groups` column groups of
+/// `panels` whole 64-column panels each. Two m-tiles (32 queries, FA2's dQ warp tile) in
+/// the 8-warp exchange layout (d256) where the groups split the panels evenly: each K
+/// fragment then feeds two mma, and the accumulator (32 f32 per thread) covers 32
+/// columns per pass instead of 64; measured +0.5-1% there, but 1-2% slower on the 4-warp
+/// d128 exchange layout (255 registers either way), and d96 spills with it.
+pub fn dq_split(spec: &KernelSpec) -> DqSplit {
+    let t = spec.tiles();
+    let all_panels = spec.head_dim.div_ceil(64);
+    let split = |m_tiles: u32| {
+        let row_tiles = t.block_m / (16 * m_tiles);
+        let groups = t.warps / row_tiles;
+        DqSplit {
+            m_tiles,
+            row_tiles,
+            groups,
+            panels: all_panels / groups,
+        }
+    };
+    let wide = split(2);
+    let fits = t.block_m % 32 == 0 && t.warps % wide.row_tiles == 0;
+    if t.exchange && t.warps >= 8 && fits && all_panels % wide.groups == 0 {
+        wide
+    } else {
+        split(1)
+    }
+}
+
+/// See [`dq_split`].
+#[derive(Clone, Copy, Debug)]
+pub struct DqSplit {
+    /// m16 tiles of query rows per warp.
+    pub m_tiles: u32,
+    /// Row tiles of `16 m_tiles` queries in the block.
+    pub row_tiles: u32,
+    /// Column groups (warps per row tile).
+    pub groups: u32,
+    /// 64-column panels per group.
+    pub panels: u32,
+}
+
 /// dQ += dS K over the block's keys (the caller orders the dS^T stores before it, and its
-/// reads before the tile is stored again): warp (qw, grp) reads query rows 16 qw.. of the
-/// dS^T tile at shared address `ds_smem` back transposed (ldmatrix.trans), multiplies by
-/// its group's 64-column panels of
-/// K and adds the result into dq_accum (f32 tiles in fragment order, see
-/// [`crate::tile::frag::ACCUM_TILE_FLOATS`]) with red.global.add.f32: one 128-byte line per
-/// warp-wide instruction.
+/// reads before the tile is stored again): warp (qw, grp) reads its `16 m_tiles` query
+/// rows of the dS^T tile at shared address `ds_smem` back transposed (ldmatrix.trans),
+/// multiplies them by its group's panels of K, 64 / m_tiles columns at a time, and adds
+/// the result into dq_accum (f32 tiles in fragment order, see
+/// [`crate::tile::frag::ACCUM_TILE_FLOATS`]) with red.global.add.f32: one 128-byte line
+/// per warp-wide instruction.
 #[allow(clippy::type_complexity)]
 fn accumulate_dq(
     b: &mut Builder,
     spec: &KernelSpec,
     p: &Params,
     w: &Warp,
-    (smem, ds_smem, ds_tile, k_tile, dq_lane): (Reg<B32>, Reg<B32>, &SmemTile, &SmemTile, Reg<B32>),
-    (qw, grp): (Reg<B32>, Option<Reg<B32>>),
+    (smem, ds_smem, ds_tile, k_tile): (Reg<B32>, Reg<B32>, &SmemTile, &SmemTile),
+    dw: &DqWarp,
     (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
 ) {
     let fmt: HalfFmt = spec.dtype.half_fmt();
     let t = spec.tiles();
     let d = spec.head_dim;
-    let groups = t.warps / (t.block_m / 16);
-    let panels = d.div_ceil(64) / groups;
+    let split = dq_split(spec);
+    let (m_tiles, panels) = (split.m_tiles, split.panels);
     b.comment("-- dQ += dS K (atomic) --");
-    // a[kk]: dS rows (the warp's 16 queries) x keys 16kk..16kk+16
-    let ds_base = b.add_u32(ds_smem, dq_lane);
-    let a: Vec<[Reg<B32>; 4]> = (0..t.block_n / 16)
-        .map(|kk| {
-            b.ldmatrix::<4>(
-                true,
-                Addr::Shared(ds_base, (ds_tile.base + 16 * kk * ROW_BYTES) as i32),
-            )
+    // a[mt][kk]: dS rows (m-tile mt of the warp's queries) x keys 16kk..16kk+16
+    let a: Vec<Vec<[Reg<B32>; 4]>> = dw
+        .lanes
+        .iter()
+        .map(|&lane_off| {
+            let ds_base = b.add_u32(ds_smem, lane_off);
+            (0..t.block_n / 16)
+                .map(|kk| {
+                    b.ldmatrix::<4>(
+                        true,
+                        Addr::Shared(ds_base, (ds_tile.base + 16 * kk * ROW_BYTES) as i32),
+                    )
+                })
+                .collect()
         })
         .collect();
     let head_dim = p.u32("head_dim");
+    let seqlen_q = p.u32("seqlen_q");
     let accum = b.cvta_global(p.u64("dq_accum"));
     // the group's first K panel and first column (compile-time 0 with one group)
-    let (k_smem, col0) = match grp {
+    let (k_smem, col0) = match dw.grp {
         Some(grp) => (
             b.mad_lo_u32(grp, panels * k_tile.rows * ROW_BYTES, smem),
             Some(b.mul_lo_u32(grp, 64 * panels)),
         ),
         None => (smem, None),
     };
-    // the warp's 16 query rows are one row of accumulator tiles (frag::ACCUM_TILE_FLOATS)
-    let q_row0 = b.shl_b32(qw, 4u32);
+    // each m-tile's 16 query rows are one row of accumulator tiles (frag::ACCUM_TILE_FLOATS)
+    let q_row0 = b.mul_lo_u32(dw.qw, 16 * m_tiles);
     let q_row0 = b.add_u32(q_row0, m0);
-    let tile_ok = b.setp_u32(Cmp::Lt, q_row0, p.u32("seqlen_q"));
-    let grid = AccumGrid::new(b, p.u32("seqlen_q"), head_dim);
+    let grid = AccumGrid::new(b, seqlen_q, head_dim);
     let bh = b.mad_lo_u32(batch, heads, head);
     let c8 = col0.map(|c0| b.shr_u32(c0, 3u32));
     let tile = grid.tile(b, bh, q_row0, c8);
     let lane_bytes = b.mul_wide_u32(w.lane, 4u32);
     let off = b.mad_wide_u32(tile, 4 * ACCUM_TILE_FLOATS, lane_bytes);
-    let base = b.add_s64(accum, off);
+    let base0 = b.add_s64(accum, off);
+    let row_bytes = b.mul_wide_u32(grid.col_tiles, 4 * ACCUM_TILE_FLOATS);
+    let mut bases = vec![base0];
+    let mut tiles_ok = vec![b.setp_u32(Cmp::Lt, q_row0, seqlen_q)];
+    for mt in 1..m_tiles {
+        let prev = bases[mt as usize - 1];
+        bases.push(b.add_s64(prev, row_bytes));
+        let row = b.add_u32(q_row0, 16 * mt);
+        tiles_ok.push(b.setp_u32(Cmp::Lt, row, seqlen_q));
+    }
+    let width = 64 / m_tiles;
     for panel in 0..panels {
-        let cols = (d - 64 * panel).min(64);
-        let acc = zeros(b, 1, (cols / 8) as usize);
         let tile = SmemTile::new(
             k_tile.base + panel * k_tile.rows * ROW_BYTES,
             k_tile.rows,
             64,
         );
-        w.mma_a_b(b, fmt, &acc, std::slice::from_ref(&a), (&tile, k_smem));
-        // ptxas wraps every predicated red in its own BSSY/BRA/BSYNC (32 per d128 step,
-        // 3% of the cycles stalled on branch resolution, ncu session 4); the predicates are
-        // warp-uniform, so one uniform branch picks unpredicated reds for whole tiles
-        let panel_end = 64 * panel + cols;
-        let panel_end = match col0 {
-            Some(c0) => b.add_u32(c0, panel_end),
-            None => b.mov(panel_end),
-        };
-        let cols_ok = b.setp_u32(Cmp::Le, panel_end, head_dim);
-        let whole = b.and_pred(tile_ok, cols_ok);
-        let (edge, done) = (b.label(), b.label());
-        b.bra_if(whole, true, edge, true);
-        red_tiles(b, &acc[0], base, panel, None);
-        b.bra(done, true);
-        b.place(edge);
-        let edge = Edge {
-            tile_ok,
-            col0,
-            head_dim,
-        };
-        red_tiles(b, &acc[0], base, panel, Some(&edge));
-        b.place(done);
+        for part in 0..m_tiles {
+            let first = 64 * panel + width * part;
+            if first >= d {
+                break;
+            }
+            let cols = (d - first).min(width);
+            let acc = zeros(b, m_tiles as usize, (cols / 8) as usize);
+            let chunk0 = width * part / 8;
+            w.mma_a_b_at(b, fmt, &acc, &a, (&tile, k_smem), chunk0);
+            // ptxas wraps every predicated red in its own BSSY/BRA/BSYNC (32 per d128 step,
+            // 3% of the cycles stalled on branch resolution, ncu session 4); the predicates
+            // are warp-uniform, so one uniform branch picks unpredicated reds for whole tiles
+            let end = first + cols;
+            let end = match col0 {
+                Some(c0) => b.add_u32(c0, end),
+                None => b.mov(end),
+            };
+            let cols_ok = b.setp_u32(Cmp::Le, end, head_dim);
+            let whole = b.and_pred(tiles_ok[m_tiles as usize - 1], cols_ok);
+            let (edge, done) = (b.label(), b.label());
+            b.bra_if(whole, true, edge, true);
+            for (acc_mt, &base) in acc.iter().zip(&bases) {
+                red_tiles(b, acc_mt, base, first, None);
+            }
+            b.bra(done, true);
+            b.place(edge);
+            for ((acc_mt, &base), &tile_ok) in acc.iter().zip(&bases).zip(&tiles_ok) {
+                let edge = Edge {
+                    tile_ok,
+                    col0,
+                    head_dim,
+                };
+                red_tiles(b, acc_mt, base, first, Some(&edge));
+            }
+            b.place(done);
+        }
     }
 }
 
 /// What an edge tile's reds are predicated on.
 struct Edge {
-    /// The warp's query tile starts below seqlen_q.
+    /// The m-tile's query rows start below seqlen_q.
     tile_ok: Reg<Pred>,
     /// The group's first column (`None`: 0).
     col0: Option<Reg<B32>>,
@@ -217,19 +300,19 @@ struct Edge {
     head_dim: Reg<B32>,
 }
 
-/// `red.global.add.f32` of the n-tiles `frags` (columns `64 panel..` of the warp's group)
-/// at their fragment-ordered slots from `base`; with an [`Edge`] each n-tile is
-/// predicated on its query tile and columns being inside the problem.
+/// `red.global.add.f32` of the n-tiles `frags` (columns `first..` of the warp's group) at
+/// their fragment-ordered slots from `base`; with an [`Edge`] each n-tile is predicated
+/// on its query tile and columns being inside the problem.
 fn red_tiles(
     b: &mut Builder,
     frags: &[[Reg<F32>; 4]],
     base: Reg<B64>,
-    panel: u32,
+    first: u32,
     edge: Option<&Edge>,
 ) {
     let tile_bytes = 4 * ACCUM_TILE_FLOATS;
     for (nt, frag) in frags.iter().enumerate() {
-        let col = 64 * panel + 8 * nt as u32;
+        let col = first + 8 * nt as u32;
         let ok = edge.map(|e| {
             let col_ok = match e.col0 {
                 Some(c0) => {

@@ -191,13 +191,26 @@ impl Warp {
         a: &[Vec<[Reg<B32>; 4]>],
         b_tile: (&SmemTile, Reg<B32>),
     ) {
+        self.mma_a_b_at(b, fmt, acc, a, b_tile, 0);
+    }
+
+    /// [`Warp::mma_a_b`] on the columns of `b_tile` from 8-column chunk `chunk0` (even) on.
+    pub fn mma_a_b_at(
+        &self,
+        b: &mut Builder,
+        fmt: HalfFmt,
+        acc: &[Vec<[Reg<F32>; 4]>],
+        a: &[Vec<[Reg<B32>; 4]>],
+        b_tile: (&SmemTile, Reg<B32>),
+        chunk0: u32,
+    ) {
         assert_eq!(acc.len(), a.len(), "generator bug: m-tiles of A and C");
         assert!(acc[0].len() % 2 == 0, "generator bug: odd n-tile count");
         for kk in 0..a[0].len() {
             for np in 0..acc[0].len() as u32 / 2 {
-                let addr = self
-                    .b_lanes
-                    .addr(b, b_tile.1, b_tile.0, 16 * kk as u32, 2 * np);
+                let addr =
+                    self.b_lanes
+                        .addr(b, b_tile.1, b_tile.0, 16 * kk as u32, chunk0 + 2 * np);
                 let bf = b.ldmatrix::<4>(true, addr);
                 for (acc_mt, a_mt) in acc.iter().zip(a) {
                     b.mma(fmt, acc_mt[2 * np as usize], a_mt[kk], [bf[0], bf[1]]);

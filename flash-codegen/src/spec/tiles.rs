@@ -31,9 +31,8 @@ pub struct TileConfig {
     /// query block for S^T and dP^T and the head dim for dV and dK; P^T and dS^T pass
     /// between the layouts through shared memory. Every B fragment then feeds two mma.
     /// The d256 row uses it (64x64, 8 warps, one sweep instead of two: 0.66x -> 0.91x FA2
-    /// at 16K, docs/performance.md); at d128 (64x128, 8 warps) it measured no faster than
-    /// the table's layout, kept buildable with `--tile bwd:128=64,128,8,2,1,exchange`
-    /// (tests/ptxas_variants.rs).
+    /// at 16K) and the d128 row (64x64, 4 warps, two CTAs per SM: 0.85x -> 0.93-0.99x;
+    /// docs/performance.md).
     pub exchange: bool,
 }
 
@@ -58,19 +57,22 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
 
 /// Backward main pass (one CTA per key block): block_n keys per CTA (16 per warp; with
 /// `exchange`, 32-key row blocks times column groups),
-/// block_m queries per inner step; for dQ the warps split into block_m / 16 query tiles
-/// times column groups of whole 64-column panels (d128: 8 warps, 128 keys, half the dQ
-/// atomics of 64-key blocks). Q, dO, LSE and D are double buffered; K, V and the dS^T
-/// tile stay resident. d160-d224 take two sweeps (dV, then dK and dQ); d256 runs one
-/// sweep on 8 warps with FA2's warp layouts (`exchange`: each warp 32 keys x a quarter of
-/// the head dim for dV and dK, P^T and dS^T through shared memory; session 4: 0.65x ->
-/// 0.89x FA2 at 16K in atomic mode, `docs/performance.md`).
+/// block_m queries per inner step; for dQ the warps split into query tiles times column
+/// groups of whole 64-column panels (`bwd_atomic_dq::dq_split`). Q, dO, LSE and D are
+/// double buffered; K, V and two dS^T tiles stay resident. d160-d224 take two sweeps (dV,
+/// then dK and dQ); d128 and d256 run FA2's warp layouts (`exchange`: each warp 32 keys
+/// x half (d128, 4 warps) or a quarter (d256, 8 warps) of the head dim for dV and dK,
+/// P^T and dS^T through shared memory). d128 on 64x64 with 4 warps leaves room for two
+/// CTAs per SM (255 registers, 115 KB): session 5 measured 0.93-0.99x FA2 against
+/// 0.85-0.88x for 64x128 on 8 warps (the previous row, kept buildable with `--tile
+/// bwd:128=64,128,8,2,1`, tests/ptxas_variants.rs), 0.90-0.95x for 64x64 without
+/// exchange and 0.88-0.92x for 64x128 with it (`docs/performance.md`).
 #[rustfmt::skip]
 pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
     (32, tc(64, 64, 4, 2, 1).resident()),
     (64, tc(64, 64, 4, 2, 1).resident()),
     (96, tc(64, 64, 4, 2, 1).resident()),
-    (128, tc(64, 128, 8, 2, 1)),
+    (128, tc(64, 64, 4, 2, 1).exchange()),
     (160, tc(64, 64, 4, 2, 2)),
     (192, tc(64, 64, 4, 2, 2)),
     (224, tc(64, 64, 4, 2, 2)),
