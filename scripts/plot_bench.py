@@ -109,11 +109,11 @@ def plot(rows, dtype, title, out):
 def main():
     bench = os.path.join(ROOT, "docs", "bench")
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    fwd_default = os.path.join(bench, "fwd_sweep_v6.json")
+    fwd_default = os.path.join(bench, "fwd_sweep_v7.json")
     if not os.path.exists(fwd_default):
         fwd_default = os.path.join(bench, "fwd_sweep_v4.txt")
     ap.add_argument("--fwd", default=fwd_default, help="forward sweep (.json or .txt)")
-    ap.add_argument("--bwd", default=os.path.join(bench, "bwd_sweep_v5.json"), help="backward sweep (.json or .txt)")
+    ap.add_argument("--bwd", default=os.path.join(bench, "bwd_sweep_v6.json"), help="backward sweep (.json or .txt)")
     ap.add_argument("--out-dir", default=os.path.join(ROOT, "docs", "img"))
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
     ap.add_argument("--gpu", default="H200", help="GPU name for the titles")

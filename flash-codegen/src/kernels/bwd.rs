@@ -364,8 +364,11 @@ pub fn build(spec: &KernelSpec) -> Entry {
             dq.emit_if(&mut b, spec, &p, &w, dq_on, smem, (head, m0));
         }
         qs.end(&mut b, lp);
+        // every warp is done with the stages (the next head restarts the stream) and the
+        // last block's dS^T is complete
+        b.bar_sync();
         if deferred_dq {
-            // after the loop's final barrier: the atomic dQ of the last query block
+            // the atomic dQ of the last query block
             let any = b.setp_u32(Cmp::Lt, m_first, n_qblocks);
             let run = b.and_pred(dq_on, any);
             b.comment("-- atomic dQ of the last query block --");

@@ -295,7 +295,8 @@ impl BlockStream {
 
     /// Bottom of the iteration: advance and loop (the next `begin`'s barrier orders this
     /// iteration's reads before the stage is refilled). After the loop every copy has
-    /// landed and every warp is done with every stage, so the caller may `start` again.
+    /// landed; warps may still be reading the last stage, so a caller that `start`s
+    /// again syncs first.
     pub fn end(&self, b: &mut Builder, lp: StreamLoop) {
         for i in 0..2 {
             let n = b.add_s64(self.next[i], self.step[i]);
@@ -306,6 +307,5 @@ impl BlockStream {
         b.bra(lp.top, true);
         b.place(lp.done);
         b.cp_async_wait(0);
-        b.bar_sync();
     }
 }
