@@ -38,7 +38,7 @@ pub struct AtomicDq<'a> {
 
 impl AtomicDq<'_> {
     /// When `run` holds (warp-uniform): dQ += dS K for the query block at `m0` of query
-    /// head `head`, its dS^T at shared address `ds_smem` (see [`accumulate_dq`]).
+    /// head `head`, its dS^T at shared address `ds_smem` (see `accumulate_dq`).
     #[allow(clippy::too_many_arguments)]
     pub fn emit_if(
         &self,
