@@ -19,67 +19,18 @@
 //! computes dV only and the second dK and dQ, so one accumulator lives at a time.
 
 use super::bwd_atomic_dq::{AtomicDq, Cols, dq_warp, store_ds};
-use super::bwd_exchange::{Columns, Exchange, StepTiles};
+use super::bwd_exchange::{ColStats, Columns, Exchange, StepTiles};
 use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
 use super::params::Params;
-use super::softmax::{lse_log2, p_as_a};
+use super::softmax::p_as_a;
 use super::stream::BlockStream;
 use super::warp::Warp;
 use crate::abi;
-use crate::ptx::{
-    Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
-};
+use crate::ptx::{B32, B64, Builder, Cmp, Entry, LaunchBounds, Pred, Reg, Special};
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
-
-/// Per-column statistics of the current query block, staged in shared memory by the
-/// stream (zero past the sequence end: there Q and dO are zero too, so P = 1 is harmless).
-/// Read at use, two columns (`8 nt + 2t`, `+1`) per 8-byte load, to keep them out of the
-/// register budget.
-struct ColStats {
-    /// Shared address of `lse[m0 + 2t]` and of `D[m0 + 2t]`.
-    lse: Reg<B32>,
-    d: Reg<B32>,
-}
-
-impl Columns for ColStats {
-    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
-        ColStats::lse_log2(self, b, nt)
-    }
-    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
-        ColStats::d(self, b, nt)
-    }
-}
-
-impl ColStats {
-    fn new(b: &mut Builder, w: &Warp, lse_smem: Reg<B32>, d_smem: Reg<B32>) -> Self {
-        let off = b.shl_b32(w.t2, 2u32);
-        ColStats {
-            lse: b.add_u32(lse_smem, off),
-            d: b.add_u32(d_smem, off),
-        }
-    }
-
-    fn pair(b: &mut Builder, base: Reg<B32>, nt: usize) -> [Reg<F32>; 2] {
-        b.ld(
-            Space::Shared,
-            LdCache::Default,
-            Ty::F32,
-            Addr::Shared(base, 32 * nt as i32),
-        )
-    }
-
-    /// `LSE * log2 e` of n-tile `nt`'s two columns; +inf for fully masked rows (-inf LSE).
-    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
-        Self::pair(b, self.lse, nt).map(|l| lse_log2(b, l))
-    }
-
-    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
-        Self::pair(b, self.d, nt)
-    }
-}
 
 /// The entry of a [`Pass::Bwd`] spec.
 pub fn build(spec: &KernelSpec) -> Entry {
@@ -255,14 +206,25 @@ pub fn build(spec: &KernelSpec) -> Entry {
         let (m0, st, lp) = qs.begin(&mut b, smem, seqlen_q, n_qblocks);
         let j = qs.block();
         let deferred_dq = do_dk && exchange.is_none();
+        // the atomic dQ of the query block before block `after` (first row `m0_after`, or
+        // none past the last block), deferred: its dS^T sits in stage (after - 1) & 1
+        let deferred = |b: &mut Builder,
+                        exists: Reg<Pred>,
+                        (after, m0_after): (Reg<B32>, Option<Reg<B32>>),
+                        what: &str| {
+            let run = b.and_pred(dq_on, exists);
+            b.comment(format!("-- atomic dQ of the {what} query block --"));
+            let blk = b.sub_u32(after, 1u32);
+            let ds = ds_stage(b, blk);
+            let m0_blk = match m0_after {
+                Some(m) => b.sub_u32(m, bm),
+                None => b.mul_lo_u32(blk, bm),
+            };
+            dq.emit_if(b, spec, &p, &w, run, ds, (head, m0_blk));
+        };
         if deferred_dq {
             let has_prev = b.setp_u32(Cmp::Gt, j, m_first);
-            let run = b.and_pred(dq_on, has_prev);
-            b.comment("-- atomic dQ of the previous query block --");
-            let jp = b.sub_u32(j, 1u32);
-            let ds_prev = ds_stage(&mut b, jp);
-            let m0_prev = b.sub_u32(m0, bm);
-            dq.emit_if(&mut b, spec, &p, &w, run, ds_prev, (head, m0_prev));
+            deferred(&mut b, has_prev, (j, Some(m0)), "previous");
         }
         let [q_tile, do_tile] = qs.tiles;
         let (lse_smem, d_smem) = (
@@ -335,7 +297,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 if do_dv {
                     b.comment("-- dV += P^T dO --");
                     let a: Vec<_> = pt.iter().map(|p| p_as_a(&mut b, fmt, p)).collect();
-                    w.mma_a_b(&mut b, fmt, &dv, &a, (&do_sub, st));
+                    w.mma_a_b(&mut b, fmt, &dv, &a, (&do_sub, st), 0);
                 }
                 if do_dk {
                     b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
@@ -351,7 +313,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                         }
                     }
                     let a: Vec<_> = ds.iter().map(|x| p_as_a(&mut b, fmt, x)).collect();
-                    w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st));
+                    w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st), 0);
                     let no_dq = b.label();
                     b.bra_if(dq_on, true, no_dq, true);
                     store_ds(&mut b, fmt, &w, &ds, ds_cur, &ds_tile, Cols::Fixed(nt0));
@@ -368,14 +330,8 @@ pub fn build(spec: &KernelSpec) -> Entry {
         // last block's dS^T is complete
         b.bar_sync();
         if deferred_dq {
-            // the atomic dQ of the last query block
             let any = b.setp_u32(Cmp::Lt, m_first, n_qblocks);
-            let run = b.and_pred(dq_on, any);
-            b.comment("-- atomic dQ of the last query block --");
-            let last = b.sub_u32(n_qblocks, 1u32);
-            let ds_last = ds_stage(&mut b, last);
-            let m0_last = b.mul_lo_u32(last, bm);
-            dq.emit_if(&mut b, spec, &p, &w, run, ds_last, (head, m0_last));
+            deferred(&mut b, any, (n_qblocks, None), "last");
         }
         let ngh = b.add_u32(gh, 1u32);
         b.assign(gh, ngh);

@@ -259,7 +259,7 @@ fn accumulate_dq(
             let cols = (d - first).min(width);
             let acc = zeros(b, m_tiles as usize, (cols / 8) as usize);
             let chunk0 = width * part / 8;
-            w.mma_a_b_at(b, fmt, &acc, &a, (&tile, k_smem), chunk0);
+            w.mma_a_b(b, fmt, &acc, &a, (&tile, k_smem), chunk0);
             // ptxas wraps every predicated red in its own BSSY/BRA/BSYNC (32 per d128 step,
             // 3% of the cycles stalled on branch resolution, ncu session 4); the predicates
             // are warp-uniform, so one uniform branch picks unpredicated reds for whole tiles

@@ -163,7 +163,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     stats.ds(&mut b, &s, &mut dpt);
     b.comment("-- dQ += dS K --");
     let a: Vec<_> = dpt.iter().map(|ds_mt| p_as_a(&mut b, fmt, ds_mt)).collect();
-    q.mma_a_b(&mut b, fmt, &dq, &a, (&kv.tiles[0], kv_smem));
+    q.mma_a_b(&mut b, fmt, &dq, &a, (&kv.tiles[0], kv_smem), 0);
     kv.end(&mut b, lp);
 
     b.comment("-- epilogue: dQ *= softmax_scale, write dQ --");

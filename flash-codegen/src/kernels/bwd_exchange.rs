@@ -10,9 +10,9 @@
 
 use super::bwd_atomic_dq::{Cols, store_ds};
 use super::mask::QueryMask;
-use super::softmax::AccTiles;
+use super::softmax::{AccTiles, lse_log2};
 use super::warp::{AFrags, AOperand, Warp};
-use crate::ptx::{B32, B64, Builder, Cmp, F32, HalfFmt, Reg};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
 /// The exchange layout of one kernel: the warp's column group and the P^T tile.
@@ -50,6 +50,54 @@ pub trait Columns {
     fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2];
     /// D of the two columns of n-tile `nt`.
     fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2];
+}
+
+/// Per-column statistics of the current query block, staged in shared memory by the
+/// stream (zero past the sequence end: there Q and dO are zero too, so P = 1 is harmless).
+/// Read at use, two columns (`8 nt + 2t`, `+1`) per 8-byte load, to keep them out of the
+/// register budget.
+pub struct ColStats {
+    /// Shared address of `lse[m0 + 2t]` and of `D[m0 + 2t]`.
+    lse: Reg<B32>,
+    d: Reg<B32>,
+}
+
+impl Columns for ColStats {
+    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
+        ColStats::lse_log2(self, b, nt)
+    }
+    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
+        ColStats::d(self, b, nt)
+    }
+}
+
+impl ColStats {
+    /// The thread's two columns of the vectors at shared addresses `lse_smem` and `d_smem`.
+    pub fn new(b: &mut Builder, w: &Warp, lse_smem: Reg<B32>, d_smem: Reg<B32>) -> Self {
+        let off = b.shl_b32(w.t2, 2u32);
+        ColStats {
+            lse: b.add_u32(lse_smem, off),
+            d: b.add_u32(d_smem, off),
+        }
+    }
+
+    fn pair(b: &mut Builder, base: Reg<B32>, nt: usize) -> [Reg<F32>; 2] {
+        b.ld(
+            Space::Shared,
+            LdCache::Default,
+            Ty::F32,
+            Addr::Shared(base, 32 * nt as i32),
+        )
+    }
+
+    /// `LSE * log2 e` of n-tile `nt`'s two columns; +inf for fully masked rows (-inf LSE).
+    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
+        Self::pair(b, self.lse, nt).map(|l| lse_log2(b, l))
+    }
+
+    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
+        Self::pair(b, self.d, nt)
+    }
 }
 
 impl Exchange {
@@ -139,7 +187,7 @@ impl Exchange {
         let st_panel = b.add_u32(t.st, panel_off);
         for (src, acc, b_tile) in [(&self.pt_tile, dv, t.d_o), (t.ds, dk, t.q)] {
             let a = by_m_tile(w.load_a(b, (src, t.smem), bm));
-            w.mma_a_b(b, fmt, acc, &a, (b_tile, st_panel));
+            w.mma_a_b(b, fmt, acc, &a, (b_tile, st_panel), 0);
         }
     }
 

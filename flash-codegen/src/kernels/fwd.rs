@@ -93,7 +93,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     // than sharing each V fragment between the m-tiles, which keeps both P operands live
     for (mt, s_mt) in s.iter().enumerate() {
         let pa = p_as_a(&mut b, fmt, s_mt);
-        q.mma_a_b(&mut b, fmt, &o[mt..=mt], &[pa], (&kv.tiles[1], kv_smem));
+        q.mma_a_b(&mut b, fmt, &o[mt..=mt], &[pa], (&kv.tiles[1], kv_smem), 0);
     }
     kv.end(&mut b, lp);
 

@@ -182,20 +182,9 @@ impl Warp {
     /// `acc[mt][nt] += A[mt] * B[k][n]` for each m-tile: A fragments from registers
     /// (`a[mt][kk]`, one per k16 step, e.g. P or dS converted in place), B from `b_tile`
     /// `[k][n]` at `b_smem` via `ldmatrix.trans`, each B fragment loaded once for all
-    /// m-tiles.
+    /// m-tiles; the product's columns are those of `b_tile` from 8-column chunk `chunk0`
+    /// (even) on.
     pub fn mma_a_b(
-        &self,
-        b: &mut Builder,
-        fmt: HalfFmt,
-        acc: &[Vec<[Reg<F32>; 4]>],
-        a: &[Vec<[Reg<B32>; 4]>],
-        b_tile: (&SmemTile, Reg<B32>),
-    ) {
-        self.mma_a_b_at(b, fmt, acc, a, b_tile, 0);
-    }
-
-    /// [`Warp::mma_a_b`] on the columns of `b_tile` from 8-column chunk `chunk0` (even) on.
-    pub fn mma_a_b_at(
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
