@@ -345,6 +345,19 @@ impl FromStr for KernelSpec {
 mod tests {
     use super::*;
 
+    /// The d128 backward's row is sized for two CTAs per SM on H100/H200 (228 KiB of
+    /// shared memory per SM, 1 KiB reserved per CTA; 255 registers x 128 threads x 2 fit
+    /// the 64K register file): a few more bytes would halve its occupancy silently.
+    #[test]
+    fn bwd_d128_keeps_two_ctas_per_sm() {
+        for s in KernelSpec::all() {
+            if s.pass == Pass::Bwd && s.head_dim == 128 {
+                assert!(2 * (s.smem_bytes() + 1024) <= 228 * 1024, "{s}");
+                assert!(2 * s.tiles().threads() * 255 <= 65536, "{s}");
+            }
+        }
+    }
+
     #[test]
     fn names_round_trip() {
         for s in KernelSpec::all() {
