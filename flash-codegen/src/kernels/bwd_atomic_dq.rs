@@ -345,11 +345,18 @@ mod tests {
     /// exchange layout (d256).
     #[test]
     fn dq_split_covers_the_block_once() {
-        for spec in KernelSpec::all().into_iter().filter(|s| s.pass == Pass::Bwd) {
+        for spec in KernelSpec::all()
+            .into_iter()
+            .filter(|s| s.pass == Pass::Bwd)
+        {
             let (t, s) = (spec.tiles(), dq_split(&spec));
             assert_eq!(s.row_tiles * 16 * s.m_tiles, t.block_m, "{spec}: rows");
             assert_eq!(s.row_tiles * s.groups, t.warps, "{spec}: warps");
-            assert_eq!(s.groups * s.panels, spec.head_dim.div_ceil(64), "{spec}: panels");
+            assert_eq!(
+                s.groups * s.panels,
+                spec.head_dim.div_ceil(64),
+                "{spec}: panels"
+            );
             assert_eq!(s.m_tiles == 2, spec.head_dim == 256, "{spec}: m-tiles");
         }
     }
