@@ -31,7 +31,7 @@ pub struct TileConfig {
     /// query block for S^T and dP^T and the head dim for dV and dK; P^T and dS^T pass
     /// between the layouts through shared memory. Every B fragment then feeds two mma.
     /// The d256 row uses it (64x64, 8 warps, one sweep instead of two: 0.66x -> 0.91x FA2
-    /// at 16K) and the d128 row (64x64, 4 warps, two CTAs per SM: 0.85x -> 0.93-0.99x;
+    /// at 16K) and the d128 row (64x64, 4 warps, two CTAs per SM: 0.85x -> 0.91-1.00x;
     /// docs/performance.md).
     pub exchange: bool,
 }
@@ -63,7 +63,7 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
 /// then dK and dQ); d128 and d256 run FA2's warp layouts (`exchange`: each warp 32 keys
 /// x half (d128, 4 warps) or a quarter (d256, 8 warps) of the head dim for dV and dK,
 /// P^T and dS^T through shared memory). d128 on 64x64 with 4 warps leaves room for two
-/// CTAs per SM (255 registers, 115 KB): session 5 measured 0.93-0.99x FA2 against
+/// CTAs per SM (255 registers, 115 KB): session 5 measured 0.91-1.00x FA2 against
 /// 0.85-0.88x for 64x128 on 8 warps (the previous row, kept buildable with `--tile
 /// bwd:128=64,128,8,2,1`, tests/ptxas_variants.rs), 0.90-0.95x for 64x64 without
 /// exchange and 0.88-0.92x for 64x128 with it (`docs/performance.md`).
