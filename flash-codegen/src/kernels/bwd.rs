@@ -19,7 +19,7 @@
 //! computes dV only and the second dK and dQ, so one accumulator lives at a time.
 
 use super::bwd_atomic_dq::{AtomicDq, Cols, dq_warp, store_ds};
-use super::bwd_exchange::{ColStats, Columns, Exchange, StepTiles};
+use super::bwd_exchange::{ColStats, Exchange, StepTiles};
 use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
 use super::params::Params;
@@ -38,14 +38,9 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let t = spec.tiles();
     let (d, dp, bm, bn) = (spec.head_dim, spec.smem_head_dim(), t.block_m, t.block_n);
     // every warp owns bn / warps keys (m16 tiles; exchange: 32-key row blocks times
-    // column groups, below); for dQ the warps split into (bm / 16) query-row tiles times
-    // column groups of whole 64-column panels
-    let row_tiles = bm / 16;
+    // column groups, below); dS^T is one 64-column panel wide (the dQ split checks itself)
     assert!(
-        (t.exchange || bn % (16 * t.warps) == 0)
-            && bm <= 64
-            && t.warps % row_tiles == 0
-            && d.div_ceil(64) % (t.warps / row_tiles) == 0,
+        (t.exchange || bn % (16 * t.warps) == 0) && bm <= 64,
         "generator bug: bwd tiles {t:?}"
     );
     let fmt = spec.dtype.half_fmt();
@@ -284,16 +279,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                     qmask.apply(&mut b, &pt, m0c);
                     b.place(skip);
                 }
-                for nt in 0..pt[0].len() {
-                    let lse2 = stats.lse_log2(&mut b, nt0 + nt);
-                    let neg = lse2.map(|l| b.neg_f32(l));
-                    for pt_mt in pt.iter_mut() {
-                        for (e, x) in pt_mt[nt].iter_mut().enumerate() {
-                            let y = b.fma_f32(*x, scale_log2, neg[e & 1]);
-                            *x = b.ex2(y);
-                        }
-                    }
-                }
+                stats.probabilities(&mut b, &mut pt, nt0, scale_log2);
                 if do_dv {
                     b.comment("-- dV += P^T dO --");
                     let a: Vec<_> = pt.iter().map(|p| p_as_a(&mut b, fmt, p)).collect();
@@ -303,15 +289,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                     b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
                     let mut ds = w.acc_zeros(&mut b, sub);
                     w.mma_a_bt(&mut b, fmt, &ds, &v_operand, (&do_sub, st), d);
-                    for nt in 0..ds[0].len() {
-                        let dcol = stats.d(&mut b, nt0 + nt);
-                        for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {
-                            for e in 0..4 {
-                                let diff = b.sub_f32(ds_mt[nt][e], dcol[e & 1]);
-                                ds_mt[nt][e] = b.mul_f32(pt_mt[nt][e], diff);
-                            }
-                        }
-                    }
+                    stats.ds(&mut b, &pt, &mut ds, nt0, 0);
                     let a: Vec<_> = ds.iter().map(|x| p_as_a(&mut b, fmt, x)).collect();
                     w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st), 0);
                     let no_dq = b.label();

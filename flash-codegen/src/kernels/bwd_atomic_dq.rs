@@ -143,23 +143,26 @@ pub fn store_ds(
 pub fn dq_split(spec: &KernelSpec) -> DqSplit {
     let t = spec.tiles();
     let all_panels = spec.head_dim.div_ceil(64);
+    // `m_tiles` rows per warp tile, if the warps split the block and the panels evenly
     let split = |m_tiles: u32| {
         let row_tiles = t.block_m / (16 * m_tiles);
-        let groups = t.warps / row_tiles;
-        DqSplit {
-            m_tiles,
-            row_tiles,
-            groups,
-            panels: all_panels / groups,
-        }
+        let fits = row_tiles > 0
+            && t.block_m % (16 * m_tiles) == 0
+            && t.warps % row_tiles == 0
+            && all_panels % (t.warps / row_tiles) == 0;
+        fits.then(|| {
+            let groups = t.warps / row_tiles;
+            DqSplit {
+                m_tiles,
+                row_tiles,
+                groups,
+                panels: all_panels / groups,
+            }
+        })
     };
-    let wide = split(2);
-    let fits = t.block_m % 32 == 0 && t.warps % wide.row_tiles == 0;
-    if t.exchange && t.warps >= 8 && fits && all_panels % wide.groups == 0 {
-        wide
-    } else {
-        split(1)
-    }
+    let wide = (t.exchange && t.warps >= 8).then(|| split(2)).flatten();
+    wide.or_else(|| split(1))
+        .unwrap_or_else(|| panic!("generator bug: no dQ split of {t:?}"))
 }
 
 /// See [`dq_split`].

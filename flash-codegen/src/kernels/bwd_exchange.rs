@@ -44,14 +44,6 @@ pub struct StepTiles<'a> {
     pub st: Reg<B32>,
 }
 
-/// Per-column `LSE * log2 e` and D of n-tile `nt` of the group's query columns.
-pub trait Columns {
-    /// `LSE * log2 e` of the two columns of n-tile `nt`.
-    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2];
-    /// D of the two columns of n-tile `nt`.
-    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2];
-}
-
 /// Per-column statistics of the current query block, staged in shared memory by the
 /// stream (zero past the sequence end: there Q and dO are zero too, so P = 1 is harmless).
 /// Read at use, two columns (`8 nt + 2t`, `+1`) per 8-byte load, to keep them out of the
@@ -60,15 +52,6 @@ pub struct ColStats {
     /// Shared address of `lse[m0 + 2t]` and of `D[m0 + 2t]`.
     lse: Reg<B32>,
     d: Reg<B32>,
-}
-
-impl Columns for ColStats {
-    fn lse_log2(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
-        ColStats::lse_log2(self, b, nt)
-    }
-    fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
-        ColStats::d(self, b, nt)
-    }
 }
 
 impl ColStats {
@@ -98,6 +81,41 @@ impl ColStats {
     fn d(&self, b: &mut Builder, nt: usize) -> [Reg<F32>; 2] {
         Self::pair(b, self.d, nt)
     }
+
+    /// S^T -> P^T in place: `exp2(s * scale_log2 - LSE * log2 e)`, n-tile `nt` of `pt`
+    /// being column n-tile `nt0 + nt`.
+    pub fn probabilities(
+        &self,
+        b: &mut Builder,
+        pt: &mut AccTiles,
+        nt0: usize,
+        scale_log2: Reg<F32>,
+    ) {
+        for nt in 0..pt[0].len() {
+            let lse2 = self.lse_log2(b, nt0 + nt);
+            let neg = lse2.map(|l| b.neg_f32(l));
+            for pt_mt in pt.iter_mut() {
+                for (e, x) in pt_mt[nt].iter_mut().enumerate() {
+                    let y = b.fma_f32(*x, scale_log2, neg[e & 1]);
+                    *x = b.ex2(y);
+                }
+            }
+        }
+    }
+
+    /// dP^T -> dS^T in place: `P^T * (dP^T - D)`, n-tile `nt` of `ds` being column n-tile
+    /// `nt0 + nt` and n-tile `pt_nt0 + nt` of `pt`.
+    pub fn ds(&self, b: &mut Builder, pt: &AccTiles, ds: &mut AccTiles, nt0: usize, pt_nt0: usize) {
+        for nt in 0..ds[0].len() {
+            let dcol = self.d(b, nt0 + nt);
+            for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {
+                for e in 0..4 {
+                    let diff = b.sub_f32(ds_mt[nt][e], dcol[e & 1]);
+                    ds_mt[nt][e] = b.mul_f32(pt_mt[pt_nt0 + nt][e], diff);
+                }
+            }
+        }
+    }
 }
 
 impl Exchange {
@@ -116,7 +134,7 @@ impl Exchange {
         fmt: HalfFmt,
         w: &Warp,
         t: &StepTiles,
-        cols: &impl Columns,
+        stats: &ColStats,
         scale_log2: Reg<F32>,
         causal: Option<(&QueryMask, Reg<B32>)>,
         m0: Reg<B32>,
@@ -138,16 +156,7 @@ impl Exchange {
             qmask.apply(b, &pt, m0c);
             b.place(skip);
         }
-        for nt in 0..pt[0].len() {
-            let lse2 = cols.lse_log2(b, nt);
-            let neg = lse2.map(|l| b.neg_f32(l));
-            for pt_mt in pt.iter_mut() {
-                for (e, x) in pt_mt[nt].iter_mut().enumerate() {
-                    let y = b.fma_f32(*x, scale_log2, neg[e & 1]);
-                    *x = b.ex2(y);
-                }
-            }
-        }
+        stats.probabilities(b, &mut pt, 0, scale_log2);
         store_ds(b, fmt, w, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
         // dP^T in two halves of 32 or more group columns: P^T, dV and dK already take 160
         // registers at d128, and a whole dP^T on top spills (16 columns: one piece)
@@ -169,15 +178,7 @@ impl Exchange {
                 d,
             );
             let nt0 = (h * half / 8) as usize;
-            for nt in 0..ds[0].len() {
-                let dcol = cols.d(b, nt0 + nt);
-                for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {
-                    for e in 0..4 {
-                        let diff = b.sub_f32(ds_mt[nt][e], dcol[e & 1]);
-                        ds_mt[nt][e] = b.mul_f32(pt_mt[nt0 + nt][e], diff);
-                    }
-                }
-            }
+            stats.ds(b, &pt, &mut ds, nt0, nt0);
             let c = b.add_u32(chunk0, h * half / 8);
             store_ds(b, fmt, w, &ds, t.smem, t.ds, Cols::At(c));
         }

@@ -211,8 +211,9 @@ impl BlockStream {
     }
 
     /// Top of iteration j: exits after the last block, waits for block j (operand 0) and
-    /// a barrier, then fetches block j+1 (with one stage: operand 1 of block j). Returns (first row of
-    /// block j, shared address the stage-0 tiles are relative to for block j).
+    /// a barrier, then fetches block j+1 (with one stage: operand 1 of block j). Returns
+    /// (first row of block j, shared address the stage-0 tiles are relative to for block
+    /// j).
     pub fn begin(
         &self,
         b: &mut Builder,
