@@ -147,14 +147,15 @@ def case(b, sq, sk, h, hk, d, dtype, causal, deterministic, packed=False):
     errs = [rel(dq, rq, floor), rel(dk, rk, floor), rel(dv, rv)]
     nans = sum(int(torch.isnan(x).sum()) for x in (dq, dk, dv))
     # The fixed tolerance is about 1.5x FA2's error at n=1024 (anchors); short causal rows
-    # cancel more (a dS row sums to zero), so where a gradient passes it, the yardstick is
+    # cancel more (a dS row sums to zero), so where a gradient exceeds it, the yardstick is
     # FA2's own error on the same inputs: at most 1.25x of it.
     fa2 = None
     if any(e > tol for e in errs):
         g = fa2_grads(q, k, v, do, causal)
         if g is not None:
             fa2 = [rel(g[0], rq, floor), rel(g[1], rk, floor), rel(g[2], rv)]
-    ok = nans == 0 and all(e <= tol or (fa2 is not None and e <= 1.25 * f) for e, f in zip(errs, fa2 or errs))
+    limits = [max(tol, 1.25 * f) for f in fa2] if fa2 else [tol] * 3
+    ok = nans == 0 and all(e <= lim for e, lim in zip(errs, limits))
     if deterministic:
         _, _, dq2, dk2, dv2, _ = run(q, k, v, do, causal, True)
         same = all(torch.equal(x.view(torch.int16), y.view(torch.int16)) for x, y in ((dq, dq2), (dk, dk2), (dv, dv2)))

@@ -32,10 +32,9 @@ pub struct BwdParams {
     /// Bitwise reproducible gradients: dQ from its own pass instead of f32 atomics (whose
     /// order of addition varies from run to run). It does about 7/5 of the atomic mode's
     /// matmul FLOPs (S and dP are computed twice) and needs no `dq_accum` scratch. On an
-    /// H200 (bf16, `docs/performance.md`) the atomic mode is the faster one from 2K tokens
-    /// on (16K non-causal: d128 265 against 251 TFLOP/s, d256 235 against 200) and within
-    /// a few percent below that; only d64 at 512 (and causal 1K) and d128 causal at 512
-    /// favour this mode (by 0.1-7%).
+    /// H200 (bf16, session 5, `docs/performance.md`) the atomic mode is faster on every row
+    /// measured (16K non-causal: d64 290 against 249 TFLOP/s, d128 300 against 262, d256
+    /// 256 against 199) but d64 causal at 512, where the two tie.
     /// Default `false` (atomic).
     pub deterministic: bool,
 }
