@@ -10,7 +10,7 @@
 //! streamed through shared memory):
 //!   P^T = exp2(S^T * scale_log2 - LSE * log2 e)        (recomputed from the saved LSE)
 //!   dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T * (dP^T - D);  dK += dS^T Q
-//!   dQ += dS K: dS^T goes through shared memory and every warp adds its 16 query rows
+//!   dQ += dS K: dS^T goes through shared memory and every warp adds its query rows
 //!   into the f32 accumulator with red.global.add.f32 (skipped when dq_accum is null:
 //!   the deterministic mode computes dQ in its own pass). dS^T alternates between two
 //!   tiles and block j's dQ runs in iteration j + 1, after the one barrier per block
