@@ -2,7 +2,8 @@
 //! 2048 (heads = 2048 / d), 16384 tokens (batch = 16384 / seqlen), d in {64, 128, 256},
 //! causal and not, seqlen 512..16K, bf16 and f16. Per row: our forward once (o, lse), then
 //! 5 warm-ups and the median of >= 20 whole backward calls (BwdPre + Bwd + BwdPost, or
-//! BwdDq in deterministic mode; scratch passed in) timed with CUDA events. TFLOP/s from
+//! BwdDq in deterministic mode; scratch passed in) timed with CUDA events, each after
+//! do_bench's 256 MB L2 flush (`bench_common::Flush`; BENCH_FLUSH=0: without). TFLOP/s from
 //! 2.5 x the forward's 4 * b * h * n^2 * d (half if causal), in both modes.
 //!
 //! Env: BENCH_OUT (JSON path, default bench_bwd.json), BENCH_D, BENCH_SEQ (comma lists),
@@ -23,7 +24,7 @@ use flash_runtime::{
 };
 
 mod bench_common;
-use bench_common::{HIDDEN, Sweep, TOKENS, WARMUP, env_flag, median};
+use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, env_flag, median};
 const GIB: f64 = (1u64 << 30) as f64;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -74,6 +75,7 @@ fn time_row<T: Element>(
     causal: bool,
     deterministic: bool,
     iters: usize,
+    flush: &mut Flush,
 ) -> Res<(f64, f64)> {
     let fwd = FwdParams {
         causal,
@@ -107,6 +109,7 @@ fn time_row<T: Element>(
     let (start, end) = (ev()?, ev()?);
     let mut times = Vec::with_capacity(iters);
     for i in 0..WARMUP + iters {
+        flush.run(stream)?;
         start.record(stream)?;
         rt.backward(
             stream,
@@ -146,6 +149,7 @@ fn sweep<T: Element>(
     sw: &Sweep,
     deterministic: bool,
     rows: &mut Vec<serde_json::Value>,
+    flush: &mut Flush,
 ) -> Res<()> {
     let mut bu = bufs::<T>(stream, 0xb4c4 ^ T::DTYPE as u64)?;
     for &d in &sw.dims {
@@ -159,7 +163,17 @@ fn sweep<T: Element>(
                     error = Some("seqlen must divide 16384 and d must divide 2048".to_string());
                 } else {
                     let shape = [b, n, h, d];
-                    match time_row(rt, stream, &mut bu, shape, causal, deterministic, sw.iters) {
+                    let t = time_row(
+                        rt,
+                        stream,
+                        &mut bu,
+                        shape,
+                        causal,
+                        deterministic,
+                        sw.iters,
+                        flush,
+                    );
+                    match t {
                         Ok(t) => (med, min) = t,
                         Err(e) => error = Some(e.to_string()),
                     }
@@ -319,9 +333,11 @@ fn run() -> Res<()> {
         } else {
             "atomic"
         };
+        let mut flush = Flush::from_env(&stream)?;
         println!(
-            "flash-ptx backward ({mode}) on {gpu}: {TOKENS} tokens, hidden {HIDDEN}, median of {} calls",
-            sw.iters
+            "flash-ptx backward ({mode}) on {gpu}: {TOKENS} tokens, hidden {HIDDEN}, median of {} calls; {}",
+            sw.iters,
+            flush.method()
         );
         println!(
             "{:5} {:>4} {:>6} {:>6} {:>4} {:>4} {:>10} {:>10} {:>9}",
@@ -334,12 +350,17 @@ fn run() -> Res<()> {
             .map(str::trim)
         {
             match dt {
-                "bf16" => sweep::<half::bf16>(&rt, &stream, &sw, deterministic, &mut rows)?,
-                "f16" => sweep::<half::f16>(&rt, &stream, &sw, deterministic, &mut rows)?,
+                "bf16" => {
+                    sweep::<half::bf16>(&rt, &stream, &sw, deterministic, &mut rows, &mut flush)?
+                }
+                "f16" => {
+                    sweep::<half::f16>(&rt, &stream, &sw, deterministic, &mut rows, &mut flush)?
+                }
                 other => eprintln!("skipping unknown dtype `{other}` (use bf16, f16)"),
             }
         }
         report["iters"] = sw.iters.into();
+        report["timing"] = flush.method().into();
         report["deterministic"] = deterministic.into();
         report["rows"] = rows.into();
     }

@@ -1,10 +1,10 @@
 //! Forward-pass benchmark, FlashAttention-2 paper setup: hidden 2048 (heads = 2048 / d),
 //! 16384 tokens (batch = 16384 / seqlen), d in {64, 128, 256}, causal and not, seqlen
 //! 512..16K, bf16 and f16. Each row: 5 warm-ups, then the median of >= 20 launches timed
-//! with CUDA events; TFLOP/s from 4 * b * h * n^2 * d (half if causal).
+//! with CUDA events, each after do_bench's 256 MB L2 flush (`bench_common::Flush`); TFLOP/s from 4 * b * h * n^2 * d (half if causal).
 //!
 //! Env: BENCH_OUT (JSON path, default bench_fwd.json), BENCH_D, BENCH_SEQ (comma lists),
-//! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20).
+//! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_FLUSH=0.
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -16,7 +16,7 @@ use flash_runtime::rng::Rng;
 use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
 
 mod bench_common;
-use bench_common::{HIDDEN, Sweep, TOKENS, WARMUP, median};
+use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, median};
 
 #[derive(Debug)]
 struct Row {
@@ -76,6 +76,7 @@ fn time_row<T: Element>(
     n: usize,
     causal: bool,
     iters: usize,
+    flush: &mut Flush,
 ) -> Result<(f64, f64), Box<dyn Error>> {
     let (b, h) = (TOKENS / n, HIDDEN / d);
     let shape = [b, n, h, d];
@@ -97,6 +98,7 @@ fn time_row<T: Element>(
     );
     let mut times = Vec::with_capacity(iters);
     for i in 0..WARMUP + iters {
+        flush.run(stream)?;
         start.record(stream)?;
         rt.forward(stream, &q, &k, &v, &mut o, Some(&mut bu.lse), &params)?;
         end.record(stream)?;
@@ -123,6 +125,7 @@ fn sweep<T: Element>(
     stream: &Arc<CudaStream>,
     sw: &Sweep,
     rows: &mut Vec<Row>,
+    flush: &mut Flush,
 ) -> Result<(), Box<dyn Error>> {
     let mut bu = bufs::<T>(stream, 0xbe4c ^ T::DTYPE as u64)?;
     for &d in &sw.dims {
@@ -145,7 +148,7 @@ fn sweep<T: Element>(
                 if n == 0 || d == 0 || TOKENS % n != 0 || HIDDEN % d != 0 {
                     row.error = Some("seqlen must divide 16384 and d must divide 2048".into());
                 } else {
-                    match time_row(rt, stream, &mut bu, d, n, causal, sw.iters) {
+                    match time_row(rt, stream, &mut bu, d, n, causal, sw.iters, flush) {
                         Ok((med, min)) => {
                             (row.ms_median, row.ms_min) = (med, min);
                             row.tflops = flops / med / 1e9;
@@ -187,9 +190,11 @@ fn run() -> Result<(), Box<dyn Error>> {
     let gpu = ctx.name()?;
     let sw = Sweep::from_env();
     let dtypes = std::env::var("BENCH_DTYPE").unwrap_or_else(|_| "bf16,f16".into());
+    let mut flush = Flush::from_env(&stream)?;
     println!(
-        "flash-ptx forward on {gpu}: {TOKENS} tokens, hidden {HIDDEN}, median of {} launches",
-        sw.iters
+        "flash-ptx forward on {gpu}: {TOKENS} tokens, hidden {HIDDEN}, median of {} launches; {}",
+        sw.iters,
+        flush.method()
     );
     println!(
         "{:5} {:>4} {:>6} {:>6} {:>4} {:>4} {:>10} {:>10} {:>9}",
@@ -198,8 +203,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     let mut rows = Vec::new();
     for dt in dtypes.split(',').map(str::trim) {
         match dt {
-            "bf16" => sweep::<half::bf16>(&rt, &stream, &sw, &mut rows)?,
-            "f16" => sweep::<half::f16>(&rt, &stream, &sw, &mut rows)?,
+            "bf16" => sweep::<half::bf16>(&rt, &stream, &sw, &mut rows, &mut flush)?,
+            "f16" => sweep::<half::f16>(&rt, &stream, &sw, &mut rows, &mut flush)?,
             other => eprintln!("skipping unknown dtype `{other}` (use bf16, f16)"),
         }
     }
@@ -207,6 +212,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let report = serde_json::json!({
         "gpu": gpu, "compute_capability": format!("{maj}.{min}"),
         "tokens": TOKENS, "hidden": HIDDEN, "warmup": WARMUP, "iters": sw.iters,
+        "timing": flush.method(),
         "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
     });
     let path = std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench_fwd.json".into());

@@ -2,6 +2,10 @@
 //! environment filters and the median.
 #![allow(dead_code)] // each bench uses its own subset
 
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DriverError};
+
 /// Tokens per row of the sweep (batch = TOKENS / seqlen).
 pub const TOKENS: usize = 16384;
 /// Model width (heads = HIDDEN / head_dim).
@@ -56,6 +60,45 @@ impl Sweep {
                 .copied()
                 .unwrap_or(20)
                 .max(1),
+        }
+    }
+}
+
+/// What `triton.testing.do_bench`, the peers' timer (`scripts/bench_compare*.py`), does
+/// before every timed call: zero a 256 MB buffer. That evicts the inputs from L2 (the
+/// peers run with cold caches too) and keeps the GPU busy while the host enqueues the
+/// call, so the host's launch latency stays outside the events, as it does for the
+/// peers. `BENCH_FLUSH=0` times without it (each call's launch latency then counts:
+/// the method of sessions 1-5).
+pub struct Flush(Option<CudaSlice<u8>>);
+
+impl Flush {
+    /// do_bench's buffer size (`int(256e6 // 4)` int32 values).
+    const BYTES: usize = 256_000_000;
+
+    /// The flush the environment asks for (on unless `BENCH_FLUSH=0`).
+    pub fn from_env(stream: &Arc<CudaStream>) -> Result<Self, DriverError> {
+        let on = std::env::var("BENCH_FLUSH").map_or(true, |v| v != "0");
+        Ok(Flush(if on {
+            Some(stream.alloc_zeros::<u8>(Self::BYTES)?)
+        } else {
+            None
+        }))
+    }
+
+    /// Enqueues the flush (before the start event of a timed call).
+    pub fn run(&mut self, stream: &Arc<CudaStream>) -> Result<(), DriverError> {
+        match &mut self.0 {
+            Some(buf) => stream.memset_zeros(buf),
+            None => Ok(()),
+        }
+    }
+
+    /// How calls are timed, for the report.
+    pub fn method(&self) -> &'static str {
+        match self.0 {
+            Some(_) => "do_bench: 256 MB zeroed before each call, CUDA events around the call",
+            None => "CUDA events around each call, no flush (launch latency included)",
         }
     }
 }

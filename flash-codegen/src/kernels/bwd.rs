@@ -18,14 +18,14 @@
 //! dK is scaled by softmax_scale at the end. With two sweeps (large head dims) the first
 //! computes dV only and the second dK and dQ, so one accumulator lives at a time.
 
-use super::bwd_atomic_dq::{AtomicDq, Cols, dq_warp, store_ds};
+use super::bwd_atomic_dq::{AtomicDq, dq_warp};
 use super::bwd_exchange::{ColStats, Exchange, StepTiles};
 use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
 use super::params::Params;
 use super::softmax::p_as_a;
 use super::stream::BlockStream;
-use super::warp::Warp;
+use super::warp::{Cols, Warp};
 use crate::abi;
 use crate::ptx::{B32, B64, Builder, Cmp, Entry, LaunchBounds, Pred, Reg, Special};
 use crate::spec::{KernelSpec, Pass};
@@ -294,7 +294,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                     w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st), 0);
                     let no_dq = b.label();
                     b.bra_if(dq_on, true, no_dq, true);
-                    store_ds(&mut b, fmt, &w, &ds, ds_cur, &ds_tile, Cols::Fixed(nt0));
+                    w.store_tile(&mut b, fmt, &ds, ds_cur, &ds_tile, Cols::Fixed(nt0));
                     b.place(no_dq);
                 }
             }

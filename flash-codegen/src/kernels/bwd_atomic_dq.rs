@@ -3,9 +3,9 @@
 //! dQ += dS K into the f32 accumulator with `red.global.add.f32`.
 
 use super::params::Params;
-use super::softmax::{AccTiles, zeros};
+use super::softmax::zeros;
 use super::warp::Warp;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg, Space, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg};
 use crate::spec::KernelSpec;
 use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, LDM_B_NK, accum_slot};
 use crate::tile::smem::{ROW_BYTES, SmemTile, ldm_lane_offset_emit};
@@ -89,48 +89,6 @@ pub fn dq_warp(b: &mut Builder, spec: &KernelSpec, w: &Warp) -> DqWarp {
         })
         .collect();
     DqWarp { qw, grp, lanes }
-}
-
-/// Where the n-tiles of [`store_ds`] start: a compile-time n-tile, or a run-time chunk.
-#[derive(Clone, Copy)]
-pub enum Cols {
-    /// N-tile `nt0` (columns `8 nt0..`).
-    Fixed(usize),
-    /// The 8-column chunk in a register (columns `8 chunk..`).
-    At(Reg<B32>),
-}
-
-/// Writes accumulator tiles (this thread's fragments, converted to `fmt`; rows = the
-/// warp's rows, columns from `cols`) into a `[rows][cols]` tile: dS^T, or P^T.
-pub fn store_ds(
-    b: &mut Builder,
-    fmt: HalfFmt,
-    w: &Warp,
-    ds: &AccTiles,
-    smem: Reg<B32>,
-    ds_tile: &SmemTile,
-    cols: Cols,
-) {
-    let col_bytes = b.shl_b32(w.t2, 1u32);
-    for (r, &row) in w.rows.iter().enumerate() {
-        let (mt, h) = (r / 2, r % 2);
-        for (nt, frag) in ds[mt].iter().enumerate() {
-            let chunk = match cols {
-                Cols::Fixed(nt0) => b.mov((nt0 + nt) as u32),
-                Cols::At(c) => b.add_u32(c, nt as u32),
-            };
-            let off = ds_tile.emit_offset(b, row, chunk);
-            let off = b.add_u32(off, col_bytes);
-            let addr = b.add_u32(smem, off);
-            let word = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
-            b.st(
-                Space::Shared,
-                Ty::B32,
-                Addr::Shared(addr, ds_tile.base as i32),
-                &[word],
-            );
-        }
-    }
 }
 
 /// The warps' split of the atomic dQ: `m_tiles` (1 or 2) m16 tiles of query rows per

@@ -8,10 +8,9 @@
 //! and dS^T of the whole query block back as A fragments. Every B fragment read from
 //! shared memory feeds both m-tiles.
 
-use super::bwd_atomic_dq::{Cols, store_ds};
 use super::mask::QueryMask;
 use super::softmax::{AccTiles, lse_log2};
-use super::warp::{AFrags, AOperand, Warp};
+use super::warp::{AFrags, AOperand, Cols, Warp};
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
@@ -157,7 +156,7 @@ impl Exchange {
             b.place(skip);
         }
         stats.probabilities(b, &mut pt, 0, scale_log2);
-        store_ds(b, fmt, w, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
+        w.store_tile(b, fmt, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
         // dP^T in two halves of 32 or more group columns: P^T, dV and dK already take 160
         // registers at d128, and a whole dP^T on top spills (16 columns: one piece)
         let halves = if qn >= 32 { 2 } else { 1 };
@@ -180,7 +179,7 @@ impl Exchange {
             let nt0 = (h * half / 8) as usize;
             stats.ds(b, &pt, &mut ds, nt0, nt0);
             let c = b.add_u32(chunk0, h * half / 8);
-            store_ds(b, fmt, w, &ds, t.smem, t.ds, Cols::At(c));
+            w.store_tile(b, fmt, &ds, t.smem, t.ds, Cols::At(c));
         }
         b.bar_sync();
         b.comment("-- dV += P^T dO, dK += dS^T Q: the group's head-dim columns --");

@@ -97,13 +97,23 @@ pub fn build(spec: &KernelSpec) -> Entry {
     }
     kv.end(&mut b, lp);
 
-    b.comment("-- epilogue: O /= l_i, write O and LSE --");
+    b.comment("-- epilogue: O /= l_i, write O (through the warp's own Q rows) and LSE --");
     let lse = softmax.finish(&mut b, &o);
     let o_base = p.tensor(&mut b, "o", q.batch, q.m0, q.head);
-    q.store_rows(
+    // every warp reads only its own rows of Q, so once its last S = Q K^T is done they
+    // are free for staging O without a CTA barrier; but with no key block at all (causal
+    // rows before the first key) nothing waited for Q's copies, which other threads issued
+    let no_blocks = b.setp_u32(Cmp::Eq, n_blocks, 0u32);
+    let waited = b.label();
+    b.bra_if(no_blocks, true, waited, true);
+    b.cp_async_wait(0);
+    b.bar_sync();
+    b.place(waited);
+    q.store_rows_staged(
         &mut b,
         fmt,
         &o,
+        (&q_tile, smem),
         o_base,
         p.u32("o_row_stride"),
         head_dim,

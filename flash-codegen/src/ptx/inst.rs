@@ -213,6 +213,12 @@ pub enum Inst {
         /// The barrier number (0).
         id: u32,
     },
+    /// `bar.warp.sync mask`: the lanes of `mask` wait for each other; orders their
+    /// memory accesses (shared memory written by one lane is visible to the others after).
+    BarWarpSync {
+        /// Member mask of the participating lanes.
+        mask: u32,
+    },
     /// `red.global.add.f32`: atomic add without return.
     RedAddF32 {
         /// Destination address (global).
@@ -320,7 +326,10 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         }
         Inst::Shfl { d, a, .. } => out.extend([*d, *a]),
         Inst::RedAddF32 { addr: a, v } => out.extend::<[AnyReg; 2]>([addr(a), (*v).into()]),
-        Inst::CpAsyncCommit | Inst::CpAsyncWait { .. } | Inst::BarSync { .. } => {}
+        Inst::CpAsyncCommit
+        | Inst::CpAsyncWait { .. }
+        | Inst::BarSync { .. }
+        | Inst::BarWarpSync { .. } => {}
         Inst::Bra { .. } | Inst::Ret => {}
     }
     out

@@ -386,6 +386,7 @@ pub fn write_inst<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
             )
         }
         Inst::BarSync { id } => write!(w, "bar.sync {id};"),
+        Inst::BarWarpSync { mask } => write!(w, "bar.warp.sync {mask:#010x};"),
         Inst::RedAddF32 { addr, v } => write!(w, "red.global.add.f32 {}, {};", Ad(*addr), R(*v)),
         Inst::Bra { target, uni } => {
             write!(w, "bra{} {};", if *uni { ".uni" } else { "" }, L(*target))

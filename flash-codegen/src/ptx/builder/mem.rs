@@ -168,6 +168,12 @@ impl Builder {
         self.push(Inst::BarSync { id: 0 });
     }
 
+    /// `bar.warp.sync 0xffffffff`: every lane of the warp waits here; shared-memory
+    /// writes of one lane before it are visible to the others after it.
+    pub fn bar_warp_sync(&mut self) {
+        self.push(Inst::BarWarpSync { mask: u32::MAX });
+    }
+
     /// `red.global.add.f32`: atomically adds `v` at `addr` (no return value).
     pub fn red_add_f32(&mut self, addr: Addr, v: Reg<F32>) {
         self.push(Inst::RedAddF32 { addr, v });
