@@ -24,7 +24,7 @@ use super::mainloop::row_stats_base;
 use super::mask::QueryMask;
 use super::params::Params;
 use super::softmax::p_as_a;
-use super::stream::BlockStream;
+use super::stream::{BlockStream, CopyPlan};
 use super::warp::{Cols, Warp};
 use crate::abi;
 use crate::ptx::{B32, B64, Builder, Cmp, Entry, LaunchBounds, Pred, Reg, Special};
@@ -89,7 +89,16 @@ pub fn build(spec: &KernelSpec) -> Entry {
         &mut b,
         spec,
         &p,
-        w.tid,
+        (
+            w.tid,
+            // the exchange layouts need the registers (d128: one-piece dP^T); measured
+            // 4-5% slower at d64, which has registers to spare (session 6, run 5)
+            if t.exchange {
+                CopyPlan::AtIssue
+            } else {
+                CopyPlan::Once
+            },
+        ),
         2 * k_tile.bytes(),
         bm,
         ["q_row_stride", "do_row_stride"],
@@ -144,9 +153,16 @@ pub fn build(spec: &KernelSpec) -> Entry {
     } else {
         zero
     };
-    let keys: Vec<Reg<B32>> = w.rows.iter().map(|&r| b.add_u32(r, n0)).collect();
-    let qmask = QueryMask::new(&mut b, &keys, w.t2, seqlen_q, seqlen_k);
-    let last_first_q = b.add_s32(first_q, bn as i32 - 1); // first query that sees the block's last key
+    let key0 = b.add_u32(w.rows[0], n0);
+    let qmask = QueryMask::new(&mut b, key0, w.t2, seqlen_q, seqlen_k);
+    // the first query that sees the block's last key, from %ctaid and parameters at each
+    // use rather than kept live through the loops (d128 exchange: registers)
+    let last_first_q = |b: &mut Builder| {
+        let n_block = b.special(Special::CtaIdX);
+        let k_last = b.mad_lo_u32(n_block, bn, bn - 1);
+        let shift = b.sub_s32(p.u32("seqlen_k"), p.u32("seqlen_q"));
+        b.sub_s32(k_last, shift)
+    };
     let dq_on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
     let dq = AtomicDq {
         smem,
@@ -240,7 +256,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 smem,
                 st,
             };
-            let causal = spec.causal.then_some((&qmask, last_first_q));
+            let causal = spec.causal.then(|| (&qmask, last_first_q(&mut b)));
             x.step(
                 &mut b,
                 fmt,
@@ -273,7 +289,8 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 w.mma_a_bt(&mut b, fmt, &pt, &k_operand, (&q_sub, st), d);
                 if spec.causal {
                     let m0c = b.add_u32(m0, c0);
-                    let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
+                    let lfq = last_first_q(&mut b);
+                    let needs = b.setp_s32(Cmp::Lt, m0c, lfq);
                     let skip = b.label();
                     b.bra_if(needs, true, skip, true);
                     qmask.apply(&mut b, &pt, m0c);

@@ -8,7 +8,7 @@
 use super::mainloop::{Opening, QBlock, kv_blocks, mask_block, open};
 use super::params::Params;
 use super::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
-use super::stream::BlockStream;
+use super::stream::{BlockStream, CopyPlan};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;
@@ -124,7 +124,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
         &mut b,
         spec,
         &p,
-        q.tid,
+        (q.tid, CopyPlan::Once),
         2 * q_tile.bytes(),
         t.block_n,
         ["k_row_stride", "v_row_stride"],

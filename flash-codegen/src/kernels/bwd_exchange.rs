@@ -157,9 +157,12 @@ impl Exchange {
         }
         stats.probabilities(b, &mut pt, 0, scale_log2);
         w.store_tile(b, fmt, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
-        // dP^T in two halves of 32 or more group columns: P^T, dV and dK already take 160
-        // registers at d128, and a whole dP^T on top spills (16 columns: one piece)
-        let halves = if qn >= 32 { 2 } else { 1 };
+        // dP^T in one piece up to 32 group columns (d128: V's A fragments are read once
+        // and 8 accumulators overlap the mma latency; it fits 255 registers since the
+        // stream plans its copies at issue, the causal mask keeps one register and dS^T
+        // stores share one address per chunk: +1-3% at d128, session 6 run 5); wider
+        // groups (tile overrides only) in two halves
+        let halves = if qn >= 64 { 2 } else { 1 };
         let half = qn / halves;
         for h in 0..halves {
             b.comment(format!(

@@ -7,7 +7,7 @@
 use super::mainloop::{Opening, QBlock, kv_blocks, mask_block, open};
 use super::params::Params;
 use super::softmax::{OnlineSoftmax, p_as_a};
-use super::stream::BlockStream;
+use super::stream::{BlockStream, CopyPlan};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Reg, Space, Ty};
 use crate::spec::KernelSpec;
 use crate::tile::copy::TileCopy;
@@ -47,7 +47,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
         &mut b,
         spec,
         &p,
-        q.tid,
+        (q.tid, CopyPlan::Once),
         q_tile.bytes(),
         t.block_n,
         ["k_row_stride", "v_row_stride"],

@@ -64,28 +64,27 @@ impl KeyMask {
 /// keys, columns = queries): key `j` is visible to query `i` iff `i >= j - (seqlen_k -
 /// seqlen_q)`.
 pub struct QueryMask {
-    /// `first_query(row) - 2t` for each of the thread's key rows.
-    first_rel: Vec<Reg<B32>>,
+    /// `first_query(row 0) - 2t` for the thread's first key row; row r of the thread
+    /// (m-tile r / 2, half r % 2) is key row 0 + 8 r, so one register serves every row.
+    first_rel: Reg<B32>,
 }
 
 impl QueryMask {
-    /// `keys[r]` is the absolute key index of thread row r; `t2 = 2 * (lane & 3)`.
+    /// `key0` is the absolute key index of the thread's first row (its later rows are
+    /// 8, 16, 24 keys further, as [`Warp::rows`](super::warp::Warp::rows) lays them out);
+    /// `t2 = 2 * (lane & 3)`.
     pub fn new(
         b: &mut Builder,
-        keys: &[Reg<B32>],
+        key0: Reg<B32>,
         t2: Reg<B32>,
         seqlen_q: Reg<B32>,
         seqlen_k: Reg<B32>,
     ) -> Self {
         let shift = b.sub_s32(seqlen_k, seqlen_q);
-        let first_rel = keys
-            .iter()
-            .map(|&key| {
-                let first = b.sub_s32(key, shift);
-                b.sub_s32(first, t2)
-            })
-            .collect();
-        QueryMask { first_rel }
+        let first = b.sub_s32(key0, shift);
+        QueryMask {
+            first_rel: b.sub_s32(first, t2),
+        }
     }
 
     /// Sets the scores of queries that must not see the key to -inf, for the query block
@@ -93,7 +92,8 @@ impl QueryMask {
     pub fn apply(&self, b: &mut Builder, s: &AccTiles, m0: Reg<B32>) {
         for (mt, s_mt) in s.iter().enumerate() {
             for h in 0..2 {
-                let rel = b.sub_s32(self.first_rel[2 * mt + h], m0);
+                let rel = b.sub_s32(self.first_rel, m0);
+                let rel = b.add_s32(rel, 8 * (2 * mt + h) as i32);
                 for (nt, frag) in s_mt.iter().enumerate() {
                     for e in [2 * h, 2 * h + 1] {
                         let col = 8 * nt as u32 + c_frag(e as u32).col.constant();

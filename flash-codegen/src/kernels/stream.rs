@@ -13,13 +13,21 @@ use crate::tile::smem::SmemTile;
 
 /// Two operands streamed block by block (see the module docs).
 pub struct BlockStream {
-    copies: [TileCopy; 2],
+    /// The copies planned once ([`CopyPlan::Once`]), or `None`: planned at each issue.
+    copies: Option<[TileCopy; 2]>,
+    /// `%tid.x` (with [`CopyPlan::AtIssue`] read again at each issue).
+    tid: Reg<B32>,
+    /// Row stride registers of the two operands and the problem's head dim.
+    strides: [Reg<B32>; 2],
+    head_dim: Reg<B32>,
+    /// The kernel's head dim and threads per CTA.
+    d: u32,
+    threads: u32,
     /// Stage-0 tiles of the two operands; stage s sits `s * stage_bytes` further.
     pub tiles: [SmemTile; 2],
     stage_bytes: u32,
     stages: u32,
     rows: u32,
-    tid: Reg<B32>,
     /// Byte distance between successive blocks of each operand.
     step: [Reg<B64>; 2],
     /// Global address of the next block to fetch (loop-carried); with one stage, operand
@@ -29,6 +37,17 @@ pub struct BlockStream {
     j: Reg<B32>,
     /// Per-row f32 vectors streamed with the tiles (e.g. LSE and D of each query row).
     vectors: Vec<VecCopy>,
+}
+
+/// When a stream plans its per-thread copy offsets ([`TileCopy`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CopyPlan {
+    /// Once, before the loop: the offsets stay live in registers through it.
+    Once,
+    /// At every issue, from `%tid` and the parameters: a few more instructions per
+    /// block, ~8 registers fewer through the loop (the d128 backward needs them for its
+    /// one-piece dP^T).
+    AtIssue,
 }
 
 /// The labels of one emitted loop (a stream may be looped over more than once).
@@ -53,7 +72,7 @@ impl BlockStream {
         b: &mut Builder,
         spec: &crate::spec::KernelSpec,
         p: &Params,
-        tid: Reg<B32>,
+        (tid, plan): (Reg<B32>, CopyPlan),
         smem_base: u32,
         rows: u32,
         strides: [&str; 2],
@@ -69,30 +88,27 @@ impl BlockStream {
         let stage_bytes = SmemTile::new(0, rows, dp).bytes();
         let tiles = [0, 1].map(|i| SmemTile::new(smem_base + i * t.stages * stage_bytes, rows, dp));
         let head_dim = p.u32("head_dim");
-        let copies = [0, 1].map(|i| {
-            TileCopy::new(
-                b,
-                &tiles[i],
-                d,
-                t.threads(),
-                tid,
-                p.u32(strides[i]),
-                head_dim,
-            )
+        let strides = strides.map(|s| p.u32(s));
+        let copies = (plan == CopyPlan::Once).then(|| {
+            [0, 1].map(|i| TileCopy::new(b, &tiles[i], d, t.threads(), tid, strides[i], head_dim))
         });
         let step = strides.map(|s| {
-            let x = b.mul_wide_u32(p.u32(s), rows);
+            let x = b.mul_wide_u32(s, rows);
             b.add_s64(x, x)
         });
         let next = [b.mov(0i64), b.mov(0i64)];
         let j = b.mov(0u32);
         BlockStream {
             copies,
+            tid,
+            strides,
+            head_dim,
+            d,
+            threads: t.threads(),
             tiles,
             stage_bytes,
             stages: t.stages,
             rows,
-            tid,
             step,
             next,
             j,
@@ -183,13 +199,32 @@ impl BlockStream {
         srcs: &[(usize, Reg<B64>)],
     ) {
         let stage_smem = self.stage_addr(b, smem, j);
+        let tid = match self.copies {
+            Some(_) => self.tid,
+            None => b.special(crate::ptx::Special::TidX), // not kept live through the loop
+        };
         let row0 = b.mul_lo_u32(j, self.rows);
         let rows_left = b.sub_u32(seqlen, row0);
         for &(i, src) in srcs {
-            self.copies[i].issue(b, stage_smem, self.tiles[i].base, src, rows_left);
+            let at_issue;
+            let copy = match &self.copies {
+                Some(c) => &c[i],
+                None => {
+                    at_issue = TileCopy::new(
+                        b,
+                        &self.tiles[i],
+                        self.d,
+                        self.threads,
+                        tid,
+                        self.strides[i],
+                        self.head_dim,
+                    );
+                    &at_issue
+                }
+            };
+            copy.issue(b, stage_smem, self.tiles[i].base, src, rows_left);
         }
         if !self.vectors.is_empty() {
-            let tid = self.tid;
             let in_block = b.setp_u32(Cmp::Lt, tid, self.rows);
             let valid = b.setp_s32(Cmp::Lt, tid, rows_left);
             let ok = b.and_pred(in_block, valid);

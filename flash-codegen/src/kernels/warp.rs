@@ -232,22 +232,26 @@ impl Warp {
         tile: &SmemTile,
         cols: Cols,
     ) {
+        // row r of the thread is its row 0 plus 8 r, with the same swizzle phase: one
+        // address per chunk serves every row through the immediate offset
         let col_bytes = b.shl_b32(self.t2, 1u32);
-        for (r, &row) in self.rows.iter().enumerate() {
-            let (mt, h) = (r / 2, r % 2);
-            for (nt, frag) in acc[mt].iter().enumerate() {
-                let chunk = match cols {
-                    Cols::Fixed(nt0) => b.mov((nt0 + nt) as u32),
-                    Cols::At(c) => b.add_u32(c, nt as u32),
-                };
-                let off = tile.emit_offset(b, row, chunk);
-                let off = b.add_u32(off, col_bytes);
-                let addr = b.add_u32(smem, off);
+        for nt in 0..acc[0].len() {
+            let chunk = match cols {
+                Cols::Fixed(nt0) => b.mov((nt0 + nt) as u32),
+                Cols::At(c) => b.add_u32(c, nt as u32),
+            };
+            let off = tile.emit_offset(b, self.rows[0], chunk);
+            let off = b.add_u32(off, col_bytes);
+            let addr = b.add_u32(smem, off);
+            for r in 0..self.rows.len() {
+                let (mt, h) = (r / 2, r % 2);
+                let frag = acc[mt][nt];
                 let word = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
+                let imm = tile.base + 8 * r as u32 * ROW_BYTES;
                 b.st(
                     Space::Shared,
                     Ty::B32,
-                    Addr::Shared(addr, tile.base as i32),
+                    Addr::Shared(addr, imm as i32),
                     &[word],
                 );
             }
