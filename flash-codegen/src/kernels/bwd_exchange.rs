@@ -10,7 +10,8 @@
 
 use super::mask::QueryMask;
 use super::softmax::{AccTiles, lse_log2};
-use super::warp::{AFrags, AOperand, Cols, Warp};
+use super::warp::{AFrags, AOperand, Warp};
+use super::warp_store::Cols;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 

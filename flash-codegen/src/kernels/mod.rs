@@ -13,6 +13,7 @@ pub mod probe;
 pub mod softmax;
 pub mod stream;
 pub mod warp;
+pub mod warp_store;
 
 use crate::ptx::Module;
 use crate::spec::{KernelSpec, Pass};
