@@ -8,7 +8,8 @@
 //!
 //! Env: BENCH_OUT (JSON path, default bench_bwd.json), BENCH_D, BENCH_SEQ (comma lists),
 //! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_DET (default
-//! the library's default mode, atomic; BENCH_DET=1 times the deterministic mode). BENCH_MEM=1 instead measures the device memory that forward +
+//! the library's default mode, atomic; BENCH_DET=1 times the deterministic mode),
+//! BENCH_FLUSH=0 (no L2 flush). BENCH_MEM=1 instead measures the device memory that forward +
 //! backward need beyond q, k, v, dO (1 x 32 heads x 16K x d128, causal, f16) with
 //! cuMemGetInfo, in atomic and deterministic mode.
 //! Run: `cargo run --release --features gpu --example bench_bwd`.

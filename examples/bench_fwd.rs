@@ -1,7 +1,8 @@
 //! Forward-pass benchmark, FlashAttention-2 paper setup: hidden 2048 (heads = 2048 / d),
 //! 16384 tokens (batch = 16384 / seqlen), d in {64, 128, 256}, causal and not, seqlen
 //! 512..16K, bf16 and f16. Each row: 5 warm-ups, then the median of >= 20 launches timed
-//! with CUDA events, each after do_bench's 256 MB L2 flush (`bench_common::Flush`); TFLOP/s from 4 * b * h * n^2 * d (half if causal).
+//! with CUDA events, each after do_bench's 256 MB L2 flush (`bench_common::Flush`);
+//! TFLOP/s from 4 * b * h * n^2 * d (half if causal).
 //!
 //! Env: BENCH_OUT (JSON path, default bench_fwd.json), BENCH_D, BENCH_SEQ (comma lists),
 //! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_FLUSH=0.

@@ -156,8 +156,9 @@ pub fn build(spec: &KernelSpec) -> Entry {
     };
     let key0 = b.add_u32(w.rows[0], n0);
     let qmask = QueryMask::new(&mut b, key0, w.t2, seqlen_q, seqlen_k);
-    // the first query that sees the block's last key, from %ctaid and parameters at each
-    // use rather than kept live through the loops (d128 exchange: registers)
+    // the first query that sees the block's last key, computed from %ctaid and the
+    // parameters where a query block needs it (exchange: at the step's call) rather than
+    // kept live through the loops (d128 exchange: registers)
     let last_first_q = |b: &mut Builder| {
         let n_block = b.special(Special::CtaIdX);
         let k_last = b.mad_lo_u32(n_block, bn, bn - 1);

@@ -102,7 +102,8 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let o_base = p.tensor(&mut b, "o", q.batch, q.m0, q.head);
     // every warp reads only its own rows of Q, so once its last S = Q K^T is done they
     // are free for staging O without a CTA barrier; but with no key block at all (causal
-    // rows before the first key) nothing waited for Q's copies, which other threads issued
+    // rows before the first key) no barrier has ordered the other threads' Q copies
+    // before this warp's staging writes (the wait repeats the stream's exit wait: cheap)
     let no_blocks = b.setp_u32(Cmp::Eq, n_blocks, 0u32);
     let waited = b.label();
     b.bra_if(no_blocks, true, waited, true);

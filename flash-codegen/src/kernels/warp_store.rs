@@ -63,7 +63,9 @@ impl Warp {
     /// now): the fragments go to shared memory, then every lane writes whole 16-byte
     /// chunks, a row's chunks on consecutive lanes, so each store fills 32-byte sectors
     /// instead of writing 4 bytes per lane across eight rows. No CTA barrier: the warp
-    /// only reads back what it wrote (`bar.warp.sync` orders it). Addresses are built
+    /// only reads back what it wrote (`bar.warp.sync` orders it), so every warp must own
+    /// its rows alone (the [`Warp::new`] layout, as in the forward; not the repeating row
+    /// blocks of [`Warp::with_row_blocks`]). Addresses are built
     /// from a few per-row and per-swizzle-phase registers (the plain per-store swizzle
     /// arithmetic made ptxas spill at d160).
     #[allow(clippy::too_many_arguments)]
@@ -123,8 +125,12 @@ impl Warp {
         let row_step = b.mul_wide_u32(row_bytes, rows_per_store);
         let row0 = b.mul_wide_u32(first_row, row_bytes);
         let row0 = b.add_s64(base, row0);
-        // at most 32 chunks (d <= 256): one chunk per lane covers a row
-        assert!(chunks <= 32, "generator bug: {chunks} chunks per row");
+        // 4 to 32 chunks (d32..d256): a row's chunks fit one warp store, and at least 4
+        // lanes per row keep a store's rows inside its group of 8 (lane_row ^ r0 below)
+        assert!(
+            (4..=32).contains(&chunks),
+            "generator bug: {chunks} chunks per row"
+        );
         let chunk = lane_chunk;
         let col = b.shl_b32(chunk, 3u32);
         let in_kernel = b.setp_u32(Cmp::Lt, chunk, chunks);
