@@ -66,7 +66,9 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
 /// CTAs per SM (255 registers, 115 KB): session 5 measured 0.91-1.00x FA2 against
 /// 0.85-0.88x for 64x128 on 8 warps (the previous row, kept buildable with `--tile
 /// bwd:128=64,128,8,2,1`, tests/ptxas_variants.rs), 0.90-0.95x for 64x64 without
-/// exchange and 0.88-0.92x for 64x128 with it (`docs/performance.md`).
+/// exchange and 0.88-0.92x for 64x128 with it (`docs/performance.md`). Session 6 (dP^T in
+/// one piece): 0.98-1.01x at 16K; 64x128 with exchange is now 2-3% faster than this row at
+/// 16K but 2-5% slower at 4K (a per-length choice is the plan).
 #[rustfmt::skip]
 pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
     (32, tc(64, 64, 4, 2, 1).resident()),
