@@ -162,7 +162,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let last_first_q = |b: &mut Builder| {
         let n_block = b.special(Special::CtaIdX);
         let k_last = b.mad_lo_u32(n_block, bn, bn - 1);
-        let shift = b.sub_s32(p.u32("seqlen_k"), p.u32("seqlen_q"));
+        let shift = b.sub_s32(seqlen_k, seqlen_q);
         b.sub_s32(k_last, shift)
     };
     let dq_on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);

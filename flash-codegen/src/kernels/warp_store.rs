@@ -81,6 +81,12 @@ impl Warp {
         valid_rows: Reg<B32>,
     ) {
         let chunks = acc[0].len() as u32; // one 16-byte chunk per 8-column n-tile
+        // 4 to 32 chunks (d32..d256): a row's chunks fit one warp store, and at least 4
+        // lanes per row keep a store's rows inside its group of 8 (lane_row ^ r0 below)
+        assert!(
+            (4..=32).contains(&chunks),
+            "generator bug: {chunks} chunks per row"
+        );
         let panel_bytes = tile.rows * ROW_BYTES;
         // the warp's rows start at a multiple of 16, so every row of the thread has the
         // swizzle phase g = row & 7, and `lane` and the warp's first row follow from its
@@ -117,7 +123,7 @@ impl Warp {
         let rows_per_store = 32 / per_row;
         let t = b.shr_u32(self.t2, 1u32);
         let lane = b.mad_lo_u32(g, 4u32, t);
-        let lane_chunk = b.and_b32(lane, per_row - 1);
+        let chunk = b.and_b32(lane, per_row - 1); // the lane's chunk of its row
         let lane_row = b.shr_u32(lane, per_row.trailing_zeros());
         let first_row = b.add_u32(warp_row, lane_row);
         let rows_left = b.sub_s32(valid_rows, first_row);
@@ -125,13 +131,6 @@ impl Warp {
         let row_step = b.mul_wide_u32(row_bytes, rows_per_store);
         let row0 = b.mul_wide_u32(first_row, row_bytes);
         let row0 = b.add_s64(base, row0);
-        // 4 to 32 chunks (d32..d256): a row's chunks fit one warp store, and at least 4
-        // lanes per row keep a store's rows inside its group of 8 (lane_row ^ r0 below)
-        assert!(
-            (4..=32).contains(&chunks),
-            "generator bug: {chunks} chunks per row"
-        );
-        let chunk = lane_chunk;
         let col = b.shl_b32(chunk, 3u32);
         let in_kernel = b.setp_u32(Cmp::Lt, chunk, chunks);
         let in_problem = b.setp_u32(Cmp::Lt, col, head_dim);
