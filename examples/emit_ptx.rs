@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 use flash_ptx::codegen::spec::ParseSpecError;
-use flash_ptx::codegen::{Arch, DType, KernelSpec, Pass, abi, generate, manifest};
+use flash_ptx::codegen::{Arch, DType, KernelSpec, Pass, Tiling, abi, generate, manifest};
 
 /// The kernel of the default run, built field by field. Its name is
 /// `fa2_fwd_d128_bf16_causal_sm80`, and `"fa2_fwd_d128_bf16_causal_sm80".parse()` gives
@@ -23,6 +23,7 @@ const DEFAULT: KernelSpec = KernelSpec {
     head_dim: 128,
     dtype: DType::Bf16,
     causal: true,
+    tiling: Tiling::Standard,
     arch: Arch::Sm80,
 };
 

@@ -1,5 +1,6 @@
 //! Runs the d64, d128 and d256 forward and backward kernels (atomic and deterministic modes)
-//! once per dtype and mask on odd shapes with GQA, for `compute-sanitizer --tool memcheck`
+//! once per dtype and mask on odd shapes with GQA, and the d128 backward's long tiling
+//! (atomic mode from 8192 query rows on; bf16), for `compute-sanitizer --tool memcheck`
 //! and `--tool racecheck` (GPU machine, feature `gpu`). Checks every result against the
 //! CPU float64 reference too; exits non-zero on any failure.
 
@@ -163,6 +164,25 @@ fn main() {
             }
         }
     }
+    // the long tiling (128 keys per CTA), 8192 queries over 130 keys: a partial last key
+    // block, and under the causal mask key blocks that no query sees
+    for causal in [false, true] {
+        let c = Case {
+            d: 128,
+            causal,
+            sq: 8192,
+            sk: 130,
+        };
+        ok &= check::<bf16>(&rt, &mut rng, &c, false, 6e-3);
+    }
+    let long: Vec<String> = rt
+        .loaded_specs()
+        .iter()
+        .map(|s| s.name())
+        .filter(|n| n.contains("_long_"))
+        .collect();
+    println!("long-tiling kernels run: {long:?}");
+    ok &= long.len() == 2;
     println!("{}", if ok { "ALL OK" } else { "SOME FAILED" });
     std::process::exit(if ok { 0 } else { 1 });
 }

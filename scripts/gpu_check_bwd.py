@@ -6,7 +6,9 @@ PTX_DIR holds the `flash-codegen emit --all` output (every .ptx plus manifest.js
 launch of every pass is driven by manifest.json alone (parameter order and types, block,
 dynamic shared memory). Runs our forward, then the backward in atomic mode (bwdpre ->
 bwd with dq_accum -> bwdpost) and deterministic mode (bwdpre -> bwd -> bwddq, twice,
-bitwise compared). Exits non-zero on any failure.
+bitwise compared); the bwd kernels with a long-sequence tiling (`..._long_sm80`, d128)
+run the atomic cases on it as well, at every length (the runtime picks them from
+min_seqlen_q on). Exits non-zero on any failure.
 """
 import warnings; warnings.filterwarnings("ignore", category=DeprecationWarning)
 import json, math, os, sys
@@ -44,7 +46,7 @@ def cdiv(a, b):
     return (a + b - 1) // b
 
 
-def run(q, k, v, do, causal, deterministic):
+def run(q, k, v, do, causal, deterministic, long=False):
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     kd = next(x for x in HEAD_DIMS if x >= d)
@@ -71,7 +73,7 @@ def run(q, k, v, do, causal, deterministic):
                 dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(), **{"do": do.data_ptr()})
     for n, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("dq", dq), ("dk", dk), ("dv", dv)):
         strides(vals, n, t)
-    pre, main = f"fa2_bwdpre_d{kd}_{dt}_sm80", f"fa2_bwd_d{kd}_{dt}{c}_sm80"
+    pre, main = f"fa2_bwdpre_d{kd}_{dt}_sm80", f"fa2_bwd_d{kd}_{dt}{c}{'_long' if long else ''}_sm80"
     launch(pre, (cdiv(sq, MAN[pre]["tiles"]["block_m"]), h, b), vals)
     launch(main, (cdiv(sk, MAN[main]["tiles"]["block_n"]), hk, b), vals)
     if deterministic:
@@ -128,7 +130,14 @@ def rel(a, b, floor=1e-30):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(floor)).item()
 
 
-def case(b, sq, sk, h, hk, d, dtype, causal, deterministic, packed=False):
+def has_long(d, dtype, causal):
+    """Whether the bwd kernel serving head dim d has a long-sequence tiling."""
+    kd = next(x for x in HEAD_DIMS if x >= d)
+    dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
+    return f"fa2_bwd_d{kd}_{dt}{'_causal' if causal else ''}_long_sm80" in MAN
+
+
+def case(b, sq, sk, h, hk, d, dtype, causal, deterministic, packed=False, long=False):
     dev = "cuda"
     if packed:
         qkv = torch.randn(b, sq, 3, h, d, device=dev, dtype=dtype)
@@ -138,7 +147,7 @@ def case(b, sq, sk, h, hk, d, dtype, causal, deterministic, packed=False):
         k = torch.randn(b, sk, hk, d, device=dev, dtype=dtype)
         v = torch.randn(b, sk, hk, d, device=dev, dtype=dtype)
     do = torch.randn(b, sq, h, d, device=dev, dtype=dtype)
-    o, lse, dq, dk, dv, name = run(q, k, v, do, causal, deterministic)
+    o, lse, dq, dk, dv, name = run(q, k, v, do, causal, deterministic, long)
     rq, rk, rv = reference(q, k, v, do, causal)
     tol = 3.5e-3 if dtype == torch.bfloat16 else 4.5e-4
     # dQ and dK vanish exactly when every row sees one key (sq = sk = 1): measure them
@@ -183,10 +192,18 @@ def main():
                     if sq * sk > 1000 * 1000 and d not in (64, 128):
                         continue
                     ok &= case(1, sq, sk, 2, 2, d, dtype, causal, False)
+                    if has_long(d, dtype, causal):
+                        ok &= case(1, sq, sk, 2, 2, d, dtype, causal, False, long=True)
             for d in (64, 128, 256):
                 ok &= case(2, 300, 300, 8, 2, d, dtype, causal, True)          # GQA, deterministic
                 ok &= case(1, 333, 200, 4, 1, d, dtype, causal, True)          # MQA, sq > sk, det
             ok &= case(2, 300, 300, 8, 2, 128, dtype, causal, False)           # GQA atomic
+            if has_long(128, dtype, causal):
+                ok &= case(2, 300, 300, 8, 2, 128, dtype, causal, False, long=True)
+                ok &= case(1, 333, 200, 4, 1, 120, dtype, causal, False, long=True)  # MQA, sq > sk
+                if not QUICK or (dtype, causal) == (torch.bfloat16, True):
+                    # the length it is chosen from (min_seqlen_q), GQA
+                    ok &= case(1, 8192, 8192, 4, 2, 128, dtype, causal, False, long=True)
             ok &= case(2, 257, 513, 8, 1, 64, dtype, causal, False)            # MQA atomic
             ok &= case(3, 333, 333, 4, 4, 96, dtype, causal, False, packed=True)
     print("ALL OK" if ok else "SOME FAILED")

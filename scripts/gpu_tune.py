@@ -3,11 +3,12 @@
 PyTorch SDPA's flash backend (FA2), in one process, on a few rows of the FA2-paper sweep.
 
 Usage: python3 gpu_tune.py PTX_DIR [--label L] [--dims 64,128,256] [--seqs 1024,16384]
-       [--pass fwd,bwd] [--causal 0,1] [--dtype bf16] [--atomic] [--once]
+       [--pass fwd,bwd] [--causal 0,1] [--dtype bf16] [--atomic] [--standard] [--once]
 PTX_DIR is `flash-codegen emit --all --out-dir PTX_DIR [--tile ...]` output; every launch
 is driven by its manifest.json. Backward = bwdpre + bwd (no dQ) + bwddq, the deterministic
 mode (--atomic: the runtime's default mode, bwdpre, which also zeroes dq_accum, + bwd with
-dq_accum + bwdpost); FA2's backward is timed as `out.backward` (grads reset), as in
+dq_accum + bwdpost; its bwd on the long tiling from the manifest's min_seqlen_q on, as the
+runtime does, unless --standard); FA2's backward is timed as `out.backward` (grads reset), as in
 bench_compare_bwd.py, but on [b, s, h, d] memory viewed as [b, h, s, d] (FA2's own
 layout; at 512-2K tokens FA2 runs up to ~20% faster on it than on the [b, h, s, d]-
 contiguous inputs of the sweep). Medians of triton.testing.do_bench. One line per row:
@@ -37,6 +38,7 @@ PASSES = arg("--pass", "fwd,bwd").split(",")
 CAUSAL = [bool(int(x)) for x in arg("--causal", "0,1").split(",")]
 ONCE = "--once" in sys.argv
 ATOMIC = "--atomic" in sys.argv
+STANDARD = "--standard" in sys.argv
 DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16}[arg("--dtype", "bf16")]
 
 
@@ -63,6 +65,10 @@ def ours(q, k, v, do, causal):
         g.strides(vals, nm, t)
     name = {p: f"fa2_{p}_d{d}_{dt}{c if p in ('fwd', 'bwd', 'bwddq') else ''}_sm80"
             for p in ("fwd", "bwdpre", "bwd", "bwddq", "bwdpost")}
+    # the runtime's rule: the bwd's long tiling in atomic mode from min_seqlen_q rows on
+    long = name["bwd"].replace("_sm80", "_long_sm80")
+    if ATOMIC and not STANDARD and long in g.MAN and n >= g.MAN[long]["min_seqlen_q"]:
+        name["bwd"] = long
 
     def grid(p):
         t = g.MAN[name[p]]["tiles"]

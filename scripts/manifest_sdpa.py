@@ -42,14 +42,21 @@ class Manifest:
             self.kernels = json.load(f)["kernels"]
         self.fns = {}
 
-    def pick(self, pass_, d, dtype, causal):
-        """The manifest's rule: same pass, dtype and causal flag, smallest head_dim >= d."""
+    def pick(self, pass_, d, dtype, causal, seqlen_q=0, atomic=False):
+        """The manifest's rule (notes.kernel_choice): same pass, dtype and causal flag,
+        smallest head_dim >= d, standard tiling; a long tiling instead when the problem has
+        at least its min_seqlen_q query rows and the backward runs in atomic mode."""
         fits = [k for k in self.kernels
                 if k["spec"]["pass"] == pass_ and k["spec"]["dtype"] == DTYPE[dtype]
-                and k["spec"]["causal"] == causal and k["spec"]["head_dim"] >= d]
+                and k["spec"]["causal"] == causal and k["spec"]["head_dim"] >= d
+                and k["spec"].get("tiling", "standard") == "standard"]
         if not fits:
             raise SystemExit(f"no {pass_} kernel for d={d} {DTYPE[dtype]} causal={causal} in the manifest")
-        return min(fits, key=lambda k: k["spec"]["head_dim"])
+        best = min(fits, key=lambda k: k["spec"]["head_dim"])
+        long = [k for k in self.kernels
+                if {**k["spec"], "tiling": "standard"} == best["spec"] and k["spec"].get("tiling") == "long"
+                and atomic and seqlen_q >= k["min_seqlen_q"]]
+        return long[0] if long else best
 
     def function(self, k):
         if k["name"] not in self.fns:
@@ -123,7 +130,8 @@ def ours(man, q, k, v, do, causal, deterministic):
              dq_accum=None if deterministic else torch.empty((b, h, (sq + 15) // 16 * 16, d), device=q.device))
     passes = ["bwd_pre", "bwd", "bwd_dq" if deterministic else "bwd_post"]
     for p in passes:
-        used.append(man.launch(man.pick(p, d, q.dtype, causal and p in ("bwd", "bwd_dq")), t, sizes))
+        kern = man.pick(p, d, q.dtype, causal and p in ("bwd", "bwd_dq"), sq, not deterministic)
+        used.append(man.launch(kern, t, sizes))
     return (o, t["dq"], t["dk"], t["dv"]), used
 
 
@@ -183,6 +191,7 @@ def main():
         (4, 512, 512, 8, 8, 256, bf16, False),
         (2, 300, 700, 8, 8, 96, f16, False),      # sq != sk, odd lengths
         (1, 333, 333, 4, 1, 72, bf16, True),      # MQA, d72 on the d96 kernel
+        (1, 8192, 8192, 4, 2, 128, bf16, True),   # the bwd's long tiling (min_seqlen_q)
     ]
     ok = True
     for c in cases:

@@ -13,7 +13,7 @@ use flash_codegen::ptx::{Module, RegClass, Stmt, print};
 use flash_codegen::spec::HEAD_DIMS;
 use flash_codegen::tile::frag::{a_frag, b_frag, c_frag};
 use flash_codegen::tile::smem::SmemTile;
-use flash_codegen::{Arch, DType, KernelSpec, Pass};
+use flash_codegen::{Arch, DType, KernelSpec, Pass, Tiling};
 use proptest::prelude::*;
 use proptest::sample::select;
 
@@ -24,14 +24,26 @@ fn spec() -> impl Strategy<Value = KernelSpec> {
         select(DType::ALL.to_vec()),
         any::<bool>(),
         select(Arch::ALL.to_vec()),
+        any::<bool>(),
     )
-        .prop_map(|(pass, head_dim, dtype, causal, arch)| KernelSpec {
-            pass,
-            head_dim,
-            dtype,
-            // elementwise passes have no causal variant
-            causal: causal && pass.has_mask(),
-            arch,
+        .prop_map(|(pass, head_dim, dtype, causal, arch, long)| {
+            let spec = KernelSpec {
+                pass,
+                head_dim,
+                dtype,
+                // elementwise passes have no causal variant
+                causal: causal && pass.has_mask(),
+                tiling: Tiling::Standard,
+                arch,
+            };
+            // the long tiling where the pass and head dim have one
+            match long && spec.long_from().is_some() {
+                true => KernelSpec {
+                    tiling: Tiling::Long,
+                    ..spec
+                },
+                false => spec,
+            }
         })
 }
 

@@ -452,3 +452,41 @@ fn scratch_sizes() {
         usize::MAX
     );
 }
+
+/// The main pass runs on its long tiling (d128: 128 keys per CTA) from `long_from` query
+/// rows on in atomic mode, with the grid of its own tiles; below, in deterministic mode,
+/// or when the long tiling is not allowed (a runtime without its PTX), on the standard one.
+#[test]
+fn long_sequences_take_the_long_tiling_in_atomic_mode() {
+    use flash_runtime::validate::plan_bwd_with;
+    let main = |a: &BwdArgs, long_ok: bool| {
+        let p = plan_bwd_with(a, Arch::Sm80, long_ok).unwrap();
+        let l = p.launch(Pass::Bwd).unwrap();
+        (l.spec.name(), l.grid)
+    };
+    let from = "fa2_bwd_d128_bf16_sm80"
+        .parse::<flash_codegen::KernelSpec>()
+        .unwrap()
+        .long_from()
+        .unwrap() as usize;
+    let a = args(1, from, 1000, 2, 2, 120);
+    assert_eq!(
+        main(&a, true),
+        ("fa2_bwd_d128_bf16_long_sm80".into(), [8, 2, 1])
+    );
+    assert_eq!(
+        main(&a, false),
+        ("fa2_bwd_d128_bf16_sm80".into(), [16, 2, 1])
+    );
+    let short = args(1, from - 1, 1000, 2, 2, 120);
+    assert_eq!(main(&short, true).0, "fa2_bwd_d128_bf16_sm80");
+    let mut det = a;
+    det.params.deterministic = true;
+    det.scratch.as_mut().unwrap().dq_accum = None;
+    assert_eq!(main(&det, true).0, "fa2_bwd_d128_bf16_sm80");
+    // head dims without a long row keep the standard one
+    assert_eq!(
+        main(&args(1, from, 64, 2, 2, 64), true).0,
+        "fa2_bwd_d64_bf16_sm80"
+    );
+}

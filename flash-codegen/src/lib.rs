@@ -14,7 +14,7 @@ pub mod ptx;
 pub mod spec;
 pub mod tile;
 
-pub use spec::{Arch, DType, KernelSpec, Pass, TileConfig};
+pub use spec::{Arch, DType, KernelSpec, Pass, TileConfig, Tiling};
 
 /// The PTX module text of one kernel variant.
 pub fn generate(spec: &KernelSpec) -> String {

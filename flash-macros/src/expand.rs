@@ -1,7 +1,7 @@
 //! Output layer: the module `flash_kernel!` expands to, with the PTX of every variant
 //! generated here, at compile time, and embedded as string literals.
 
-use flash_codegen::{Arch, DType, KernelSpec, Pass};
+use flash_codegen::{Arch, DType, KernelSpec, Pass, Tiling};
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::quote;
 use syn::Ident;
@@ -98,6 +98,10 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
     let arch = match spec.arch {
         Arch::Sm80 => quote!(Sm80),
     };
+    let tiling = match spec.tiling {
+        Tiling::Standard => quote!(Standard),
+        Tiling::Long => quote!(Long),
+    };
     let head_dim = Literal::u32_suffixed(spec.head_dim);
     let causal = spec.causal;
     quote! {
@@ -106,6 +110,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
             head_dim: #head_dim,
             dtype: #cg::DType::#dtype,
             causal: #causal,
+            tiling: #cg::Tiling::#tiling,
             arch: #cg::Arch::#arch,
         }
     }

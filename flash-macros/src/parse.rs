@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use flash_codegen::spec::HEAD_DIMS;
-use flash_codegen::{Arch, DType, KernelSpec, Pass};
+use flash_codegen::{Arch, DType, KernelSpec, Pass, Tiling};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
@@ -278,8 +278,9 @@ fn arch(a: &Atom) -> Result<Arch> {
 }
 
 /// Every combination. `bwd` brings each backward kernel of both modes (atomic: bwdpre,
-/// bwd, bwdpost; deterministic: bwdpre, bwd, bwddq); bwdpre and bwdpost have no causal
-/// variant, so they come once per head dim and dtype.
+/// bwd, bwdpost; deterministic: bwdpre, bwd, bwddq), with the bwd's long-sequence
+/// tiling where it has one (d128); bwdpre and bwdpost have no causal variant, so they
+/// come once per head dim and dtype.
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
     for &arch in &a.arch {
@@ -298,10 +299,17 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                 head_dim,
                                 dtype,
                                 causal,
+                                tiling: Tiling::Standard,
                                 arch,
                             };
                             assert!(spec.is_supported(), "checked spec {spec} unsupported");
                             specs.insert(spec);
+                            if spec.long_from().is_some() {
+                                specs.insert(KernelSpec {
+                                    tiling: Tiling::Long,
+                                    ..spec
+                                });
+                            }
                         }
                     }
                 }

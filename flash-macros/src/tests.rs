@@ -60,8 +60,15 @@ fn lists_make_the_product_and_bwd_brings_every_backward_kernel() {
     })
     .unwrap();
     let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
-    // Per head dim and dtype: fwd x2, bwdpre, bwd x2, bwddq x2, bwdpost.
-    assert_eq!(names.len(), 2 * 2 * 8);
+    // Per head dim and dtype: fwd x2, bwdpre, bwd x2, bwddq x2, bwdpost; d128's bwd
+    // also in its long tiling (x2 causal).
+    assert_eq!(names.len(), 2 * 2 * 8 + 2 * 2);
+    assert!(names.contains(&"fa2_bwd_d128_f16_causal_long_sm80".to_string()));
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("d64") && n.contains("long"))
+    );
     assert_eq!(names.first().unwrap(), "fa2_fwd_d64_f16_sm80");
     assert!(names.contains(&"fa2_bwdpre_d128_bf16_sm80".to_string()));
     assert!(names.contains(&"fa2_bwddq_d64_f16_causal_sm80".to_string()));

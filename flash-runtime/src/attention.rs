@@ -133,6 +133,13 @@ impl FlashAttention {
         !lock(&self.modules).contains_key(&spec)
     }
 
+    /// Whether `spec`'s PTX is at hand: loaded, registered, or generated on demand.
+    pub fn has_ptx(&self, spec: &KernelSpec) -> bool {
+        self.generate
+            || lock(&self.registered).contains_key(spec)
+            || lock(&self.modules).contains_key(spec)
+    }
+
     /// The specs loaded so far, in order.
     pub fn loaded_specs(&self) -> Vec<KernelSpec> {
         lock(&self.modules).keys().copied().collect()

@@ -11,7 +11,7 @@ use crate::FlashAttention;
 use crate::error::{FlashError, Result};
 use crate::tensor::{Element, IntoDeviceView, Tensor4, Tensor4Mut};
 use crate::validate::{
-    BufDesc, BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd,
+    BufDesc, BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd_with,
 };
 
 /// Device scratch of the backward: D = rowsum(dO * O) (f32 `[batch, heads, seqlen_q]`) and,
@@ -210,8 +210,15 @@ impl FlashAttention {
                 scratch: None,
                 params: *params,
             };
-            // Dry run first: every input is checked before any scratch is allocated.
-            let dry = plan_bwd(&args, self.arch)?;
+            // Dry run first: every input is checked before any scratch is allocated. The
+            // long-sequence tiling only where this runtime has its PTX (else the standard
+            // tiling computes the same).
+            let dry = plan_bwd_with(&args, self.arch, true)?;
+            let long_tiles = dry.launches.iter().all(|l| self.has_ptx(&l.spec));
+            let dry = match long_tiles {
+                true => dry,
+                false => plan_bwd_with(&args, self.arch, false)?,
+            };
             if !dry.launches.is_empty() {
                 let s = match scratch {
                     Some(s) => s,
@@ -234,7 +241,7 @@ impl FlashAttention {
                     },
                     dq_accum: acc,
                 });
-                let plan = plan_bwd(&args, self.arch)?;
+                let plan = plan_bwd_with(&args, self.arch, long_tiles)?;
                 return self.launch_bwd(stream, &plan);
             }
             dry

@@ -93,7 +93,7 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flash_codegen::{Arch, DType};
+    use flash_codegen::{Arch, DType, Tiling};
 
     fn spec(pass: Pass, head_dim: u32, causal: bool) -> KernelSpec {
         KernelSpec {
@@ -101,6 +101,7 @@ mod tests {
             head_dim,
             dtype: DType::Bf16,
             causal,
+            tiling: Tiling::Standard,
             arch: Arch::Sm80,
         }
     }

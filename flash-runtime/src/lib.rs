@@ -50,7 +50,8 @@ pub use embedded::EmbeddedKernel;
 pub use error::{FlashError, Result};
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut};
 pub use validate::{
-    BwdParams, BwdPlan, FwdParams, FwdPlan, LaunchPlan, ParamValue, plan_bwd, plan_fwd,
+    BwdParams, BwdPlan, FwdParams, FwdPlan, LaunchPlan, ParamValue, plan_bwd, plan_bwd_with,
+    plan_fwd,
 };
 
 /// The cudarc version this crate is built against, re-exported so users name the same types.

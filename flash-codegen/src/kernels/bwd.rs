@@ -6,15 +6,16 @@
 //! `bwd_exchange`). Scores are computed
 //! transposed, S^T = K Q^T (rows = keys), so P^T and dS^T come out of the accumulators
 //! already in the A-operand layout of dV += P^T dO and dK += dS^T Q. For every query
-//! head of the kv head's group, in a fixed order, and every query block (Q and dO
-//! streamed through shared memory):
+//! head of the kv head's group, in a fixed order, and every query block from the last
+//! down to the causal diagonal, as FA2 runs them (Q and dO streamed through shared
+//! memory):
 //!   P^T = exp2(S^T * scale_log2 - LSE * log2 e)        (recomputed from the saved LSE)
 //!   dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T * (dP^T - D);  dK += dS^T Q
 //!   dQ += dS K: dS^T goes through shared memory and every warp adds its query rows
 //!   into the f32 accumulator with red.global.add.f32 (skipped when dq_accum is null:
 //!   the deterministic mode computes dQ in its own pass). dS^T alternates between two
-//!   tiles and block j's dQ runs in iteration j + 1, after the one barrier per block
-//!   (exchange: right after the step's own barrier), so no barrier waits for it.
+//!   tiles and each block's dQ runs in the next iteration, after the one barrier per
+//!   block (exchange: right after the step's own barrier), so no barrier waits for it.
 //! dK is scaled by softmax_scale at the end. With two sweeps (large head dims) the first
 //! computes dV only and the second dK and dQ, so one accumulator lives at a time.
 
@@ -104,7 +105,19 @@ pub fn build(spec: &KernelSpec) -> Entry {
         bm,
         ["q_row_stride", "do_row_stride"],
     )
-    .with_vectors(&mut b, 2);
+    .with_vectors(&mut b, 2)
+    .downward();
+    // (late: the next block's copies go out after the step's S^T, not right behind the
+    // previous block's dQ atomics)
+    assert!(
+        !t.late_prefetch || t.exchange,
+        "generator bug: late prefetch without exchange"
+    );
+    let qs = if t.late_prefetch {
+        qs.late_prefetch()
+    } else {
+        qs
+    };
     // dS^T, then a second tile: P^T (exchange) or the next query block's dS^T
     let ds_tile = SmemTile::new(2 * k_tile.bytes() + qs.bytes(), bn, bm.div_ceil(64) * 64);
     let exchange = t.exchange.then(|| {
@@ -121,7 +134,8 @@ pub fn build(spec: &KernelSpec) -> Entry {
         "generator bug: smem size"
     );
     // without exchange, dS^T of query block j sits in stage j & 1: the atomic dQ of block
-    // j runs in iteration j + 1, past its barrier, so one barrier per block suffices
+    // j runs in the next iteration (block j - 1), past its barrier, so one barrier per
+    // block suffices
     let ds_stage = |b: &mut Builder, j: Reg<B32>| {
         let parity = b.and_b32(j, 1u32);
         b.mad_lo_u32(parity, ds_tile.bytes(), smem)
@@ -216,28 +230,24 @@ pub fn build(spec: &KernelSpec) -> Entry {
         b.cp_async_commit();
         // K and V (first head: in the group before Q's) have landed once this waits
         let [k_operand, v_operand] = w.a_operands(&mut b, t.resident, [&k_tile, &v_tile], smem, d);
-        let (m0, st, lp) = qs.begin(&mut b, smem, seqlen_q, n_qblocks);
+        // query blocks run downward, from the last to m_first
+        let (m0, st, lp) = qs.begin(&mut b, smem, seqlen_q, (m_first, n_qblocks));
         let j = qs.block();
         let deferred_dq = do_dk && exchange.is_none();
-        // the atomic dQ of the query block before block `after` (first row `m0_after`, or
-        // none past the last block), deferred: its dS^T sits in stage (after - 1) & 1
-        let deferred = |b: &mut Builder,
-                        exists: Reg<Pred>,
-                        (after, m0_after): (Reg<B32>, Option<Reg<B32>>),
-                        what: &str| {
+        // the atomic dQ of query block `blk` (first row `m0_blk`) when `exists`, deferred
+        // past the barrier after it: its dS^T sits in stage blk & 1
+        let deferred = |b: &mut Builder, exists: Reg<Pred>, (blk, m0_blk), what: &str| {
             let run = b.and_pred(dq_on, exists);
             b.comment(format!("-- atomic dQ of the {what} query block --"));
-            let blk = b.sub_u32(after, 1u32);
             let ds = ds_stage(b, blk);
-            let m0_blk = match m0_after {
-                Some(m) => b.sub_u32(m, bm),
-                None => b.mul_lo_u32(blk, bm),
-            };
             dq.emit_if(b, spec, &p, &w, run, ds, (head, m0_blk));
         };
         if deferred_dq {
-            let has_prev = b.setp_u32(Cmp::Gt, j, m_first);
-            deferred(&mut b, has_prev, (j, Some(m0)), "previous");
+            // the block before this one in the stream's order: j + 1
+            let prev = b.add_u32(j, 1u32);
+            let has_prev = b.setp_u32(Cmp::Lt, prev, n_qblocks);
+            let m0_prev = b.add_u32(m0, bm);
+            deferred(&mut b, has_prev, (prev, m0_prev), "previous");
         }
         let [q_tile, do_tile] = qs.tiles;
         let (lse_smem, d_smem) = (
@@ -269,6 +279,11 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 causal,
                 m0,
                 (&dv, &dk),
+                &mut |b: &mut Builder| {
+                    if t.late_prefetch {
+                        qs.prefetch(b, smem, seqlen_q, (m_first, n_qblocks))
+                    }
+                },
             );
         } else {
             let stats = ColStats::new(&mut b, &w, lse_smem, d_smem);
@@ -327,14 +342,25 @@ pub fn build(spec: &KernelSpec) -> Entry {
         // last block's dS^T is complete
         b.bar_sync();
         if deferred_dq {
+            // the stream's last block: m_first
             let any = b.setp_u32(Cmp::Lt, m_first, n_qblocks);
-            deferred(&mut b, any, (n_qblocks, None), "last");
+            let m0_first = b.mul_lo_u32(m_first, bm);
+            deferred(&mut b, any, (m_first, m0_first), "last");
         }
         let ngh = b.add_u32(gh, 1u32);
         b.assign(gh, ngh);
         b.bra(head_top, true);
         b.place(head_done);
 
+        // the key block's ids and rows re-read here rather than kept live through the
+        // loops (d128 on 128 keys: 12 spill bytes for sm_80 otherwise)
+        let (n_block, kv_head, batch) = (
+            b.special(Special::CtaIdX),
+            b.special(Special::CtaIdY),
+            b.special(Special::CtaIdZ),
+        );
+        let n0 = b.mul_lo_u32(n_block, bn);
+        let k_rows = b.sub_u32(seqlen_k, n0);
         // exchange: the warp's head-dim columns start at group * d / groups
         let cols = |b: &mut Builder, base: Reg<B64>| match &exchange {
             Some(x) => x.cols_from(b, d, base, head_dim),

@@ -151,7 +151,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let stats = RowStats::load(&mut b, &p, &q);
     let dq = q.acc_zeros(&mut b, d);
 
-    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
+    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (zero, n_blocks));
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], kv_smem), d);

@@ -126,7 +126,8 @@ impl Exchange {
 
     /// One query block (first query `m0`): S^T, P^T, dP^T, dS^T for the group's query
     /// columns, both to shared memory, then dV and dK for the group's head-dim columns.
-    /// `causal`: the mask and the first query that sees the block's last key.
+    /// `causal`: the mask and the first query that sees the block's last key;
+    /// `after_scores` runs right after S^T (the late prefetch's place).
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &self,
@@ -139,6 +140,7 @@ impl Exchange {
         causal: Option<(&QueryMask, Reg<B32>)>,
         m0: Reg<B32>,
         (dv, dk): (&AccTiles, &AccTiles),
+        after_scores: &mut dyn FnMut(&mut Builder),
     ) {
         let (bm, d) = (t.q.rows, 8 * dv[0].len() as u32 * self.groups);
         let qn = self.q_cols(bm);
@@ -148,6 +150,7 @@ impl Exchange {
         b.comment("-- P^T = exp2(K Q^T * scale_log2 - LSE * log2 e), the group's queries --");
         let mut pt = w.acc_zeros(b, qn);
         w.mma_a_bt(b, fmt, &pt, &AOperand::Smem(t.k, t.smem), (t.q, st_rows), d);
+        after_scores(b);
         if let Some((qmask, last_first_q)) = causal {
             let m0c = b.mad_lo_u32(self.group, qn, m0);
             let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
@@ -161,9 +164,8 @@ impl Exchange {
         // dP^T in one piece below 64 group columns (d128: V's A fragments are read once
         // and 8 accumulators overlap the mma latency; it fits 255 registers since the
         // stream plans its copies at issue, the causal mask keeps one register and dS^T
-        // stores share one address per chunk: +2-3% at d128, session 6 run 5; the
-        // 128-key override `bwd:128=64,128,8,2,1,exchange` spills 12 bytes for sm_80 with
-        // it); 64 or more (tile overrides only) in two halves
+        // stores share one address per chunk: +2-3% at d128, session 6 run 5); 64 or more
+        // (tile overrides only) in two halves
         let halves = if qn >= 64 { 2 } else { 1 };
         let half = qn / halves;
         for h in 0..halves {

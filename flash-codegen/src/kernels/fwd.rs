@@ -79,7 +79,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let o = q.acc_zeros(&mut b, d);
     let mut softmax = OnlineSoftmax::new(&mut b, q.m_tiles, p.f32("scale_log2"));
 
-    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, n_blocks);
+    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (zero, n_blocks));
     b.comment("-- S = Q K^T --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], kv_smem), d);
@@ -103,13 +103,12 @@ pub fn build(spec: &KernelSpec) -> Entry {
     // every warp reads only its own rows of Q, so once its last S = Q K^T is done they
     // are free for staging O without a CTA barrier; but with no key block at all (causal
     // rows before the first key) no barrier has ordered the other threads' Q copies
-    // before this warp's staging writes (the wait repeats the stream's exit wait: cheap)
+    // (landed: the stream's exit waits for every copy) before this warp's staging writes
     let no_blocks = b.setp_u32(Cmp::Eq, n_blocks, 0u32);
-    let waited = b.label();
-    b.bra_if(no_blocks, true, waited, true);
-    b.cp_async_wait(0);
+    let synced = b.label();
+    b.bra_if(no_blocks, true, synced, true);
     b.bar_sync();
-    b.place(waited);
+    b.place(synced);
     q.store_rows_staged(
         &mut b,
         fmt,

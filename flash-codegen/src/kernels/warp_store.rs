@@ -65,9 +65,8 @@ impl Warp {
     /// instead of writing 4 bytes per lane across eight rows. No CTA barrier: the warp
     /// only reads back what it wrote (`bar.warp.sync` orders it), so every warp must own
     /// its rows alone (the [`Warp::new`] layout, as in the forward; not the repeating row
-    /// blocks of [`Warp::with_row_blocks`]). Addresses are built
-    /// from a few per-row and per-swizzle-phase registers (the plain per-store swizzle
-    /// arithmetic made ptxas spill at d160).
+    /// blocks of [`Warp::with_row_blocks`]). The fragments go in through
+    /// [`Warp::store_tile`]; the read-back runs as a run-time loop over groups of 8 rows.
     #[allow(clippy::too_many_arguments)]
     pub fn store_rows_staged(
         &self,
@@ -88,35 +87,13 @@ impl Warp {
             "generator bug: {chunks} chunks per row"
         );
         let panel_bytes = tile.rows * ROW_BYTES;
+        self.store_tile(b, fmt, acc, smem, tile, Cols::Fixed(0));
         // the warp's rows start at a multiple of 16, so every row of the thread has the
         // swizzle phase g = row & 7, and `lane` and the warp's first row follow from its
         // first row and t2 (live here anyway; keeping `lane` and `warp_row` alive through
         // the main loop for this would cost registers)
         let g = b.and_b32(self.rows[0], 7u32);
         let warp_row = b.sub_u32(self.rows[0], g);
-        let phase: Vec<Reg<B32>> = (0..chunks.min(8))
-            .map(|c| {
-                let x = b.xor_b32(g, c);
-                b.shl_b32(x, 4u32)
-            })
-            .collect();
-        let col_bytes = b.shl_b32(self.t2, 1u32);
-        for (r, &row) in self.rows.iter().enumerate() {
-            let (mt, h) = (r / 2, r % 2);
-            let at = b.mad_lo_u32(row, ROW_BYTES, col_bytes);
-            let at = b.add_u32(smem, at);
-            for (nt, frag) in acc[mt].iter().enumerate() {
-                let addr = b.add_u32(at, phase[nt % 8]);
-                let word = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
-                let imm = tile.base + (nt as u32 / 8) * panel_bytes;
-                b.st(
-                    Space::Shared,
-                    Ty::B32,
-                    Addr::Shared(addr, imm as i32),
-                    &[word],
-                );
-            }
-        }
         b.bar_warp_sync();
         // lanes per row: the row's chunks rounded up to a power of two, at most 32
         let per_row = chunks.next_power_of_two().min(32);
@@ -204,8 +181,14 @@ impl Warp {
         let row_bytes = b.shl_b32(row_stride, 1u32);
         let col_bytes = b.shl_b32(self.t2, 1u32);
         let col_bytes = b.cvt_u64_u32(col_bytes);
-        for (r, &row) in self.rows.iter().enumerate() {
+        // row r of the thread is its row 0 plus 8 r (m-tile r / 2, half r % 2), computed
+        // here rather than kept live through the caller's loops
+        for r in 0..self.rows.len() {
             let (mt, h) = (r / 2, r % 2);
+            let row = match r {
+                0 => self.rows[0],
+                _ => b.add_u32(self.rows[0], 8 * r as u32),
+            };
             let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
             let addr = b.mad_wide_u32(row, row_bytes, col_bytes);
             let addr = b.add_s64(base, addr);

@@ -3,13 +3,11 @@
 //! A spec round-trips through its name (`fa2_fwd_d128_bf16_causal_sm80`), which is also
 //! the PTX entry name, the file stem the CLI writes and the key of the runtime's cache.
 
-use std::fmt;
-use std::str::FromStr;
-
 use serde::{Deserialize, Serialize};
 
 use crate::ptx::{HalfFmt, Target};
 
+mod name;
 mod tiles;
 
 /// Which FlashAttention-2 pass a kernel computes.
@@ -119,21 +117,47 @@ impl Arch {
     }
 }
 
+/// Which row of the tile table a kernel is built from.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Tiling {
+    /// The (pass, head dim)'s row: every problem can run on it.
+    #[default]
+    Standard,
+    /// The row for long sequences, where the pass has one (the atomic-mode backward at
+    /// d128: 128 keys per CTA, from 8192 query rows on; [`KernelSpec::long_from`]). Its
+    /// kernel computes exactly what the standard one does, faster on those problems.
+    Long,
+}
+
+impl Tiling {
+    /// The tiling's part of a kernel name (`""`, `"_long"`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Tiling::Standard => "",
+            Tiling::Long => "_long",
+        }
+    }
+}
+
 /// The head dimensions with a kernel of their own; any other multiple of 8 up to 256 runs
 /// on the next one up with zero-filled loads.
 pub const HEAD_DIMS: [u32; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
 
 /// The key of one generated kernel. Its [`name`](KernelSpec::name) is also the PTX entry
-/// name and parses back ([`FromStr`]):
+/// name and parses back ([`FromStr`](std::str::FromStr)):
 ///
 /// ```
-/// use flash_codegen::{Arch, DType, KernelSpec, Pass};
+/// use flash_codegen::{Arch, DType, KernelSpec, Pass, Tiling};
 ///
 /// let spec = KernelSpec {
 ///     pass: Pass::Fwd,
 ///     head_dim: 128,
 ///     dtype: DType::Bf16,
 ///     causal: true,
+///     tiling: Tiling::Standard,
 ///     arch: Arch::Sm80,
 /// };
 /// assert_eq!(spec.name(), "fa2_fwd_d128_bf16_causal_sm80");
@@ -154,11 +178,16 @@ pub struct KernelSpec {
     /// Causal mask (bottom-right aligned); only passes with [`Pass::has_mask`] have causal
     /// variants.
     pub causal: bool,
+    /// The tile row: [`Tiling::Standard`], or [`Tiling::Long`] where the pass has a row
+    /// for long sequences (its name ends in `_long` before the arch).
+    #[serde(default)]
+    pub tiling: Tiling,
     /// The architecture path the PTX is written for.
     pub arch: Arch,
 }
 
-use tiles::{BWD_DQ_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_TILES};
+pub use name::ParseSpecError;
+use tiles::{BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_TILES};
 pub use tiles::{TileConfig, parse_override, set_overrides};
 
 impl KernelSpec {
@@ -173,13 +202,21 @@ impl KernelSpec {
                             if causal && !pass.has_mask() {
                                 continue;
                             }
-                            v.push(KernelSpec {
+                            let spec = KernelSpec {
                                 pass,
                                 head_dim,
                                 dtype,
                                 causal,
+                                tiling: Tiling::Standard,
                                 arch,
-                            });
+                            };
+                            v.push(spec);
+                            if spec.long_from().is_some() {
+                                v.push(KernelSpec {
+                                    tiling: Tiling::Long,
+                                    ..spec
+                                });
+                            }
                         }
                     }
                 }
@@ -197,15 +234,55 @@ impl KernelSpec {
         HEAD_DIMS.iter().copied().find(|&k| k >= d)
     }
 
-    /// Whether this spec names a generated kernel: a head dim of [`HEAD_DIMS`], and causal
-    /// only for passes with a mask.
+    /// Whether this spec names a generated kernel: a head dim of [`HEAD_DIMS`], causal
+    /// only for passes with a mask, [`Tiling::Long`] only where the pass has a long row.
     pub fn is_supported(&self) -> bool {
-        HEAD_DIMS.contains(&self.head_dim) && (self.pass.has_mask() || !self.causal)
+        HEAD_DIMS.contains(&self.head_dim)
+            && (self.pass.has_mask() || !self.causal)
+            && (self.tiling == Tiling::Standard || self.long_row().is_some())
     }
 
-    /// The tile configuration from the one table. Panics for an unsupported head dim
-    /// (a spec from `all()` or `FromStr` is always supported).
+    /// The (threshold, tiles) of the long row of this spec's pass and head dim.
+    fn long_row(&self) -> Option<(u32, TileConfig)> {
+        match self.pass {
+            Pass::Bwd => BWD_LONG_TILES
+                .iter()
+                .find(|(d, _, _)| *d == self.head_dim)
+                .map(|&(_, from, t)| (from, t)),
+            _ => None,
+        }
+    }
+
+    /// The fewest query rows (`seqlen_q`) from which this spec's pass and head dim run on
+    /// [`Tiling::Long`], in atomic mode (a null `dq_accum` keeps the standard tiling);
+    /// `None` when they have no long row.
+    pub fn long_from(&self) -> Option<u32> {
+        self.long_row().map(|(from, _)| from)
+    }
+
+    /// This spec with the tiling a problem of `seqlen_q` query rows runs on: its long
+    /// row from [`KernelSpec::long_from`] rows on when `atomic_dq` (the backward adds dQ
+    /// with atomics), else the standard one.
+    pub fn for_seqlen(self, seqlen_q: usize, atomic_dq: bool) -> KernelSpec {
+        let long = atomic_dq
+            && self
+                .long_from()
+                .is_some_and(|from| seqlen_q >= from as usize);
+        KernelSpec {
+            tiling: if long { Tiling::Long } else { Tiling::Standard },
+            ..self
+        }
+    }
+
+    /// The tile configuration from the one table. Panics for an unsupported spec (a spec
+    /// from `all()` or `FromStr` is always supported).
     pub fn tiles(&self) -> TileConfig {
+        if self.tiling == Tiling::Long {
+            return match self.long_row() {
+                Some((_, t)) => t,
+                None => panic!("{} has no long tile row", self.name()),
+            };
+        }
         if let Some(t) = tiles::overridden(self.pass, self.head_dim) {
             return t;
         }
@@ -256,89 +333,6 @@ impl KernelSpec {
             Pass::BwdPre | Pass::BwdPost => 0,
         }
     }
-
-    /// The kernel's (and its entry point's) name.
-    pub fn name(&self) -> String {
-        let causal = if self.causal { "_causal" } else { "" };
-        format!(
-            "fa2_{}_d{}_{}{}_{}",
-            self.pass.name(),
-            self.head_dim,
-            self.dtype.name(),
-            causal,
-            self.arch.name()
-        )
-    }
-}
-
-impl fmt::Display for KernelSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.name())
-    }
-}
-
-/// Why a kernel name did not parse.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "`{name}` is not a flash-ptx kernel name: {why} (expected e.g. `fa2_fwd_d128_bf16_causal_sm80`)"
-)]
-pub struct ParseSpecError {
-    /// The text that failed to parse.
-    pub name: String,
-    /// What is wrong with it.
-    pub why: String,
-}
-
-impl FromStr for KernelSpec {
-    type Err = ParseSpecError;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = |why: &str| ParseSpecError {
-            name: s.to_string(),
-            why: why.to_string(),
-        };
-        let parts: Vec<&str> = s.split('_').collect();
-        let (causal, n) = match parts.len() {
-            5 => (false, 5),
-            6 if parts[4] == "causal" => (true, 6),
-            6 => return Err(err("the fifth part must be `causal`")),
-            _ => return Err(err("expected 5 or 6 parts separated by `_`")),
-        };
-        if parts[0] != "fa2" {
-            return Err(err("it must start with `fa2_`"));
-        }
-        let pass = Pass::ALL
-            .into_iter()
-            .find(|p| p.name() == parts[1])
-            .ok_or_else(|| err("unknown pass"))?;
-        let head_dim = parts[2]
-            .strip_prefix('d')
-            .and_then(|d| d.parse::<u32>().ok())
-            .filter(|d| HEAD_DIMS.contains(d))
-            .ok_or_else(|| err("head dim must be d32, d64, d96, d128, d160, d192, d224 or d256"))?;
-        let dtype = DType::ALL
-            .into_iter()
-            .find(|d| d.name() == parts[3])
-            .ok_or_else(|| err("dtype must be f16 or bf16"))?;
-        let arch = Arch::ALL
-            .into_iter()
-            .find(|a| a.name() == parts[n - 1])
-            .ok_or_else(|| err("arch must be sm80"))?;
-        let spec = KernelSpec {
-            pass,
-            head_dim,
-            dtype,
-            causal,
-            arch,
-        };
-        if spec.causal && !spec.pass.has_mask() {
-            return Err(err("this pass has no causal variant"));
-        }
-        if spec.name() != s {
-            return Err(err("not in canonical form (e.g. `d64`, not `d064`)"));
-        }
-        Ok(spec)
-    }
 }
 
 #[cfg(test)]
@@ -351,34 +345,34 @@ mod tests {
     #[test]
     fn bwd_d128_keeps_two_ctas_per_sm() {
         for s in KernelSpec::all() {
-            if s.pass == Pass::Bwd && s.head_dim == 128 {
+            if s.pass == Pass::Bwd && s.head_dim == 128 && s.tiling == Tiling::Standard {
                 assert!(2 * (s.smem_bytes() + 1024) <= 228 * 1024, "{s}");
                 assert!(2 * s.tiles().threads() * 255 <= 65536, "{s}");
             }
         }
     }
 
+    /// The long row is chosen from its threshold on, in atomic mode only, and only where
+    /// it exists.
     #[test]
-    fn names_round_trip() {
-        for s in KernelSpec::all() {
-            assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
-        }
-        assert_eq!(KernelSpec::all().len(), 128);
-    }
-
-    #[test]
-    fn bad_names_are_refused() {
-        for n in [
-            "",
-            "fa2_fwd_d100_bf16_sm80",
-            "fa2_fwd_d128_fp8_sm80",
-            "fa2_fwd_d128_bf16_masked_sm80",
-            "fa3_fwd_d128_bf16_sm80",
-            "fa2_fwd_d064_bf16_sm80",
-            "fa2_fwd_d+64_bf16_sm80",
-            "fa2_bwdpre_d64_f16_causal_sm80",
+    fn long_tiling_is_chosen_by_length_and_mode() {
+        let bwd: KernelSpec = "fa2_bwd_d128_bf16_causal_sm80".parse().unwrap();
+        let from = bwd.long_from().unwrap() as usize;
+        assert_eq!(bwd.for_seqlen(from - 1, true).tiling, Tiling::Standard);
+        assert_eq!(bwd.for_seqlen(from, true).tiling, Tiling::Long);
+        assert_eq!(bwd.for_seqlen(from, false).tiling, Tiling::Standard);
+        let long = bwd.for_seqlen(from, true);
+        assert_eq!(long.name(), "fa2_bwd_d128_bf16_causal_long_sm80");
+        assert_eq!(long.tiles().block_n, 128);
+        assert_eq!(bwd.tiles().block_n, 64);
+        for other in [
+            "fa2_bwd_d64_bf16_sm80",
+            "fa2_fwd_d128_bf16_sm80",
+            "fa2_bwddq_d128_f16_sm80",
         ] {
-            assert!(n.parse::<KernelSpec>().is_err(), "{n}");
+            let s: KernelSpec = other.parse().unwrap();
+            assert_eq!(s.long_from(), None, "{other}");
+            assert_eq!(s.for_seqlen(1 << 20, true), s, "{other}");
         }
     }
 

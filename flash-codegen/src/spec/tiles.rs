@@ -34,6 +34,11 @@ pub struct TileConfig {
     /// at 16K) and the d128 row (64x64, 4 warps, two CTAs per SM: 0.85x -> 0.91-1.00x;
     /// docs/performance.md).
     pub exchange: bool,
+    /// Backward main pass only: the next query block's copies are issued after the
+    /// step's first product (S^T) instead of right after the iteration's barrier, where
+    /// they would queue behind the previous block's burst of dQ atomics (the 128-key d128
+    /// row: +2-3% at 16K, session 7).
+    pub late_prefetch: bool,
 }
 
 /// The forward tile table (sm_80 path). Rows: head_dim -> (block_m, block_n, warps, stages).
@@ -67,8 +72,8 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
 /// 0.85-0.88x for 64x128 on 8 warps (the previous row, kept buildable with `--tile
 /// bwd:128=64,128,8,2,1`, tests/ptxas_variants.rs), 0.90-0.95x for 64x64 without
 /// exchange and 0.88-0.92x for 64x128 with it (`docs/performance.md`). Session 6 (dP^T in
-/// one piece): 0.98-1.01x at 16K; 64x128 with exchange is now 2-3% faster than this row at
-/// 16K but 2-5% slower at 4K (a per-length choice is the plan).
+/// one piece): 0.98-1.01x at 16K. From 8192 query rows on, d128 runs its long row
+/// ([`BWD_LONG_TILES`]) in atomic mode.
 #[rustfmt::skip]
 pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
     (32, tc(64, 64, 4, 2, 1).resident()),
@@ -79,6 +84,19 @@ pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
     (192, tc(64, 64, 4, 2, 2)),
     (224, tc(64, 64, 4, 2, 2)),
     (256, tc(64, 64, 8, 2, 1).exchange()),
+];
+
+/// The backward main pass's rows for long sequences ([`super::Tiling::Long`]): (head
+/// dim, the fewest query rows it is chosen for, tiles). d128: FA2's 128 keys on 8 warps
+/// with the late prefetch, half the dQ atomics per FLOP of the 64-key row but one CTA per
+/// SM instead of two. Session 7 (gpu_tune, bf16, ratio to FA2, 64-key -> 128-key):
+/// 2K 1.00 -> 0.98, causal 1.02 -> 0.97; 4K 1.00 -> 0.99, causal 1.02 -> 0.99; 8K 0.99
+/// -> 1.00, causal 1.00 -> 1.00; 12K 0.99 -> 1.00; 16K 0.97-0.99 -> 1.00-1.01
+/// (`docs/bench/tune_session7.txt`). Atomic mode only: the deterministic mode's main
+/// pass has no atomics to halve.
+#[rustfmt::skip]
+pub(super) const BWD_LONG_TILES: [(u32, u32, TileConfig); 1] = [
+    (128, 8192, tc(64, 128, 8, 2, 1).exchange().late_prefetch()),
 ];
 
 /// Deterministic dQ pass (one CTA per query block, like the forward): one m16 tile per
@@ -120,6 +138,7 @@ const fn tc(block_m: u32, block_n: u32, warps: u32, stages: u32, sweeps: u32) ->
         sweeps,
         resident: false,
         exchange: false,
+        late_prefetch: false,
     }
 }
 
@@ -128,6 +147,14 @@ impl TileConfig {
     pub const fn exchange(self) -> Self {
         TileConfig {
             exchange: true,
+            ..self
+        }
+    }
+
+    /// The same tiles with the late prefetch (see [`TileConfig::late_prefetch`]).
+    pub const fn late_prefetch(self) -> Self {
+        TileConfig {
+            late_prefetch: true,
             ..self
         }
     }
@@ -167,12 +194,13 @@ pub(super) fn overridden(pass: Pass, head_dim: u32) -> Option<TileConfig> {
         .map(|(_, _, t)| *t)
 }
 
-/// Parses a tile override `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident|,exchange]`, e.g.
-/// `fwd:256=128,32,8,2,1` or `bwd:64=64,64,4,2,1,resident`.
+/// Parses a tile override `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,FLAG...]` (flags:
+/// `resident`, `exchange`, `late`), e.g. `fwd:256=128,32,8,2,1`,
+/// `bwd:64=64,64,4,2,1,resident` or `bwd:128=64,128,8,2,1,exchange,late`.
 pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
     let bad = || {
         format!(
-            "bad tile override `{s}`: expected PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident|,exchange]"
+            "bad tile override `{s}`: expected PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident][,exchange][,late]"
         )
     };
     let (key, vals) = s.split_once('=').ok_or_else(bad)?;
@@ -185,10 +213,15 @@ pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
     };
     let d: u32 = d.parse().map_err(|_| bad())?;
     let parts: Vec<&str> = vals.split(',').collect();
-    let flag = |name: &str| parts.get(5) == Some(&name);
-    if !(5..=6).contains(&parts.len())
-        || (parts.len() == 6 && !flag("resident") && !flag("exchange"))
-    {
+    let flags = parts.get(5..).unwrap_or_default();
+    let flag = |name: &str| flags.contains(&name);
+    let known = ["resident", "exchange", "late"];
+    let distinct = flags
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len()
+        == flags.len();
+    if parts.len() < 5 || !distinct || flags.iter().any(|f| !known.contains(f)) {
         return Err(bad());
     }
     let n: Vec<u32> = parts[..5]
@@ -198,6 +231,7 @@ pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
     let t = tc(n[0], n[1], n[2], n[3], n[4]);
     let t = if flag("resident") { t.resident() } else { t };
     let t = if flag("exchange") { t.exchange() } else { t };
+    let t = if flag("late") { t.late_prefetch() } else { t };
     check_override(pass, d, &t).map_err(|why| format!("tile override `{s}`: {why}"))?;
     Ok((pass, d, t))
 }
@@ -219,6 +253,9 @@ fn check_override(pass: Pass, d: u32, t: &TileConfig) -> Result<(), String> {
     if t.exchange && pass != Pass::Bwd {
         return Err("exchange is a bwd layout".into());
     }
+    if t.late_prefetch && (pass != Pass::Bwd || !t.exchange) {
+        return Err("late (prefetch) is a bwd option of the exchange layouts".into());
+    }
     if !(1..=2).contains(&t.sweeps) || (t.sweeps == 2 && pass != Pass::Bwd) {
         return Err("sweeps is 1, or 2 for bwd".into());
     }
@@ -239,7 +276,9 @@ mod tests {
         let (_, _, t) = parse_override("fwd:256=64,64,4,1,1").unwrap();
         assert_eq!(t.stages, 1);
         let (_, _, t) = parse_override("bwd:128=64,128,8,2,1,exchange").unwrap();
-        assert!(t.exchange && !t.resident);
+        assert!(t.exchange && !t.resident && !t.late_prefetch);
+        let (_, _, t) = parse_override("bwd:128=64,128,8,2,1,exchange,late").unwrap();
+        assert_eq!(t, BWD_LONG_TILES[0].2);
         for bad in [
             "fwd:256",
             "fwd=1,2,3,4,5",
@@ -248,6 +287,8 @@ mod tests {
             "fwd:64=1,2,3,4",
             "fwd:64=1,2,3,4,5,fast",
             "fwd:64=1,2,3,4,5,resident,7",
+            "bwd:128=64,128,8,2,1,exchange,exchange",
+            "fwd:128=128,32,4,2,1,late",
             "fwd:128=128,32,4,3,1",
             "bwd:64=64,64,4,1,1",
             "fwd:100=128,32,4,2,1",

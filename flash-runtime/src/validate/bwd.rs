@@ -12,7 +12,7 @@
 //! elements ([`super::contiguous_runs`]).
 
 use flash_codegen::abi::grid;
-use flash_codegen::{Arch, KernelSpec, Pass};
+use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
 use super::fwd::check_lse;
 use super::{
@@ -189,8 +189,16 @@ fn check_scratch(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64)> {
     Ok((dvec, acc))
 }
 
-/// Check a backward call and plan its launches (kernels of `arch`).
+/// Check a backward call and plan its launches (kernels of `arch`). The main pass runs
+/// on its long-sequence tiling where the rule of [`KernelSpec::for_seqlen`] picks it.
 pub fn plan_bwd(a: &BwdArgs, arch: Arch) -> Result<BwdPlan> {
+    plan_bwd_with(a, arch, true)
+}
+
+/// [`plan_bwd`], with the long-sequence tiling allowed or not (`long_tiles`: a runtime
+/// that has no PTX for it and does not generate runs the standard tiling, which computes
+/// the same).
+pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPlan> {
     let dtype = a.q.dtype;
     check_dtypes(
         dtype,
@@ -224,6 +232,7 @@ pub fn plan_bwd(a: &BwdArgs, arch: Arch) -> Result<BwdPlan> {
         head_dim: kernel_d,
         dtype,
         causal,
+        tiling: Tiling::Standard,
         arch,
     };
 
@@ -249,7 +258,7 @@ pub fn plan_bwd(a: &BwdArgs, arch: Arch) -> Result<BwdPlan> {
     }
 
     let pre = spec(Pass::BwdPre, false);
-    let main = spec(Pass::Bwd, p.causal);
+    let main = spec(Pass::Bwd, p.causal).for_seqlen(sq, long_tiles && !p.deterministic);
     let last = match p.deterministic {
         false => spec(Pass::BwdPost, false),
         true => spec(Pass::BwdDq, p.causal),

@@ -6,7 +6,7 @@
 //! fill because `o` may be strided, which no single memset covers).
 
 use flash_codegen::abi::fwd_grid;
-use flash_codegen::{Arch, KernelSpec, Pass};
+use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
 use super::{
     LaunchPlan, LseDesc, ParamValue, Placed, TensorDesc, bind_params, check_dtypes, check_grid,
@@ -83,6 +83,7 @@ pub fn plan_fwd(a: &FwdArgs, arch: Arch) -> Result<LaunchPlan> {
         head_dim: kernel_d,
         dtype,
         causal: a.params.causal,
+        tiling: Tiling::Standard,
         arch,
     };
     if b == 0 || h == 0 || sq == 0 {

@@ -14,7 +14,9 @@ use crate::error::{FlashError, Result};
 mod bwd;
 mod fwd;
 mod layout;
-pub use bwd::{BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd};
+pub use bwd::{
+    BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with,
+};
 pub use fwd::{FwdArgs, FwdParams, plan_fwd};
 pub use layout::contiguous_runs;
 

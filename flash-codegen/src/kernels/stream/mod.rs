@@ -3,11 +3,18 @@
 //! is computed. With one stage (the forward only) the operands take turns instead, as in
 //! FA2: V_j loads while Q K_j^T runs, K_{j+1} while P V_j runs ([`BlockStream::mid`]).
 //! The loop is emitted once; `start` may run several times (once per head in the
-//! backward), re-pointing the stream at another tensor slice.
+//! backward), re-pointing the stream at another tensor slice. A [`downward`] stream runs
+//! its blocks from the last to the first (the backward's query blocks, as FA2 does).
+//!
+//! [`downward`]: BlockStream::downward
+
+mod iter;
+
+pub use iter::StreamLoop;
 
 use super::params::Params;
 use crate::ptx::inst::CpSize;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, Label, Reg};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, Reg};
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
@@ -35,6 +42,10 @@ pub struct BlockStream {
     next: [Reg<B64>; 2],
     /// Current block index (loop-carried).
     j: Reg<B32>,
+    /// Blocks run from the last to the first.
+    down: bool,
+    /// The next block is fetched by an explicit [`BlockStream::prefetch`], not by `begin`.
+    late: bool,
     /// Per-row f32 vectors streamed with the tiles (e.g. LSE and D of each query row).
     vectors: Vec<VecCopy>,
 }
@@ -48,12 +59,6 @@ pub enum CopyPlan {
     /// block, ~8 registers fewer through the loop (the d128 backward needs them for its
     /// one-piece dP^T).
     AtIssue,
-}
-
-/// The labels of one emitted loop (a stream may be looped over more than once).
-pub struct StreamLoop {
-    top: Label,
-    done: Label,
 }
 
 /// A per-row f32 vector streamed block by block: thread `tid < rows` copies element
@@ -112,8 +117,34 @@ impl BlockStream {
             step,
             next,
             j,
+            down: false,
+            late: false,
             vectors: vec![],
         }
+    }
+
+    /// The same stream running its blocks from the last to the first (two or more
+    /// stages). In the causal backward, every key block's CTA then starts at the last
+    /// query block and works down to its diagonal, so the CTAs running together read the
+    /// same Q and dO blocks and add into the same dQ rows at about the same time.
+    pub fn downward(self) -> Self {
+        assert!(
+            !self.split(),
+            "generator bug: a one-stage stream runs upward"
+        );
+        BlockStream { down: true, ..self }
+    }
+
+    /// The same stream, its next block fetched where the kernel calls
+    /// [`BlockStream::prefetch`] (two or more stages) instead of right after `begin`'s
+    /// barrier, e.g. after a first product, away from a burst of atomics at the end of the
+    /// previous iteration that would hold the copies in the memory queue.
+    pub fn late_prefetch(self) -> Self {
+        assert!(
+            !self.split(),
+            "generator bug: a one-stage stream fetches in mid"
+        );
+        BlockStream { late: true, ..self }
     }
 
     /// Adds `n` per-row f32 vectors after the tiles ([`BlockStream::vector_addr`] finds
@@ -148,8 +179,9 @@ impl BlockStream {
     }
 
     /// Points the stream at operands whose row 0 is at `bases`, to run blocks
-    /// `first..n_blocks` of a sequence of `seqlen` rows; issues block `first` when it
-    /// exists (with one stage: operand 0 only). The caller commits the group.
+    /// `first..n_blocks` of a sequence of `seqlen` rows; issues the first block to run
+    /// (`first`, or `n_blocks - 1` downward) when there is one (with one stage: operand 0
+    /// only). The caller commits the group.
     pub fn start(
         &self,
         b: &mut Builder,
@@ -159,14 +191,21 @@ impl BlockStream {
         seqlen: Reg<B32>,
         n_blocks: Reg<B32>,
     ) {
-        b.assign(self.j, first);
-        let first64 = b.cvt_u64_u32(first);
+        let j0 = if self.down {
+            b.sub_u32(n_blocks, 1u32)
+        } else {
+            first
+        };
+        b.assign(self.j, j0);
+        let j0_64 = b.cvt_u64_u32(j0);
         let mut cur = Vec::new();
         for (i, ((base, step), next)) in bases.iter().zip(self.step).zip(self.next).enumerate() {
-            let off = b.mul_lo_u64(first64, step);
+            let off = b.mul_lo_u64(j0_64, step);
             let c = b.add_s64(*base, off);
             let nxt = if self.split() && i == 1 {
                 c
+            } else if self.down {
+                b.sub_s64(c, step)
             } else {
                 b.add_s64(c, step)
             };
@@ -179,7 +218,7 @@ impl BlockStream {
         let has_blocks = b.setp_u32(Cmp::Lt, first, n_blocks);
         let none = b.label();
         b.bra_if(has_blocks, true, none, true);
-        self.issue(b, smem, first, seqlen, &cur);
+        self.issue(b, smem, j0, seqlen, &cur);
         b.place(none);
     }
 
@@ -245,103 +284,9 @@ impl BlockStream {
         }
     }
 
-    /// Top of iteration j: exits after the last block, waits for block j (operand 0) and
-    /// a barrier, then fetches block j+1 (with one stage: operand 1 of block j). Returns
-    /// (first row of block j, shared address the stage-0 tiles are relative to for block
-    /// j).
-    pub fn begin(
-        &self,
-        b: &mut Builder,
-        smem: Reg<B32>,
-        seqlen: Reg<B32>,
-        n_blocks: Reg<B32>,
-    ) -> (Reg<B32>, Reg<B32>, StreamLoop) {
-        b.comment("== loop over streamed blocks ==");
-        let lp = StreamLoop {
-            top: b.label(),
-            done: b.label(),
-        };
-        b.place(lp.top);
-        let more = b.setp_u32(Cmp::Lt, self.j, n_blocks);
-        b.bra_if(more, true, lp.done, true);
-        if self.split() {
-            b.comment("-- operand 0 of block j has landed; every warp is done with operand 1 --");
-            b.cp_async_wait(0);
-            b.bar_sync();
-            b.comment("-- fetch operand 1 of block j --");
-            self.issue(b, smem, self.j, seqlen, &[(1, self.next[1])]);
-            b.cp_async_commit();
-        } else {
-            // One barrier per iteration: past it, block j is visible to every warp and
-            // every warp is done with block j-1, whose stage block j+1 then reuses.
-            b.comment("-- block j has landed; every warp is done with block j-1 --");
-            b.cp_async_wait(0);
-            b.bar_sync();
-            b.comment("-- prefetch block j+1 into the stage of block j-1 --");
-            let j1 = b.add_u32(self.j, 1u32);
-            let has_next = b.setp_u32(Cmp::Lt, j1, n_blocks);
-            let no_next = b.label();
-            b.bra_if(has_next, true, no_next, true);
-            self.issue(b, smem, j1, seqlen, &[(0, self.next[0]), (1, self.next[1])]);
-            b.cp_async_commit();
-            b.place(no_next);
-        }
-        let row0 = b.mul_lo_u32(self.j, self.rows);
-        let stage_smem = self.stage_addr(b, smem, self.j);
-        (row0, stage_smem, lp)
-    }
-
-    /// Between the product on operand 0 and the one on operand 1. With one stage: waits
-    /// for operand 1 of block j and, once every warp is done with operand 0, fetches
-    /// operand 0 of block j+1. No-op with more stages.
-    pub fn mid(&self, b: &mut Builder, smem: Reg<B32>, seqlen: Reg<B32>, n_blocks: Reg<B32>) {
-        if !self.split() {
-            return;
-        }
-        b.comment("-- operand 1 of block j has landed; every warp is done with operand 0 --");
-        b.cp_async_wait(0);
-        b.bar_sync();
-        let j1 = b.add_u32(self.j, 1u32);
-        let has_next = b.setp_u32(Cmp::Lt, j1, n_blocks);
-        let no_next = b.label();
-        b.bra_if(has_next, true, no_next, true);
-        b.comment("-- fetch operand 0 of block j+1 --");
-        self.issue(b, smem, j1, seqlen, &[(0, self.next[0])]);
-        b.cp_async_commit();
-        b.place(no_next);
-    }
-
-    /// The current block index (loop-carried; `n_blocks` after the loop).
-    pub fn block(&self) -> Reg<B32> {
-        self.j
-    }
-
-    /// The shared address of vector `i`'s current stage (element 0), valid inside the loop.
-    pub fn vector_addr(&self, b: &mut Builder, smem: Reg<B32>, i: usize) -> Reg<B32> {
-        let stage = b.and_b32(self.j, self.stages - 1);
-        let off = b.mad_lo_u32(stage, self.rows * 4, self.vectors[i].base);
-        b.add_u32(smem, off)
-    }
-
     fn stage_addr(&self, b: &mut Builder, smem: Reg<B32>, j: Reg<B32>) -> Reg<B32> {
         let stage = b.and_b32(j, self.stages - 1);
         let off = b.mul_lo_u32(stage, self.stage_bytes);
         b.add_u32(smem, off)
-    }
-
-    /// Bottom of the iteration: advance and loop (the next `begin`'s barrier orders this
-    /// iteration's reads before the stage is refilled). After the loop every copy has
-    /// landed; warps may still be reading the last stage, so a caller that `start`s
-    /// again syncs first.
-    pub fn end(&self, b: &mut Builder, lp: StreamLoop) {
-        for i in 0..2 {
-            let n = b.add_s64(self.next[i], self.step[i]);
-            b.assign(self.next[i], n);
-        }
-        let nj = b.add_u32(self.j, 1u32);
-        b.assign(self.j, nj);
-        b.bra(lp.top, true);
-        b.place(lp.done);
-        b.cp_async_wait(0);
     }
 }

@@ -1,0 +1,156 @@
+//! Spec layer: a kernel's name (`fa2_fwd_d128_bf16_causal_sm80`,
+//! `fa2_bwd_d128_bf16_long_sm80`) and its parser: `fa2`, pass, `d` + head dim, dtype, then
+//! `causal` and `long` where they apply, then the arch.
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::{Arch, DType, HEAD_DIMS, KernelSpec, Pass, Tiling};
+
+impl KernelSpec {
+    /// The kernel's (and its entry point's) name.
+    pub fn name(&self) -> String {
+        let causal = if self.causal { "_causal" } else { "" };
+        format!(
+            "fa2_{}_d{}_{}{}{}_{}",
+            self.pass.name(),
+            self.head_dim,
+            self.dtype.name(),
+            causal,
+            self.tiling.suffix(),
+            self.arch.name()
+        )
+    }
+}
+
+impl fmt::Display for KernelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// Why a kernel name did not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{name}` is not a flash-ptx kernel name: {why} (expected e.g. `fa2_fwd_d128_bf16_causal_sm80`)"
+)]
+pub struct ParseSpecError {
+    /// The text that failed to parse.
+    pub name: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+impl FromStr for KernelSpec {
+    type Err = ParseSpecError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = |why: &str| ParseSpecError {
+            name: s.to_string(),
+            why: why.to_string(),
+        };
+        let parts: Vec<&str> = s.split('_').collect();
+        if !(5..=7).contains(&parts.len()) {
+            return Err(err("expected 5 to 7 parts separated by `_`"));
+        }
+        let n = parts.len();
+        // between the dtype and the arch: `causal`, then `long`, each optional
+        let middle = &parts[4..n - 1];
+        let causal = middle.first() == Some(&"causal");
+        let tiling = match middle.last() {
+            Some(&"long") => Tiling::Long,
+            _ => Tiling::Standard,
+        };
+        if middle.len() != usize::from(causal) + usize::from(tiling == Tiling::Long) {
+            return Err(err(
+                "between the dtype and the arch only `causal` and `long` may stand",
+            ));
+        }
+        if parts[0] != "fa2" {
+            return Err(err("it must start with `fa2_`"));
+        }
+        let pass = Pass::ALL
+            .into_iter()
+            .find(|p| p.name() == parts[1])
+            .ok_or_else(|| err("unknown pass"))?;
+        let head_dim = parts[2]
+            .strip_prefix('d')
+            .and_then(|d| d.parse::<u32>().ok())
+            .filter(|d| HEAD_DIMS.contains(d))
+            .ok_or_else(|| err("head dim must be d32, d64, d96, d128, d160, d192, d224 or d256"))?;
+        let dtype = DType::ALL
+            .into_iter()
+            .find(|d| d.name() == parts[3])
+            .ok_or_else(|| err("dtype must be f16 or bf16"))?;
+        let arch = Arch::ALL
+            .into_iter()
+            .find(|a| a.name() == parts[n - 1])
+            .ok_or_else(|| err("arch must be sm80"))?;
+        let spec = KernelSpec {
+            pass,
+            head_dim,
+            dtype,
+            causal,
+            tiling,
+            arch,
+        };
+        if spec.causal && !spec.pass.has_mask() {
+            return Err(err("this pass has no causal variant"));
+        }
+        if !spec.is_supported() {
+            return Err(err("this pass and head dim have no `long` tiling"));
+        }
+        if spec.name() != s {
+            return Err(err("not in canonical form (e.g. `d64`, not `d064`)"));
+        }
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for s in KernelSpec::all() {
+            assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
+        }
+        assert_eq!(KernelSpec::all().len(), 132);
+        let long: Vec<String> = KernelSpec::all()
+            .iter()
+            .filter(|s| s.tiling == Tiling::Long)
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(
+            long,
+            [
+                "fa2_bwd_d128_f16_long_sm80",
+                "fa2_bwd_d128_f16_causal_long_sm80",
+                "fa2_bwd_d128_bf16_long_sm80",
+                "fa2_bwd_d128_bf16_causal_long_sm80",
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        for n in [
+            "",
+            "fa2_fwd_d100_bf16_sm80",
+            "fa2_fwd_d128_fp8_sm80",
+            "fa2_fwd_d128_bf16_masked_sm80",
+            "fa3_fwd_d128_bf16_sm80",
+            "fa2_fwd_d064_bf16_sm80",
+            "fa2_fwd_d+64_bf16_sm80",
+            "fa2_bwdpre_d64_f16_causal_sm80",
+            "fa2_fwd_d128_bf16_long_sm80",
+            "fa2_bwd_d64_bf16_long_sm80",
+            "fa2_bwd_d128_bf16_long_causal_sm80",
+            "fa2_bwd_d128_bf16_long_long_sm80",
+            "fa2_bwd_d128_bf16_causal_causal_sm80",
+        ] {
+            assert!(n.parse::<KernelSpec>().is_err(), "{n}");
+        }
+    }
+}
