@@ -125,6 +125,8 @@ pub enum Special {
     NCtaIdX,
     /// `%nctaid.y`: grid size in CTAs, y.
     NCtaIdY,
+    /// `%nctaid.z`: grid size in CTAs, z.
+    NCtaIdZ,
     /// `%laneid`: lane in the warp (0..32).
     LaneId,
 }

@@ -168,6 +168,7 @@ fn special(s: Special) -> &'static str {
         Special::CtaIdZ => "%ctaid.z",
         Special::NCtaIdX => "%nctaid.x",
         Special::NCtaIdY => "%nctaid.y",
+        Special::NCtaIdZ => "%nctaid.z",
         Special::LaneId => "%laneid",
     }
 }
