@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Where the backward's time goes: times each pass alone, and the main pass with and
 without its dQ atomics, with CUDA events (median). Usage: gpu_profile_bwd.py PTX_DIR
-[--rows D:N,...] (default 64:4096,128:4096,128:16384,256:4096)."""
+[--rows D:N,...] (default 64:4096,128:4096,128:16384,256:4096). Always the standard
+tiling's bwd kernel (the runtime runs d128's `_long` kernel from 8192 query rows on:
+profile that with gpu_tune.py --once under ncu)."""
 import warnings; warnings.filterwarnings("ignore", category=DeprecationWarning)
 import math, sys
 import torch

@@ -10,7 +10,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use flash_codegen::kernels::probe;
-use flash_codegen::{Arch, DType, KernelSpec};
+use flash_codegen::{Arch, DType, KernelSpec, Tiling};
 
 use crate::embedded::{EmbeddedKernel, ptx_source};
 use crate::error::{FlashError, Result};
@@ -150,6 +150,12 @@ impl FlashAttention {
     /// runtime does not generate).
     pub fn function(&self, spec: &KernelSpec) -> Result<CudaFunction> {
         if !spec.is_supported() {
+            if spec.tiling != Tiling::Standard {
+                return Err(FlashError::InvalidParam(format!(
+                    "{spec} has no kernel: only the backward main pass at head dim 128 has a \
+                     long tiling (KernelSpec::long_from)"
+                )));
+            }
             return Err(FlashError::UnsupportedHeadDim {
                 head_dim: spec.head_dim as usize,
             });

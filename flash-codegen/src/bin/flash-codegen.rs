@@ -39,8 +39,8 @@ enum Command {
         out_dir: Option<PathBuf>,
         /// Tuning: build (pass, head dim) with other tiles than the table's, e.g.
         /// `fwd:256=128,32,8,2,1`, `bwd:64=64,64,4,2,1,resident` or
-        /// `bwd:128=64,128,8,2,1,exchange` (repeatable).
-        #[arg(long = "tile", value_name = "PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident|,exchange]",
+        /// `bwd:128=64,128,8,2,1,exchange,late` (repeatable). Replaces standard rows only.
+        #[arg(long = "tile", value_name = "PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident|,exchange][,late]",
               value_parser = flash_codegen::spec::parse_override)]
         tiles: Vec<(flash_codegen::Pass, u32, flash_codegen::TileConfig)>,
     },

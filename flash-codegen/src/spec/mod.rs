@@ -321,8 +321,8 @@ impl KernelSpec {
         match self.pass {
             Pass::Fwd => t.block_m * row + 2 * t.stages * t.block_n * row,
             // K, V once; Q, dO, LSE and D per stage; two [block_n][block_m, padded to 64]
-            // tiles: dS^T of two successive query blocks (the atomic dQ of block j runs in
-            // iteration j + 1), or with exchange dS^T and P^T
+            // tiles: dS^T of two successive query blocks (the atomic dQ of a block runs in
+            // the next iteration), or with exchange dS^T and P^T
             Pass::Bwd => {
                 2 * t.block_n * row
                     + 2 * t.stages * t.block_m * (row + 4)

@@ -37,7 +37,8 @@ pub struct TileConfig {
     /// Backward main pass only: the next query block's copies are issued after the
     /// step's first product (S^T) instead of right after the iteration's barrier, where
     /// they would queue behind the previous block's burst of dQ atomics (the 128-key d128
-    /// row: +2-3% at 16K, session 7).
+    /// row: +2-3% at 16K, session 7). Absent in manifests written before it: `false`.
+    #[serde(default)]
     pub late_prefetch: bool,
 }
 
@@ -253,6 +254,9 @@ fn check_override(pass: Pass, d: u32, t: &TileConfig) -> Result<(), String> {
     if t.exchange && pass != Pass::Bwd {
         return Err("exchange is a bwd layout".into());
     }
+    if t.exchange && t.resident {
+        return Err("exchange and resident exclude each other".into());
+    }
     if t.late_prefetch && (pass != Pass::Bwd || !t.exchange) {
         return Err("late (prefetch) is a bwd option of the exchange layouts".into());
     }
@@ -265,6 +269,22 @@ fn check_override(pass: Pass, d: u32, t: &TileConfig) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Manifests written before `late_prefetch` existed still load (it reads as false).
+    #[test]
+    fn tiles_without_late_prefetch_deserialize() {
+        let t = BWD_LONG_TILES[0].2;
+        let mut v = serde_json::to_value(t).unwrap();
+        v.as_object_mut().unwrap().remove("late_prefetch");
+        let back: TileConfig = serde_json::from_value(v).unwrap();
+        assert_eq!(
+            back,
+            TileConfig {
+                late_prefetch: false,
+                ..t
+            }
+        );
+    }
 
     #[test]
     fn overrides_parse_and_refuse_garbage() {
@@ -289,6 +309,7 @@ mod tests {
             "fwd:64=1,2,3,4,5,resident,7",
             "bwd:128=64,128,8,2,1,exchange,exchange",
             "fwd:128=128,32,4,2,1,late",
+            "bwd:128=64,64,4,2,1,resident,exchange",
             "fwd:128=128,32,4,3,1",
             "bwd:64=64,64,4,1,1",
             "fwd:100=128,32,4,2,1",

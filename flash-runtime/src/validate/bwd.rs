@@ -190,7 +190,9 @@ fn check_scratch(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64)> {
 }
 
 /// Check a backward call and plan its launches (kernels of `arch`). The main pass runs
-/// on its long-sequence tiling where the rule of [`KernelSpec::for_seqlen`] picks it.
+/// on its long-sequence tiling where the rule of [`KernelSpec::for_seqlen`] picks it; a
+/// caller that launches its own kernels and has no PTX for it plans with
+/// [`plan_bwd_with`] and `long_tiles: false`.
 pub fn plan_bwd(a: &BwdArgs, arch: Arch) -> Result<BwdPlan> {
     plan_bwd_with(a, arch, true)
 }

@@ -40,7 +40,8 @@ impl BlockStream {
             b.cp_async_commit();
         } else {
             // One barrier per iteration: past it, block j is visible to every warp and
-            // every warp is done with block j-1, whose stage block j+1 then reuses.
+            // every warp is done with the block before it, whose stage the next block
+            // (j+1, or downward j-1: the same stage parity) then reuses.
             b.comment("-- block j has landed; every warp is done with block j-1 --");
             b.cp_async_wait(0);
             b.bar_sync();
