@@ -169,8 +169,9 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
             arch,
         };
         rt.function(&spec)?;
-        if spec.for_seqlen(s, true) != spec {
-            rt.function(&spec.for_seqlen(s, true))?;
+        let long = spec.for_seqlen(s, true);
+        if long != spec {
+            rt.function(&long)?;
         }
     }
     let names: Vec<String> = rt.loaded_specs().iter().map(KernelSpec::name).collect();

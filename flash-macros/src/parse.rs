@@ -303,13 +303,7 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                 arch,
                             };
                             assert!(spec.is_supported(), "checked spec {spec} unsupported");
-                            specs.insert(spec);
-                            if spec.long_from().is_some() {
-                                specs.insert(KernelSpec {
-                                    tiling: Tiling::Long,
-                                    ..spec
-                                });
-                            }
+                            specs.extend(spec.tilings());
                         }
                     }
                 }

@@ -279,11 +279,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 causal,
                 m0,
                 (&dv, &dk),
-                &mut |b: &mut Builder| {
-                    if t.late_prefetch {
-                        qs.prefetch(b, smem, seqlen_q, (m_first, n_qblocks))
-                    }
-                },
+                &mut |b: &mut Builder| qs.prefetch(b, smem, seqlen_q, (m_first, n_qblocks)),
             );
         } else {
             let stats = ColStats::new(&mut b, &w, lse_smem, d_smem);

@@ -210,13 +210,7 @@ impl KernelSpec {
                                 tiling: Tiling::Standard,
                                 arch,
                             };
-                            v.push(spec);
-                            if spec.long_from().is_some() {
-                                v.push(KernelSpec {
-                                    tiling: Tiling::Long,
-                                    ..spec
-                                });
-                            }
+                            v.extend(spec.tilings());
                         }
                     }
                 }
@@ -251,6 +245,21 @@ impl KernelSpec {
                 .map(|&(_, from, t)| (from, t)),
             _ => None,
         }
+    }
+
+    /// This spec in each tiling its pass and head dim have: [`Tiling::Standard`], then
+    /// [`Tiling::Long`] where there is a long row.
+    pub fn tilings(self) -> impl Iterator<Item = KernelSpec> {
+        let long = self.long_from().map(|_| KernelSpec {
+            tiling: Tiling::Long,
+            ..self
+        });
+        [KernelSpec {
+            tiling: Tiling::Standard,
+            ..self
+        }]
+        .into_iter()
+        .chain(long)
     }
 
     /// The fewest query rows (`seqlen_q`) from which this spec's pass and head dim run on

@@ -54,8 +54,9 @@ impl BlockStream {
         (row0, stage_smem, lp)
     }
 
-    /// Fetches the next block of a [`late_prefetch`](BlockStream::late_prefetch) stream:
-    /// call it once per iteration, after `begin`.
+    /// Where a [`late_prefetch`](BlockStream::late_prefetch) stream fetches its next
+    /// block: call it once per iteration, after `begin`; nothing for a stream whose
+    /// `begin` fetched it.
     pub fn prefetch(
         &self,
         b: &mut Builder,
@@ -63,8 +64,9 @@ impl BlockStream {
         seqlen: Reg<B32>,
         range: (Reg<B32>, Reg<B32>),
     ) {
-        assert!(self.late, "generator bug: this stream prefetches in begin");
-        self.fetch_next(b, smem, seqlen, range);
+        if self.late {
+            self.fetch_next(b, smem, seqlen, range);
+        }
     }
 
     /// Issues the next block into the stage of the previous one (every warp is done with
