@@ -69,12 +69,13 @@ def reference(q, k, v, causal, scale):
     return o, lse
 
 
-def run_fwd(q, k, v, o, lse, causal, scale=None):
+def run_fwd(q, k, v, o, lse, causal, scale=None, tiling=""):
+    """Launch the forward kernel of the problem (`tiling`: "" or "_compact")."""
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     kd = next(x for x in HEAD_DIMS if x >= d)
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
-    name = f"fa2_fwd_d{kd}_{dt}{'_causal' if causal else ''}_sm80"
+    name = f"fa2_fwd_d{kd}_{dt}{'_causal' if causal else ''}{tiling}_sm80"
     f = kernel(name)
     bm, threads, smem = geometry(name)
     f.max_dynamic_shared_size_bytes = smem
@@ -104,7 +105,7 @@ def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
-def check_case(b, sq, sk, h, hk, d, dtype, causal, packed=False):
+def check_case(b, sq, sk, h, hk, d, dtype, causal, packed=False, tiling=""):
     dev = "cuda"
     if packed:  # q, k, v sliced out of one [b, s, 3, h, d] buffer (sq == sk, h == hk)
         qkv = torch.randn(b, sq, 3, h, d, device=dev, dtype=dtype)
@@ -115,7 +116,7 @@ def check_case(b, sq, sk, h, hk, d, dtype, causal, packed=False):
         v = torch.randn(b, sk, hk, d, device=dev, dtype=dtype)
     o = torch.full((b, sq, h, d), float("nan"), device=dev, dtype=dtype)
     lse = torch.full((b, h, sq), float("nan"), device=dev, dtype=torch.float32)
-    name = run_fwd(q, k, v, o, lse, causal)
+    name = run_fwd(q, k, v, o, lse, causal, tiling=tiling)
     torch.cuda.synchronize()
     o_ref, lse_ref = reference(q, k, v, causal, 1.0 / math.sqrt(d))
     nan_o = torch.isnan(o).sum().item()
@@ -168,6 +169,11 @@ def main():
             ok &= check_case(2, 300, 300, 8, 2, 128, dtype, causal)       # GQA 8/2, batch 2
             ok &= check_case(2, 257, 513, 8, 1, 64, dtype, causal)        # MQA
             ok &= check_case(3, 333, 333, 4, 4, 96, dtype, causal, packed=True)
+            # the compact kernels (GPUs with 99 KiB of shared memory per block) where the
+            # manifest has them: d256, and d240 on it
+            if manifest_entry(f"fa2_fwd_d256_{'bf16' if dtype == torch.bfloat16 else 'f16'}_compact_sm80"):
+                for d, (sq, sk) in ((256, (1000, 1000)), (256, (17, 2061)), (240, (2061, 17))):
+                    ok &= check_case(1, sq, sk, 2, 2, d, dtype, causal, tiling="_compact")
     print("ALL OK" if ok else "SOME FAILED")
     sys.exit(0 if ok else 1)
 

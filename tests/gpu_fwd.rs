@@ -7,7 +7,7 @@
 #![cfg(feature = "gpu")]
 
 use cudarc::driver::{CudaSlice, CudaStream};
-use flash_codegen::DType;
+use flash_codegen::{DType, Tiling};
 use flash_runtime::reference::{Shape, attention_forward, rel_l2};
 use flash_runtime::rng::Rng;
 use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4};
@@ -253,10 +253,21 @@ fn forward_matches_f64_reference() {
     let stream = rt.context().default_stream();
     let start = std::time::Instant::now();
     let (mut failures, mut worst) = (Vec::new(), [0.0f64; 2]);
-    let all = cases();
-    for c in &all {
+    // the same checks on the kernels of GPUs with 99 KiB of shared memory per block (RTX
+    // 30/40: the d256 forward's compact tiling) for the d256 and d200 cases
+    let mut small = FlashAttention::on_device(0).unwrap();
+    small.limit_smem(99 * 1024);
+    let mut all: Vec<(Case, bool)> = cases().into_iter().map(|c| (c, false)).collect();
+    let compact: Vec<(Case, bool)> = all
+        .iter()
+        .filter(|(c, _)| [200, 256].contains(&c.d))
+        .map(|&(c, _)| (c, true))
+        .collect();
+    all.extend(compact);
+    for (c, limited) in &all {
+        let rt = if *limited { &small } else { &rt };
         let desc = format!(
-            "d={:3} {:4} {:6} b={} sq={:4} sk={:4} h={} hk={} {:10} lse={}",
+            "d={:3} {:4} {:6} b={} sq={:4} sk={:4} h={} hk={} {:10} lse={}{}",
             c.d,
             c.dtype.name(),
             if c.causal { "causal" } else { "full" },
@@ -266,11 +277,12 @@ fn forward_matches_f64_reference() {
             c.h,
             c.hk,
             format!("{:?}", c.layout),
-            if c.lse { "y" } else { "n" }
+            if c.lse { "y" } else { "n" },
+            if *limited { " smem<=99K" } else { "" }
         );
         let res = match c.dtype {
-            DType::F16 => run_case::<half::f16>(&rt, &stream, c),
-            DType::Bf16 => run_case::<half::bf16>(&rt, &stream, c),
+            DType::F16 => run_case::<half::f16>(rt, &stream, c),
+            DType::Bf16 => run_case::<half::bf16>(rt, &stream, c),
         };
         match res {
             Ok(out) => {
@@ -307,6 +319,18 @@ fn forward_matches_f64_reference() {
         worst[0],
         worst[1]
     );
+    // the limited runtime ran the compact kernels, the other one never
+    let tilings = |rt: &FlashAttention| -> Vec<Tiling> {
+        rt.loaded_specs().iter().map(|s| s.tiling).collect()
+    };
+    if all.iter().any(|(_, limited)| *limited) {
+        assert!(
+            tilings(&small).contains(&Tiling::Compact),
+            "{:?}",
+            small.loaded_specs()
+        );
+    }
+    assert!(!tilings(&rt).contains(&Tiling::Compact));
     assert!(
         failures.is_empty(),
         "{} failing cases:\n{}",

@@ -13,7 +13,7 @@ use flash_codegen::ptx::inst::{
 };
 use flash_codegen::ptx::{
     Addr, AnyOperand, AnyReg, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, Inst, LaunchBounds,
-    LdCache, Module, Param, Pred, Reg, Space, Special, Stmt, Target, Ty, print,
+    LdCache, Module, Operand, Param, Pred, Reg, Space, Special, Stmt, Target, Ty, print,
 };
 
 /// Registers %p0..3, %r0..7, %f0..7, %rd0..3 of one builder.
@@ -207,7 +207,8 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
         (Inst::VoteAny { d: p[1], a: p[0] }, "vote.sync.any.pred %p1, %p0, 0xffffffff;"),
         (Inst::Shfl { mode: ShflMode::Bfly, d: f[1].into(), a: f[0].into(), lane: 1, clamp: 0x1f, mask: u32::MAX }, "shfl.sync.bfly.b32 %f1, %f0, 1, 0x1f, 0xffffffff;"),
         (Inst::Shfl { mode: ShflMode::Idx, d: x[1].into(), a: x[0].into(), lane: 0, clamp: 0x1f, mask: u32::MAX }, "shfl.sync.idx.b32 %r1, %r0, 0, 0x1f, 0xffffffff;"),
-        (Inst::BarSync { id: 0 }, "bar.sync 0;"),
+        (Inst::BarSync { id: Operand::Imm(0), threads: None }, "bar.sync 0;"),
+        (Inst::BarSync { id: Operand::Reg(x[2]), threads: Some(64) }, "bar.sync %r2, 64;"),
         (Inst::RedAddF32 { addr: Addr::Global(rd[0], 4), v: f[0] }, "red.global.add.f32 [%rd0+4], %f0;"),
         (Inst::Bra { target: label, uni: false }, "bra L0;"),
         (Inst::Bra { target: label, uni: true }, "bra.uni L0;"),

@@ -88,6 +88,12 @@ pub struct KernelInfo {
     /// replaces the `standard` kernel of the same pass, head dim, dtype and causal flag in
     /// atomic mode (non-null `dq_accum`). Null for the standard tiling.
     pub min_seqlen_q: Option<u32>,
+    /// For a `compact` tiling: the dynamic shared memory of the `standard` kernel it
+    /// stands in for; it replaces that kernel on GPUs whose opt-in shared memory per block
+    /// (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN) is below this. Null
+    /// otherwise.
+    #[serde(default)]
+    pub smem_optin_below: Option<u32>,
     /// The module's `.target` (`sm_80`).
     pub target: String,
     /// The module's `.version` (`7.0`): the driver must support at least this PTX ISA.
@@ -183,8 +189,18 @@ pub fn kernel(spec: &KernelSpec) -> KernelInfo {
         file: file_name(spec),
         spec: *spec,
         min_seqlen_q: match spec.tiling {
-            Tiling::Standard => None,
             Tiling::Long => spec.long_from(),
+            _ => None,
+        },
+        smem_optin_below: match spec.tiling {
+            Tiling::Compact => Some(
+                KernelSpec {
+                    tiling: Tiling::Standard,
+                    ..*spec
+                }
+                .smem_bytes(),
+            ),
+            _ => None,
         },
         target: target.name().to_string(),
         ptx_version: format!("{major}.{minor}"),
@@ -252,7 +268,7 @@ const ALIGNMENT: &str = "q, k, v and o base pointers must be 16-byte aligned, an
 
 const SCALE_LOG2: &str = "scale_log2 = softmax_scale * log2(e) = softmax_scale * 1.4426950408889634, as an f32; softmax_scale must be positive and scale_log2 finite (the kernels track the max of the raw scores). The default softmax_scale is 1 / sqrt(d) with d the problem's head dim (the head_dim parameter, not the kernel's).";
 
-const KERNEL_CHOICE: &str = "Pick the kernel with the problem's dtype and causal flag and the smallest spec.head_dim >= d, where d is a multiple of 8 (at most 256), and spec.tiling = standard; pass d as the head_dim parameter (the kernel zero-fills the columns past d). A backward main pass (bwd) may instead run on its kernel with spec.tiling = long, same parameters and grid formula (with its own tiles), when seqlen_q >= min_seqlen_q and dq_accum is non-null: it computes the same, faster there.";
+const KERNEL_CHOICE: &str = "Pick the kernel with the problem's dtype and causal flag and the smallest spec.head_dim >= d, where d is a multiple of 8 (at most 256), and spec.tiling = standard; pass d as the head_dim parameter (the kernel zero-fills the columns past d). A backward main pass (bwd) may instead run on its kernel with spec.tiling = long, same parameters and grid formula (with its own tiles), when seqlen_q >= min_seqlen_q and dq_accum is non-null: it computes the same, faster there. A forward (fwd) whose standard kernel needs more dynamic shared memory than the GPU allows per block (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN below its dynamic_smem_bytes: d256 on RTX 30/40, 99 KiB) runs on its kernel with spec.tiling = compact instead (smem_optin_below), same parameters and grid.";
 
 const SHARED_MEMORY: &str = "Pass launch.dynamic_smem_bytes as the launch's dynamic shared memory. When needs_smem_opt_in is true (more than 48 KiB), first set the function attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuFuncSetAttribute attribute 8; CuPy: Function.max_dynamic_shared_size_bytes) to at least that many bytes, once per loaded function.";
 

@@ -101,6 +101,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
     let tiling = match spec.tiling {
         Tiling::Standard => quote!(Standard),
         Tiling::Long => quote!(Long),
+        Tiling::Compact => quote!(Compact),
     };
     let head_dim = Literal::u32_suffixed(spec.head_dim);
     let causal = spec.causal;

@@ -9,13 +9,12 @@ use cudarc::driver::{
     DeviceSlice, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
-use flash_codegen::kernels::probe;
-use flash_codegen::{Arch, DType, KernelSpec, Tiling};
+use flash_codegen::{Arch, KernelSpec, Tiling};
 
 use crate::embedded::{EmbeddedKernel, ptx_source};
 use crate::error::{FlashError, Result};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{FwdArgs, FwdParams, LaunchPlan, LseDesc, ParamValue, plan_fwd};
+use crate::validate::{FwdArgs, FwdParams, LaunchPlan, LseDesc, ParamValue, plan_fwd_on};
 
 /// True when the NVIDIA driver library can be loaded. cudarc panics on the first driver
 /// call without it, so this is checked before any.
@@ -106,6 +105,20 @@ impl FlashAttention {
         Self::with_kernels(CudaContext::new(ordinal)?, kernels)
     }
 
+    /// Plans every later call as if the GPU allowed at most `bytes` of dynamic shared
+    /// memory per block (never more than it does): the kernels a GPU with less shared
+    /// memory runs (e.g. RTX 30/40's 99 KiB: the d256 forward's compact tiling) can then
+    /// be tested on a larger one.
+    pub fn limit_smem(&mut self, bytes: u64) {
+        self.smem_optin = self.smem_optin.min(bytes);
+    }
+
+    /// The dynamic shared memory per block this runtime plans for (the GPU's opt-in
+    /// limit, or less after [`FlashAttention::limit_smem`]).
+    pub fn smem_limit(&self) -> u64 {
+        self.smem_optin
+    }
+
     /// Whether variants without registered PTX are generated on first use (true unless
     /// made by [`FlashAttention::with_kernels`]).
     pub fn generates_on_demand(&self) -> bool {
@@ -153,7 +166,8 @@ impl FlashAttention {
             if spec.tiling != Tiling::Standard {
                 return Err(FlashError::InvalidParam(format!(
                     "{spec} has no kernel: only the backward main pass at head dim 128 has a \
-                     long tiling (KernelSpec::long_from)"
+                     long tiling (KernelSpec::long_from) and only the forward at head dim 256 \
+                     a compact one (KernelSpec::for_smem)"
                 )));
             }
             return Err(FlashError::UnsupportedHeadDim {
@@ -290,13 +304,15 @@ impl FlashAttention {
             lse: lse_desc,
             params: *params,
         };
-        let plan = plan_fwd(&args, self.arch)?;
+        // (the d256 forward on its compact tiling where the GPU has too little shared
+        // memory per block for the standard one)
+        let plan = plan_fwd_on(&args, self.arch, self.smem_optin)?;
         if plan.is_noop() {
             return Ok(());
         }
         let f = self.function(&plan.spec)?;
         // SAFETY:
-        // - `f` is `plan.spec`'s entry and `plan` comes from `plan_fwd`, which bound its
+        // - `f` is `plan.spec`'s entry and `plan` comes from `plan_fwd_on`, which bound its
         //   parameters in the order and PTX types of `abi::FWD_PARAMS`.
         // - Every pointer comes from a live cudarc view of this context (checked above) and
         //   `plan_fwd` proved each tensor's shape and strides stay inside its view, that o's
@@ -337,54 +353,6 @@ impl FlashAttention {
         // `plan` until `launch` returns, and the parameter widths match the entry's.
         unsafe { b.launch(cfg) }?;
         Ok(())
-    }
-
-    /// Run the mma probe (`flash_codegen::kernels::probe`): `c1 = a @ bt^T`, `c2 = a @ v`,
-    /// with a, bt, v 16x16 row-major `T` and c1, c2 16x16 row-major f32.
-    pub fn launch_probe<T: Element>(
-        &self,
-        stream: &CudaStream,
-        a: &CudaSlice<T>,
-        bt: &CudaSlice<T>,
-        v: &CudaSlice<T>,
-        c1: &mut CudaSlice<f32>,
-        c2: &mut CudaSlice<f32>,
-    ) -> Result<()> {
-        self.check_ctx("stream", stream.context())?;
-        for (name, len) in [("a", a.len()), ("bt", bt.len()), ("v", v.len())] {
-            if len < 256 {
-                return Err(FlashError::ShapeMismatch(format!(
-                    "probe input `{name}` needs 256 elements (16x16), has {len}"
-                )));
-            }
-        }
-        for (name, len) in [("c1", c1.len()), ("c2", c2.len())] {
-            if len < 256 {
-                return Err(FlashError::ShapeMismatch(format!(
-                    "probe output `{name}` needs 256 f32 (16x16), has {len}"
-                )));
-            }
-        }
-        let f = self.probe_function(T::DTYPE)?;
-        let mut b = stream.launch_builder(&f);
-        b.arg(a).arg(bt).arg(v).arg(c1).arg(c2);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (32, 1, 1),
-            shared_mem_bytes: probe::SMEM_BYTES,
-        };
-        // SAFETY: the probe's params are five u64 pointers (probe::PARAMS), passed as five
-        // cudarc slices of this context holding at least 256 elements each (checked above),
-        // which is all the probe reads or writes; cudarc allocations are 256-byte aligned,
-        // as cp.async needs; the slices are borrowed for the whole call.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
-    }
-
-    fn probe_function(&self, dtype: DType) -> Result<CudaFunction> {
-        let name = probe::entry_name(dtype);
-        let ptx = flash_codegen::ptx::print::module(&probe::module(dtype));
-        self.load_entry(&name, &ptx, probe::SMEM_BYTES)
     }
 }
 

@@ -39,6 +39,7 @@ mod backward;
 mod embedded;
 pub mod error;
 mod jit;
+mod probe;
 pub mod reference;
 pub mod rng;
 pub mod tensor;
@@ -51,7 +52,7 @@ pub use error::{FlashError, Result};
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut};
 pub use validate::{
     BwdParams, BwdPlan, FwdParams, FwdPlan, LaunchPlan, ParamValue, plan_bwd, plan_bwd_with,
-    plan_fwd,
+    plan_fwd, plan_fwd_on,
 };
 
 /// The cudarc version this crate is built against, re-exported so users name the same types.

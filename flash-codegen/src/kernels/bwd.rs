@@ -93,9 +93,10 @@ pub fn build(spec: &KernelSpec) -> Entry {
         &p,
         (
             w.tid,
-            // the exchange layouts need the registers (d128: one-piece dP^T); measured
-            // 4-5% slower at d64, which has registers to spare (session 6, run 5)
-            if t.exchange {
+            // the exchange layouts and two m-tiles per warp need the registers (d128:
+            // one-piece dP^T; d64 on 128 keys); measured 4-5% slower on the 64-key d64
+            // row, which had registers to spare (session 6, run 5)
+            if t.exchange || bn / t.warps > 16 {
                 CopyPlan::AtIssue
             } else {
                 CopyPlan::Once
@@ -315,16 +316,23 @@ pub fn build(spec: &KernelSpec) -> Entry {
                     let a: Vec<_> = pt.iter().map(|p| p_as_a(&mut b, fmt, p)).collect();
                     w.mma_a_b(&mut b, fmt, &dv, &a, (&do_sub, st), 0);
                 }
-                if do_dk {
+                // two m-tiles per warp (d64 on 128 keys): dS^T in 16-column halves, for the
+                // registers (sm_80 spilled 32 bytes in one piece; session 8)
+                let halves = if w.m_tiles >= 2 { 2 } else { 1 };
+                let part = sub / halves;
+                for h in (0..halves).filter(|_| do_dk) {
                     b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
-                    let mut ds = w.acc_zeros(&mut b, sub);
-                    w.mma_a_bt(&mut b, fmt, &ds, &v_operand, (&do_sub, st), d);
-                    stats.ds(&mut b, &pt, &mut ds, nt0, 0);
+                    let c = c0 + h * part;
+                    let pt_nt0 = (h * part / 8) as usize;
+                    let mut ds = w.acc_zeros(&mut b, part);
+                    w.mma_a_bt(&mut b, fmt, &ds, &v_operand, (&do_tile.rows_from(c), st), d);
+                    stats.ds(&mut b, &pt, &mut ds, nt0 + pt_nt0, pt_nt0);
                     let a: Vec<_> = ds.iter().map(|x| p_as_a(&mut b, fmt, x)).collect();
-                    w.mma_a_b(&mut b, fmt, &dk, &a, (&q_sub, st), 0);
+                    w.mma_a_b(&mut b, fmt, &dk, &a, (&q_tile.rows_from(c), st), 0);
                     let no_dq = b.label();
                     b.bra_if(dq_on, true, no_dq, true);
-                    w.store_tile(&mut b, fmt, &ds, ds_cur, &ds_tile, Cols::Fixed(nt0));
+                    let cols = Cols::Fixed(nt0 + pt_nt0);
+                    w.store_tile(&mut b, fmt, &ds, ds_cur, &ds_tile, cols);
                     b.place(no_dq);
                 }
             }

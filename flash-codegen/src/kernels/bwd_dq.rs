@@ -155,7 +155,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], kv_smem), d);
-    mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
+    mask_block(&mut b, spec, &mask, &s, (n0, n0), seqlen_k, diag);
     stats.probabilities(&mut b, &mut s, scale_log2);
     b.comment("-- dS = P * (dO V^T - D) --");
     let mut dpt = q.acc_zeros(&mut b, t.block_n);

@@ -10,7 +10,7 @@
 
 use super::mask::QueryMask;
 use super::softmax::{AccTiles, lse_log2};
-use super::warp::{AFrags, AOperand, Warp};
+use super::warp::{AOperand, Warp, by_m_tile};
 use super::warp_store::Cols;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
@@ -214,12 +214,4 @@ impl Exchange {
         let hd = b.max_u32(head_dim, c0);
         (at, b.sub_u32(hd, c0))
     }
-}
-
-/// `[kk][mt]` fragments as `[mt][kk]`, the order of [`Warp::mma_a_b`].
-fn by_m_tile(a: AFrags) -> Vec<Vec<[Reg<B32>; 4]>> {
-    let m_tiles = a[0].len();
-    (0..m_tiles)
-        .map(|mt| a.iter().map(|kk| kk[mt]).collect())
-        .collect()
 }

@@ -2,16 +2,19 @@
 //!
 //! One CTA per (query block, head, batch). Per key block: S = Q K^T (mma.sync, f32),
 //! mask, online softmax, O += P V with P converted in registers. At the end O /= l and
-//! the LSE is written.
+//! the LSE is written. With the exchange layout (`fwd_exchange`) the warps split each
+//! key block for S and the head dim for O, and P passes through shared memory.
 
+use super::fwd_exchange::{self, FwdExchange};
 use super::mainloop::{Opening, QBlock, kv_blocks, mask_block, open};
 use super::params::Params;
 use super::softmax::{OnlineSoftmax, p_as_a};
 use super::stream::{BlockStream, CopyPlan};
-use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Reg, Space, Ty};
+use super::warp_store::Cols;
+use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Pred, Reg, Space, Ty};
 use crate::spec::KernelSpec;
 use crate::tile::copy::TileCopy;
-use crate::tile::smem::SmemTile;
+use crate::tile::smem::{ROW_BYTES, SmemTile};
 
 /// The entry of a [`Pass::Fwd`](crate::spec::Pass::Fwd) spec.
 pub fn build(spec: &KernelSpec) -> Entry {
@@ -47,13 +50,28 @@ pub fn build(spec: &KernelSpec) -> Entry {
         &mut b,
         spec,
         &p,
-        (q.tid, CopyPlan::Once),
+        (
+            q.tid,
+            if t.exchange {
+                CopyPlan::AtIssue
+            } else {
+                CopyPlan::Once
+            },
+        ),
         q_tile.bytes(),
         t.block_n,
         ["k_row_stride", "v_row_stride"],
     );
+    let ex = t
+        .exchange
+        .then(|| FwdExchange::new(&mut b, spec, &q, q_tile.bytes() + kv.bytes()));
+    let ex_bytes = if t.exchange {
+        fwd_exchange::extra_smem_bytes(spec)
+    } else {
+        0
+    };
     assert_eq!(
-        q_tile.bytes() + kv.bytes(),
+        q_tile.bytes() + kv.bytes() + ex_bytes,
         spec.smem_bytes(),
         "generator bug: smem size"
     );
@@ -76,29 +94,63 @@ pub fn build(spec: &KernelSpec) -> Entry {
     b.cp_async_commit();
     let [q_operand] = q.a_operands(&mut b, t.resident, [&q_tile], smem, d);
     let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
-    let o = q.acc_zeros(&mut b, d);
+    let o = q.acc_zeros(&mut b, ex.as_ref().map_or(d, |e| e.cols()));
     let mut softmax = OnlineSoftmax::new(&mut b, q.m_tiles, p.f32("scale_log2"));
 
     let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (zero, n_blocks));
     b.comment("-- S = Q K^T --");
-    let mut s = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], kv_smem), d);
+    let mut s = q.acc_zeros(&mut b, ex.as_ref().map_or(t.block_n, |e| e.keys()));
+    let (k_smem, s_n0) = match &ex {
+        Some(e) => {
+            let key0 = e.key0(&mut b);
+            let at = b.mad_lo_u32(key0, ROW_BYTES, kv_smem);
+            (at, b.add_u32(n0, key0))
+        }
+        None => (kv_smem, n0),
+    };
+    q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], k_smem), d);
     b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
-    mask_block(&mut b, spec, &mask, &s, n0, seqlen_k, diag);
+    mask_block(&mut b, spec, &mask, &s, (n0, s_n0), seqlen_k, diag);
     b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
-    softmax.step(&mut b, &mut s, &o);
+    match &ex {
+        None => softmax.step(&mut b, &mut s, &o),
+        Some(e) => {
+            // the warps sharing the rows agree on the maxima, then publish their P
+            let m = softmax.block_max(&mut b, &s);
+            let m = e.combine(&mut b, &q, smem, &m, |b, x, y| b.max_f32(x, y));
+            softmax.step_to(&mut b, &mut s, &o, &m);
+            e.share_p(&mut b, fmt, &q, &s, smem);
+        }
+    }
+    // (one stage: the barrier here also makes P visible; more: the group's barrier does)
     kv.mid(&mut b, smem, seqlen_k, n_blocks);
+    if let Some(e) = ex.as_ref().filter(|_| !kv.syncs_mid()) {
+        e.sync(&mut b);
+    }
     b.comment("-- O += P V --");
-    // one m-tile at a time (V fragments reloaded per m-tile): measured 2-5% faster at d128
-    // than sharing each V fragment between the m-tiles, which keeps both P operands live
-    for (mt, s_mt) in s.iter().enumerate() {
-        let pa = p_as_a(&mut b, fmt, s_mt);
-        q.mma_a_b(&mut b, fmt, &o[mt..=mt], &[pa], (&kv.tiles[1], kv_smem), 0);
+    match &ex {
+        Some(e) => e.pv(&mut b, fmt, &q, &o, smem, (&kv.tiles[1], kv_smem)),
+        // one m-tile at a time (V fragments reloaded per m-tile): measured 2-5% faster
+        // at d128 than sharing each V fragment between the m-tiles, which keeps both P
+        // operands live
+        None => {
+            for (mt, s_mt) in s.iter().enumerate() {
+                let pa = p_as_a(&mut b, fmt, s_mt);
+                q.mma_a_b(&mut b, fmt, &o[mt..=mt], &[pa], (&kv.tiles[1], kv_smem), 0);
+            }
+        }
     }
     kv.end(&mut b, lp);
 
     b.comment("-- epilogue: O /= l_i, write O (through the warp's own Q rows) and LSE --");
-    let lse = softmax.finish(&mut b, &o);
+    let lse = match &ex {
+        None => softmax.finish(&mut b, &o),
+        Some(e) => {
+            let l = softmax.row_sums(&mut b);
+            let l = e.combine(&mut b, &q, smem, &l, |b, x, y| b.add_f32(x, y));
+            softmax.finish_with(&mut b, &o, &l)
+        }
+    };
     let o_base = p.tensor(&mut b, "o", q.batch, q.m0, q.head);
     // every warp reads only its own rows of Q, so once its last S = Q K^T is done they
     // are free for staging O without a CTA barrier; but with no key block at all (causal
@@ -109,17 +161,25 @@ pub fn build(spec: &KernelSpec) -> Entry {
     b.bra_if(no_blocks, true, synced, true);
     b.bar_sync();
     b.place(synced);
+    let cols = match &ex {
+        Some(e) => {
+            let c0 = e.col0(&mut b);
+            Cols::At(b.shr_u32(c0, 3u32))
+        }
+        None => Cols::Fixed(0),
+    };
     q.store_rows_staged(
         &mut b,
         fmt,
         &o,
-        (&q_tile, smem),
+        (&q_tile, smem, cols),
         o_base,
         p.u32("o_row_stride"),
         head_dim,
         q.q_rows,
     );
-    store_lse(&mut b, &p, &q, &lse);
+    let not_lse_writer = ex.as_ref().map(|e| e.not_lse_writer(&mut b));
+    store_lse(&mut b, &p, &q, &lse, not_lse_writer);
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
         min_ctas_per_sm: Some(spec.ctas_per_sm_hint()),
@@ -127,12 +187,23 @@ pub fn build(spec: &KernelSpec) -> Entry {
     b.finish(spec.name(), ir_params, bounds)
 }
 
-/// Lane t = 0 of each quad writes its rows' LSE, when the lse pointer is non-null.
-fn store_lse(b: &mut Builder, p: &Params, q: &QBlock, lse: &[Reg<F32>]) {
+/// Lane t = 0 of each quad writes its rows' LSE, when the lse pointer is non-null and
+/// `not_writer` (given when warps share the rows: all but one) does not hold.
+fn store_lse(
+    b: &mut Builder,
+    p: &Params,
+    q: &QBlock,
+    lse: &[Reg<F32>],
+    not_writer: Option<Reg<Pred>>,
+) {
     let skip = b.label();
     let null = b.setp_u64(Cmp::Eq, p.u64("lse"), 0i64);
     let other_lane = b.setp_u32(Cmp::Ne, q.t2, 0u32);
     let skip_all = b.or_pred(null, other_lane);
+    let skip_all = match not_writer {
+        Some(w) => b.or_pred(skip_all, w),
+        None => skip_all,
+    };
     b.bra_if(skip_all, false, skip, false);
     let heads = p.u32("heads");
     let base = q.row_stats(b, p, "lse", heads);

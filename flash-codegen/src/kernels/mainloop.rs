@@ -71,13 +71,20 @@ impl QBlock {
     /// CTA coordinates from the grid, and the warp's share.
     pub fn new(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Self {
         let t = spec.tiles();
-        let m_tiles = (t.block_m / t.warps / 16) as usize;
-        assert!(
-            m_tiles >= 1 && t.block_m % (16 * t.warps) == 0,
-            "generator bug: block_m {}",
-            t.block_m
-        );
-        let w = Warp::new(b, m_tiles);
+        let w = if t.exchange {
+            // the forward's exchange layout: 32-row blocks shared by groups of warps
+            // (checked by `FwdExchange::new`)
+            let rows = super::fwd_exchange::ROWS_PER_WARP;
+            Warp::with_row_blocks(b, (rows / 16) as usize, Some(t.block_m / rows))
+        } else {
+            let m_tiles = (t.block_m / t.warps / 16) as usize;
+            assert!(
+                m_tiles >= 1 && t.block_m % (16 * t.warps) == 0,
+                "generator bug: block_m {}",
+                t.block_m
+            );
+            Warp::new(b, m_tiles)
+        };
         let (m_block, head, batch) = match (spec.causal, spec.pass) {
             (true, Pass::Fwd) => heaviest_first(b, spec, p),
             // causal: the last query blocks see the most keys; launch them first, so the
@@ -221,15 +228,17 @@ pub fn kv_blocks(
     (b.min_u32(n, lim), diag)
 }
 
-/// Masks `s` (scores of the key block at `n0`) when the block crosses the sequence end
-/// or the causal diagonal; other blocks skip the mask with a uniform branch.
+/// Masks `s` (scores of the key block at `n0`; the warp's columns start at key `s_n0`,
+/// `n0` itself unless the block's keys are split between warps) when the block crosses
+/// the sequence end or the causal diagonal; other blocks skip the mask with a uniform
+/// branch.
 #[allow(clippy::too_many_arguments)]
 pub fn mask_block(
     b: &mut Builder,
     spec: &KernelSpec,
     mask: &KeyMask,
     s: &AccTiles,
-    n0: Reg<B32>,
+    (n0, s_n0): (Reg<B32>, Reg<B32>),
     seqlen_k: Reg<B32>,
     diag: Reg<B32>,
 ) {
@@ -245,6 +254,6 @@ pub fn mask_block(
     };
     let unmasked = b.label();
     b.bra_if(needs_mask, true, unmasked, true);
-    mask.apply(b, s, n0);
+    mask.apply(b, s, s_n0);
     b.place(unmasked);
 }

@@ -6,6 +6,7 @@ pub mod bwd_dq;
 pub mod bwd_elementwise;
 pub mod bwd_exchange;
 pub mod fwd;
+pub mod fwd_exchange;
 pub mod mainloop;
 pub mod mask;
 pub mod params;

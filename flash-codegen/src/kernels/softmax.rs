@@ -79,36 +79,80 @@ impl OnlineSoftmax {
     }
 
     /// One key block: turns scores `s` into unnormalised probabilities in place and
-    /// updates `l_i`. The reference max `m_i` (and with it `l_i` and the output `o`, by
+    /// updates `l_i` (see [`OnlineSoftmax::step_to`]; the rows' new maxima are this
+    /// warp's).
+    pub fn step(&mut self, b: &mut Builder, s: &mut AccTiles, o: &AccTiles) {
+        let mut m_new = Vec::new();
+        let mut grows = None;
+        for row in 0..2 * s.len() {
+            let mx = self.row_max(b, s, row);
+            grows = Some(self.grows(b, row, mx, grows));
+            m_new.push(mx);
+        }
+        self.rescale_and_exp(b, s, o, &m_new, grows);
+    }
+
+    /// Each row's `max(m_old, rowmax(S))` over the thread's quad (the row's columns of
+    /// this warp), one per row `2 * mt + h`.
+    pub fn block_max(&self, b: &mut Builder, s: &AccTiles) -> Vec<Reg<F32>> {
+        (0..2 * s.len())
+            .map(|row| self.row_max(b, s, row))
+            .collect()
+    }
+
+    fn row_max(&self, b: &mut Builder, s: &AccTiles, row: usize) -> Reg<F32> {
+        let (mt, h) = (row / 2, row % 2);
+        let mut mx = self.m_i[row];
+        for frag in s[mt].iter() {
+            mx = b.max_f32(mx, frag[2 * h]);
+            mx = b.max_f32(mx, frag[2 * h + 1]);
+        }
+        quad_reduce(b, mx, max)
+    }
+
+    /// `acc` or-ed with whether row `row`'s max grows past the threshold to `mx`:
+    /// `(m_new - m_old) * scale_log2 > RESCALE_LOG2`; -inf - -inf = NaN compares false.
+    fn grows(
+        &self,
+        b: &mut Builder,
+        row: usize,
+        mx: Reg<F32>,
+        acc: Option<Reg<Pred>>,
+    ) -> Reg<Pred> {
+        let new_s = b.mul_f32(mx, self.scale_log2);
+        let old_s = b.mul_f32(self.m_i[row], self.scale_log2);
+        let diff = b.sub_f32(new_s, old_s);
+        let g = b.setp_f32(Cmp::Gt, diff, RESCALE_LOG2);
+        match acc {
+            None => g,
+            Some(acc) => b.or_pred(acc, g),
+        }
+    }
+
+    /// The step with the rows' new maxima `m_new` given (from [`OnlineSoftmax::block_max`],
+    /// combined over the warps sharing the rows: they must agree on them). The
+    /// reference max `m_i` (and with it `l_i` and the output `o`, by
     /// `alpha = 2^(m_old - m_new)`) moves only when some row of the warp sees its max grow
     /// by more than `RESCALE_LOG2` = 8 (scaled, log2 units), or sees its first valid key;
     /// otherwise the stale max stays the reference and `p <= 2^RESCALE_LOG2`. Exact either
     /// way (O and l share the reference); it skips the O rescale on most blocks.
-    pub fn step(&mut self, b: &mut Builder, s: &mut AccTiles, o: &AccTiles) {
-        // -- m_new = max(m_old, rowmax(S)); does any row of the warp need a new reference? --
-        let mut m_new = Vec::new();
-        let mut grows: Option<Reg<Pred>> = None;
-        for (mt, s_mt) in s.iter().enumerate() {
-            for h in 0..2 {
-                let row = 2 * mt + h;
-                let mut mx = self.m_i[row];
-                for frag in s_mt.iter() {
-                    mx = b.max_f32(mx, frag[2 * h]);
-                    mx = b.max_f32(mx, frag[2 * h + 1]);
-                }
-                let mx = quad_reduce(b, mx, max);
-                // (m_new - m_old) * scale_log2 > threshold; -inf - -inf = NaN compares false
-                let new_s = b.mul_f32(mx, self.scale_log2);
-                let old_s = b.mul_f32(self.m_i[row], self.scale_log2);
-                let diff = b.sub_f32(new_s, old_s);
-                let g = b.setp_f32(Cmp::Gt, diff, RESCALE_LOG2);
-                grows = Some(match grows {
-                    None => g,
-                    Some(acc) => b.or_pred(acc, g),
-                });
-                m_new.push(mx);
-            }
+    pub fn step_to(&mut self, b: &mut Builder, s: &mut AccTiles, o: &AccTiles, m_new: &[Reg<F32>]) {
+        let mut grows = None;
+        for (row, &mx) in m_new.iter().enumerate() {
+            grows = Some(self.grows(b, row, mx, grows));
         }
+        self.rescale_and_exp(b, s, o, m_new, grows);
+    }
+
+    /// The rest of a step: a new reference where any row `grows`, then P and `l_i`.
+    fn rescale_and_exp(
+        &mut self,
+        b: &mut Builder,
+        s: &mut AccTiles,
+        o: &AccTiles,
+        m_new: &[Reg<F32>],
+        grows: Option<Reg<Pred>>,
+    ) {
         let any = b.vote_any(grows.expect("m_tiles > 0"));
         let keep = b.label();
         b.bra_if(any, true, keep, true);
@@ -155,11 +199,30 @@ impl OnlineSoftmax {
     /// Normalises `o` by `1 / l_i` and returns each row's natural-log LSE
     /// (`-inf`, with `o = 0`, for rows without a valid key).
     pub fn finish(&self, b: &mut Builder, o: &AccTiles) -> Vec<Reg<F32>> {
+        self.normalise(b, o, None)
+    }
+
+    /// This warp's share of each row's sum `l_i`, reduced over the quad.
+    pub fn row_sums(&self, b: &mut Builder) -> Vec<Reg<F32>> {
+        self.l_i.iter().map(|&l| quad_reduce(b, l, add)).collect()
+    }
+
+    /// [`OnlineSoftmax::finish`] with the rows' whole sums `l` given (from
+    /// [`OnlineSoftmax::row_sums`], added over the warps sharing the rows).
+    pub fn finish_with(&self, b: &mut Builder, o: &AccTiles, l: &[Reg<F32>]) -> Vec<Reg<F32>> {
+        self.normalise(b, o, Some(l))
+    }
+
+    /// `finish` with the whole row sums `l`, or (`None`) this warp's reduced row by row.
+    fn normalise(&self, b: &mut Builder, o: &AccTiles, l: Option<&[Reg<F32>]>) -> Vec<Reg<F32>> {
         let mut lse = Vec::new();
         for (mt, o_mt) in o.iter().enumerate() {
             for h in 0..2 {
                 let row = 2 * mt + h;
-                let l = quad_reduce(b, self.l_i[row], add);
+                let l = match l {
+                    Some(l) => l[row],
+                    None => quad_reduce(b, self.l_i[row], add),
+                };
                 let empty = b.setp_f32(Cmp::Eq, l, 0.0f32);
                 let r = b.rcp(l);
                 let inv = b.selp_f32(1.0f32, r, empty);

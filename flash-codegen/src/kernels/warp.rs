@@ -209,3 +209,12 @@ impl Warp {
         }
     }
 }
+
+/// `[kk][mt]` fragments (as [`Warp::load_a`] gives them) as `[mt][kk]`, the order of
+/// [`Warp::mma_a_b`].
+pub fn by_m_tile(a: AFrags) -> Vec<Vec<[Reg<B32>; 4]>> {
+    let m_tiles = a[0].len();
+    (0..m_tiles)
+        .map(|mt| a.iter().map(|kk| kk[mt]).collect())
+        .collect()
+}

@@ -67,13 +67,15 @@ impl Warp {
     /// its rows alone (the [`Warp::new`] layout, as in the forward; not the repeating row
     /// blocks of [`Warp::with_row_blocks`]). The fragments go in through
     /// [`Warp::store_tile`]; the read-back runs as a run-time loop over groups of 8 rows.
+    /// The accumulator's columns start at `cols` (a warp of the forward's exchange layout
+    /// owns its rows' columns from `Cols::At(chunk)` on, and only those).
     #[allow(clippy::too_many_arguments)]
     pub fn store_rows_staged(
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
         acc: &AccTiles,
-        (tile, smem): (&SmemTile, Reg<B32>),
+        (tile, smem, cols): (&SmemTile, Reg<B32>, Cols),
         base: Reg<B64>,
         row_stride: Reg<B32>,
         head_dim: Reg<B32>,
@@ -87,7 +89,7 @@ impl Warp {
             "generator bug: {chunks} chunks per row"
         );
         let panel_bytes = tile.rows * ROW_BYTES;
-        self.store_tile(b, fmt, acc, smem, tile, Cols::Fixed(0));
+        self.store_tile(b, fmt, acc, smem, tile, cols);
         // the warp's rows start at a multiple of 16, so every row of the thread has the
         // swizzle phase g = row & 7, and `lane` and the warp's first row follow from its
         // first row and t2 (live here anyway; keeping `lane` and `warp_row` alive through
@@ -100,7 +102,12 @@ impl Warp {
         let rows_per_store = 32 / per_row;
         let t = b.shr_u32(self.t2, 1u32);
         let lane = b.mad_lo_u32(g, 4u32, t);
-        let chunk = b.and_b32(lane, per_row - 1); // the lane's chunk of its row
+        let own = b.and_b32(lane, per_row - 1); // the lane's chunk of the warp's columns
+        let chunk = match cols {
+            Cols::Fixed(0) => own,
+            Cols::Fixed(c) => b.add_u32(own, c as u32),
+            Cols::At(c) => b.add_u32(own, c),
+        };
         let lane_row = b.shr_u32(lane, per_row.trailing_zeros());
         let first_row = b.add_u32(warp_row, lane_row);
         let rows_left = b.sub_s32(valid_rows, first_row);
@@ -109,7 +116,7 @@ impl Warp {
         let row0 = b.mul_wide_u32(first_row, row_bytes);
         let row0 = b.add_s64(base, row0);
         let col = b.shl_b32(chunk, 3u32);
-        let in_kernel = b.setp_u32(Cmp::Lt, chunk, chunks);
+        let in_kernel = b.setp_u32(Cmp::Lt, own, chunks);
         let in_problem = b.setp_u32(Cmp::Lt, col, head_dim);
         let chunk_ok = b.and_pred(in_kernel, in_problem);
         // shared: the chunk's panel at the lane's first row; the swizzle phase of row

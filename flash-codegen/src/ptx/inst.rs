@@ -208,10 +208,13 @@ pub enum Inst {
         /// Member mask of the participating lanes.
         mask: u32,
     },
-    /// `bar.sync id`: CTA-wide barrier.
+    /// `bar.sync id` (CTA-wide) or `bar.sync id, threads` (the first `threads` threads,
+    /// a multiple of 32, to arrive at barrier `id`: a named barrier of some warps).
     BarSync {
-        /// The barrier number (0).
-        id: u32,
+        /// The barrier number (0-15; 0 is the CTA-wide one), an immediate or a register.
+        id: Operand<B32>,
+        /// Threads taking part, or `None` for every thread of the CTA.
+        threads: Option<u32>,
     },
     /// `bar.warp.sync mask`: the lanes of `mask` wait for each other; orders their
     /// memory accesses (shared memory written by one lane is visible to the others after).
@@ -326,10 +329,12 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         }
         Inst::Shfl { d, a, .. } => out.extend([*d, *a]),
         Inst::RedAddF32 { addr: a, v } => out.extend::<[AnyReg; 2]>([addr(a), (*v).into()]),
-        Inst::CpAsyncCommit
-        | Inst::CpAsyncWait { .. }
-        | Inst::BarSync { .. }
-        | Inst::BarWarpSync { .. } => {}
+        Inst::BarSync { id, .. } => {
+            if let Operand::Reg(r) = id {
+                out.push((*r).into());
+            }
+        }
+        Inst::CpAsyncCommit | Inst::CpAsyncWait { .. } | Inst::BarWarpSync { .. } => {}
         Inst::Bra { .. } | Inst::Ret => {}
     }
     out

@@ -386,7 +386,10 @@ pub fn write_inst<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
                 A(*a)
             )
         }
-        Inst::BarSync { id } => write!(w, "bar.sync {id};"),
+        Inst::BarSync { id, threads } => match threads {
+            None => write!(w, "bar.sync {};", O((*id).into())),
+            Some(n) => write!(w, "bar.sync {}, {n};", O((*id).into())),
+        },
         Inst::BarWarpSync { mask } => write!(w, "bar.warp.sync {mask:#010x};"),
         Inst::RedAddF32 { addr, v } => write!(w, "red.global.add.f32 {}, {};", Ad(*addr), R(*v)),
         Inst::Bra { target, uni } => {

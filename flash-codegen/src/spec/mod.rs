@@ -9,6 +9,9 @@ use crate::ptx::{HalfFmt, Target};
 
 mod name;
 mod tiles;
+mod tiling;
+
+pub use tiling::Tiling;
 
 /// Which FlashAttention-2 pass a kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -117,31 +120,6 @@ impl Arch {
     }
 }
 
-/// Which row of the tile table a kernel is built from.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Tiling {
-    /// The (pass, head dim)'s row: every problem can run on it.
-    #[default]
-    Standard,
-    /// The row for long sequences, where the pass has one (the atomic-mode backward at
-    /// d128: 128 keys per CTA, from 8192 query rows on; [`KernelSpec::long_from`]). Its
-    /// kernel computes exactly what the standard one does, faster on those problems.
-    Long,
-}
-
-impl Tiling {
-    /// The tiling's part of a kernel name (`""`, `"_long"`).
-    pub fn suffix(self) -> &'static str {
-        match self {
-            Tiling::Standard => "",
-            Tiling::Long => "_long",
-        }
-    }
-}
-
 /// The head dimensions with a kernel of their own; any other multiple of 8 up to 256 runs
 /// on the next one up with zero-filled loads.
 pub const HEAD_DIMS: [u32; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
@@ -178,8 +156,9 @@ pub struct KernelSpec {
     /// Causal mask (bottom-right aligned); only passes with [`Pass::has_mask`] have causal
     /// variants.
     pub causal: bool,
-    /// The tile row: [`Tiling::Standard`], or [`Tiling::Long`] where the pass has a row
-    /// for long sequences (its name ends in `_long` before the arch).
+    /// The tile row: [`Tiling::Standard`], [`Tiling::Long`] where the pass has a row for
+    /// long sequences, or [`Tiling::Compact`] where it has one for GPUs with less shared
+    /// memory (the name ends in `_long` or `_compact` before the arch).
     #[serde(default)]
     pub tiling: Tiling,
     /// The architecture path the PTX is written for.
@@ -187,7 +166,7 @@ pub struct KernelSpec {
 }
 
 pub use name::ParseSpecError;
-use tiles::{BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_TILES};
+use tiles::{BWD_DQ_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_TILES};
 pub use tiles::{TileConfig, parse_override, set_overrides};
 
 impl KernelSpec {
@@ -229,68 +208,35 @@ impl KernelSpec {
     }
 
     /// Whether this spec names a generated kernel: a head dim of [`HEAD_DIMS`], causal
-    /// only for passes with a mask, [`Tiling::Long`] only where the pass has a long row.
+    /// only for passes with a mask, [`Tiling::Long`] and [`Tiling::Compact`] only where
+    /// the pass has such a row.
     pub fn is_supported(&self) -> bool {
         HEAD_DIMS.contains(&self.head_dim)
             && (self.pass.has_mask() || !self.causal)
-            && (self.tiling == Tiling::Standard || self.long_row().is_some())
-    }
-
-    /// The (threshold, tiles) of the long row of this spec's pass and head dim.
-    fn long_row(&self) -> Option<(u32, TileConfig)> {
-        match self.pass {
-            Pass::Bwd => BWD_LONG_TILES
-                .iter()
-                .find(|(d, _, _)| *d == self.head_dim)
-                .map(|&(_, from, t)| (from, t)),
-            _ => None,
-        }
-    }
-
-    /// This spec in each tiling its pass and head dim have: [`Tiling::Standard`], then
-    /// [`Tiling::Long`] where there is a long row.
-    pub fn tilings(self) -> impl Iterator<Item = KernelSpec> {
-        let long = self.long_from().map(|_| KernelSpec {
-            tiling: Tiling::Long,
-            ..self
-        });
-        [KernelSpec {
-            tiling: Tiling::Standard,
-            ..self
-        }]
-        .into_iter()
-        .chain(long)
-    }
-
-    /// The fewest query rows (`seqlen_q`) from which this spec's pass and head dim run on
-    /// [`Tiling::Long`], in atomic mode (a null `dq_accum` keeps the standard tiling);
-    /// `None` when they have no long row.
-    pub fn long_from(&self) -> Option<u32> {
-        self.long_row().map(|(from, _)| from)
-    }
-
-    /// This spec with the tiling a problem of `seqlen_q` query rows runs on: its long
-    /// row from [`KernelSpec::long_from`] rows on when `atomic_dq` (the backward adds dQ
-    /// with atomics), else the standard one.
-    pub fn for_seqlen(self, seqlen_q: usize, atomic_dq: bool) -> KernelSpec {
-        let long = atomic_dq
-            && self
-                .long_from()
-                .is_some_and(|from| seqlen_q >= from as usize);
-        KernelSpec {
-            tiling: if long { Tiling::Long } else { Tiling::Standard },
-            ..self
-        }
+            && match self.tiling {
+                Tiling::Standard => true,
+                Tiling::Long => self.long_row().is_some(),
+                Tiling::Compact => self.compact_row().is_some(),
+            }
     }
 
     /// The tile configuration from the one table. Panics for an unsupported spec (a spec
     /// from `all()` or `FromStr` is always supported).
     pub fn tiles(&self) -> TileConfig {
-        if self.tiling == Tiling::Long {
-            return match self.long_row() {
-                Some((_, t)) => t,
-                None => panic!("{} has no long tile row", self.name()),
-            };
+        match self.tiling {
+            Tiling::Long => {
+                return match self.long_row() {
+                    Some((_, t)) => t,
+                    None => panic!("{} has no long tile row", self.name()),
+                };
+            }
+            Tiling::Compact => {
+                return match self.compact_row() {
+                    Some(t) => t,
+                    None => panic!("{} has no compact tile row", self.name()),
+                };
+            }
+            Tiling::Standard => {}
         }
         if let Some(t) = tiles::overridden(self.pass, self.head_dim) {
             return t;
@@ -328,7 +274,15 @@ impl KernelSpec {
         let t = self.tiles();
         let row = self.smem_head_dim() * self.dtype.size();
         match self.pass {
-            Pass::Fwd => t.block_m * row + 2 * t.stages * t.block_n * row,
+            // (exchange: plus the P tile and the row statistics)
+            Pass::Fwd => {
+                let exchange = if t.exchange {
+                    crate::kernels::fwd_exchange::extra_smem_bytes(self)
+                } else {
+                    0
+                };
+                t.block_m * row + 2 * t.stages * t.block_n * row + exchange
+            }
             // K, V once; Q, dO, LSE and D per stage; two [block_n][block_m, padded to 64]
             // tiles: dS^T of two successive query blocks (the atomic dQ of a block runs in
             // the next iteration), or with exchange dS^T and P^T
@@ -361,41 +315,27 @@ mod tests {
         }
     }
 
-    /// The long row is chosen from its threshold on, in atomic mode only, and only where
-    /// it exists.
-    #[test]
-    fn long_tiling_is_chosen_by_length_and_mode() {
-        let bwd: KernelSpec = "fa2_bwd_d128_bf16_causal_sm80".parse().unwrap();
-        let from = bwd.long_from().unwrap() as usize;
-        assert_eq!(bwd.for_seqlen(from - 1, true).tiling, Tiling::Standard);
-        assert_eq!(bwd.for_seqlen(from, true).tiling, Tiling::Long);
-        assert_eq!(bwd.for_seqlen(from, false).tiling, Tiling::Standard);
-        let long = bwd.for_seqlen(from, true);
-        assert_eq!(long.name(), "fa2_bwd_d128_bf16_causal_long_sm80");
-        assert_eq!(long.tiles().block_n, 128);
-        assert_eq!(bwd.tiles().block_n, 64);
-        for other in [
-            "fa2_bwd_d64_bf16_sm80",
-            "fa2_fwd_d128_bf16_sm80",
-            "fa2_bwddq_d128_f16_sm80",
-        ] {
-            let s: KernelSpec = other.parse().unwrap();
-            assert_eq!(s.long_from(), None, "{other}");
-            assert_eq!(s.for_seqlen(1 << 20, true), s, "{other}");
-        }
-    }
-
-    /// The shared-memory budgets the README promises: every forward fits RTX 30/40
-    /// (99 KiB per block), every kernel fits an H100/H200 (227 KiB per block).
+    /// The shared-memory budgets the README promises: every forward runs on RTX 30/40
+    /// (99 KiB per block), on its compact row where its standard one needs more; every
+    /// kernel fits an H100/H200 (227 KiB per block).
     #[test]
     fn shared_memory_budgets() {
+        const RTX: u64 = 99 * 1024;
         for s in KernelSpec::all() {
-            let limit = if s.pass == Pass::Fwd {
-                96 * 1024
-            } else {
-                227 * 1024
-            };
-            assert!(s.smem_bytes() <= limit, "{s}: {} bytes", s.smem_bytes());
+            assert!(
+                s.smem_bytes() <= 227 * 1024,
+                "{s}: {} bytes",
+                s.smem_bytes()
+            );
+            if s.pass == Pass::Fwd && s.tiling == Tiling::Standard {
+                let fit = s.for_smem(RTX);
+                assert!(
+                    u64::from(fit.smem_bytes()) <= RTX,
+                    "{fit}: {} bytes",
+                    fit.smem_bytes()
+                );
+                assert_eq!(s.for_smem(227 * 1024), s, "{s}");
+            }
         }
     }
 

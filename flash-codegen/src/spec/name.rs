@@ -59,11 +59,12 @@ impl FromStr for KernelSpec {
         let causal = middle.first() == Some(&"causal");
         let tiling = match middle.last() {
             Some(&"long") => Tiling::Long,
+            Some(&"compact") => Tiling::Compact,
             _ => Tiling::Standard,
         };
-        if middle.len() != usize::from(causal) + usize::from(tiling == Tiling::Long) {
+        if middle.len() != usize::from(causal) + usize::from(tiling != Tiling::Standard) {
             return Err(err(
-                "between the dtype and the arch only `causal` and `long` may stand",
+                "between the dtype and the arch only `causal`, then `long` or `compact`, may stand",
             ));
         }
         if parts[0] != "fa2" {
@@ -98,7 +99,10 @@ impl FromStr for KernelSpec {
             return Err(err("this pass has no causal variant"));
         }
         if !spec.is_supported() {
-            return Err(err("this pass and head dim have no `long` tiling"));
+            return Err(err(&format!(
+                "this pass and head dim have no `{}` tiling",
+                &tiling.suffix()[1..]
+            )));
         }
         if spec.name() != s {
             return Err(err("not in canonical form (e.g. `d64`, not `d064`)"));
@@ -116,7 +120,21 @@ mod tests {
         for s in KernelSpec::all() {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
-        assert_eq!(KernelSpec::all().len(), 132);
+        assert_eq!(KernelSpec::all().len(), 136);
+        let compact: Vec<String> = KernelSpec::all()
+            .iter()
+            .filter(|s| s.tiling == Tiling::Compact)
+            .map(|s| s.name())
+            .collect();
+        assert_eq!(
+            compact,
+            [
+                "fa2_fwd_d256_f16_compact_sm80",
+                "fa2_fwd_d256_f16_causal_compact_sm80",
+                "fa2_fwd_d256_bf16_compact_sm80",
+                "fa2_fwd_d256_bf16_causal_compact_sm80",
+            ]
+        );
         let long: Vec<String> = KernelSpec::all()
             .iter()
             .filter(|s| s.tiling == Tiling::Long)

@@ -49,6 +49,10 @@ pub struct TileConfig {
 /// FA2's 64x64 with one K and one V buffer taking turns (stages = 1), measured 5-11% faster
 /// than 64x32 double-buffered (docs/performance.md). Shared memory stays <= 96 KiB so
 /// every variant also runs on RTX 30/40 (99 KiB per block).
+/// d256 splits each key block and the head dim between pairs of warps (`exchange`, see
+/// `kernels::fwd_exchange`): 21% fewer shared-memory bytes per mma, +5-9% non-causal and
+/// up to +6% causal (session 8, gpu_tune bf16: 16K 329 -> 350 TFLOP/s), for 104.5 KiB
+/// of shared memory; GPUs with less per block run [`FWD_COMPACT_TILES`].
 #[rustfmt::skip]
 pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
     (32, tc(128, 64, 4, 2, 1).resident()),
@@ -58,6 +62,14 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
     (160, tc(128, 16, 4, 2, 1)),
     (192, tc(64, 32, 4, 2, 1).resident()),
     (224, tc(64, 64, 4, 1, 1)),
+    (256, tc(64, 64, 4, 1, 1).exchange()),
+];
+
+/// The forward's rows for GPUs whose shared memory per block is below the standard
+/// row's ([`super::Tiling::Compact`]; RTX 30/40 allow 99 KiB): the same block_m and
+/// warps (so the same grid), 96 KiB.
+#[rustfmt::skip]
+pub(super) const FWD_COMPACT_TILES: [(u32, TileConfig); 1] = [
     (256, tc(64, 64, 4, 1, 1)),
 ];
 
@@ -74,11 +86,14 @@ pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
 /// bwd:128=64,128,8,2,1`, tests/ptxas_variants.rs), 0.90-0.95x for 64x64 without
 /// exchange and 0.88-0.92x for 64x128 with it (`docs/performance.md`). Session 6 (dP^T in
 /// one piece): 0.98-1.01x at 16K. From 8192 query rows on, d128 runs its long row
-/// ([`BWD_LONG_TILES`]) in atomic mode.
+/// ([`BWD_LONG_TILES`]) in atomic mode. d64 runs 128 keys on 4 warps, 32 keys (two
+/// m-tiles) per warp, K and V read from shared memory: every Q and dO fragment feeds two
+/// mma and the dQ atomics per FLOP halve; session 8 (gpu_tune, bf16): 1.15-1.17x FA2
+/// against 0.99-1.03x for the 64-key resident row at 4K-16K.
 #[rustfmt::skip]
 pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
     (32, tc(64, 64, 4, 2, 1).resident()),
-    (64, tc(64, 64, 4, 2, 1).resident()),
+    (64, tc(64, 128, 4, 2, 1)),
     (96, tc(64, 64, 4, 2, 1).resident()),
     (128, tc(64, 64, 4, 2, 1).exchange()),
     (160, tc(64, 64, 4, 2, 2)),
@@ -251,8 +266,16 @@ fn check_override(pass: Pass, d: u32, t: &TileConfig) -> Result<(), String> {
     if !t.stages.is_power_of_two() || (t.stages == 1 && pass != Pass::Fwd) {
         return Err("stages must be a power of two (1 only for fwd: K and V take turns)".into());
     }
-    if t.exchange && pass != Pass::Bwd {
-        return Err("exchange is a bwd layout".into());
+    if t.exchange && !matches!(pass, Pass::Bwd | Pass::Fwd) {
+        return Err("exchange is a fwd and bwd layout".into());
+    }
+    if t.exchange
+        && pass == Pass::Fwd
+        && (t.block_m % 32 != 0
+            || t.warps % (t.block_m / 32) != 0
+            || t.warps / (t.block_m / 32) < 2)
+    {
+        return Err("fwd exchange: 32 rows per warp, two or more warps per 32-row block".into());
     }
     if t.exchange && t.resident {
         return Err("exchange and resident exclude each other".into());

@@ -59,8 +59,15 @@ pub(crate) fn check_lse(l: &LseDesc, b: usize, h: usize, sq: usize) -> Result<u6
     Ok(l.ptr)
 }
 
-/// Check a forward call and plan its launch (kernels of `arch`).
+/// Check a forward call and plan its launch (kernels of `arch`, standard tiling).
 pub fn plan_fwd(a: &FwdArgs, arch: Arch) -> Result<LaunchPlan> {
+    plan_fwd_on(a, arch, u64::MAX)
+}
+
+/// [`plan_fwd`] for a GPU allowing `smem_optin` bytes of dynamic shared memory per
+/// block: a kernel whose standard row needs more runs on its compact row where it has
+/// one ([`KernelSpec::for_smem`]: the d256 forward on RTX 30/40), same grid.
+pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPlan> {
     let dtype = a.q.dtype;
     check_dtypes(dtype, &[("k", &a.k), ("v", &a.v), ("o", &a.o)])?;
     let [b, sq, h, d] = a.q.shape;
@@ -85,7 +92,8 @@ pub fn plan_fwd(a: &FwdArgs, arch: Arch) -> Result<LaunchPlan> {
         causal: a.params.causal,
         tiling: Tiling::Standard,
         arch,
-    };
+    }
+    .for_smem(smem_optin);
     if b == 0 || h == 0 || sq == 0 {
         return Ok(LaunchPlan::noop(spec));
     }

@@ -17,7 +17,7 @@ mod layout;
 pub use bwd::{
     BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with,
 };
-pub use fwd::{FwdArgs, FwdParams, plan_fwd};
+pub use fwd::{FwdArgs, FwdParams, plan_fwd, plan_fwd_on};
 pub use layout::contiguous_runs;
 
 /// Largest grid x dimension.

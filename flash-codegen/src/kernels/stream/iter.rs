@@ -108,6 +108,11 @@ impl BlockStream {
         b.place(no_next);
     }
 
+    /// Whether [`BlockStream::mid`] has a CTA barrier (one stage).
+    pub fn syncs_mid(&self) -> bool {
+        self.split()
+    }
+
     /// The current block index (loop-carried; after the loop `n_blocks`, or downward
     /// `first - 1`).
     pub fn block(&self) -> Reg<B32> {

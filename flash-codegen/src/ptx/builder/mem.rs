@@ -165,7 +165,26 @@ impl Builder {
 
     /// `bar.sync 0`: every thread of the CTA waits here.
     pub fn bar_sync(&mut self) {
-        self.push(Inst::BarSync { id: 0 });
+        self.push(Inst::BarSync {
+            id: Operand::Imm(0),
+            threads: None,
+        });
+    }
+
+    /// `bar.sync id, threads`: a named barrier that the `threads` threads of some warps
+    /// (a multiple of 32) wait at together; `id` (a register here: it differs between the
+    /// groups of warps) must be 1-15, 0 being the CTA-wide [`bar_sync`]'s.
+    ///
+    /// [`bar_sync`]: Builder::bar_sync
+    pub fn bar_sync_named(&mut self, id: Reg<B32>, threads: u32) {
+        assert!(
+            threads % 32 == 0 && threads > 0,
+            "generator bug: named barrier of {threads} threads"
+        );
+        self.push(Inst::BarSync {
+            id: Operand::Reg(id),
+            threads: Some(threads),
+        });
     }
 
     /// `bar.warp.sync 0xffffffff`: every lane of the warp waits here; shared-memory

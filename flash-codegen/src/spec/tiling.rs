@@ -1,0 +1,162 @@
+//! Spec layer: the tilings of a kernel (standard, long, compact) and the rules that
+//! choose between them: by sequence length ([`KernelSpec::for_seqlen`]) and by the GPU's
+//! shared memory per block ([`KernelSpec::for_smem`]).
+
+use serde::{Deserialize, Serialize};
+
+use super::tiles::{BWD_LONG_TILES, FWD_COMPACT_TILES};
+use super::{KernelSpec, Pass, TileConfig};
+
+/// Which row of the tile table a kernel is built from.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Tiling {
+    /// The (pass, head dim)'s row: every problem can run on it.
+    #[default]
+    Standard,
+    /// The row for long sequences, where the pass has one (the atomic-mode backward at
+    /// d128: 128 keys per CTA, from 8192 query rows on; [`KernelSpec::long_from`]). Its
+    /// kernel computes exactly what the standard one does, faster on those problems.
+    Long,
+    /// The row for GPUs with less shared memory per block than the standard row needs
+    /// (RTX 30/40: 99 KiB), where the pass has one (the d256 forward, whose standard row
+    /// takes 104.5 KiB; [`KernelSpec::for_smem`]). Same grid, same result.
+    Compact,
+}
+
+impl Tiling {
+    /// The tiling's part of a kernel name (`""`, `"_long"`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Tiling::Standard => "",
+            Tiling::Long => "_long",
+            Tiling::Compact => "_compact",
+        }
+    }
+}
+
+impl KernelSpec {
+    /// The tiles of the compact row of this spec's pass and head dim.
+    pub(super) fn compact_row(&self) -> Option<TileConfig> {
+        match self.pass {
+            Pass::Fwd => FWD_COMPACT_TILES
+                .iter()
+                .find(|(d, _)| *d == self.head_dim)
+                .map(|&(_, t)| t),
+            _ => None,
+        }
+    }
+
+    /// The (threshold, tiles) of the long row of this spec's pass and head dim.
+    pub(super) fn long_row(&self) -> Option<(u32, TileConfig)> {
+        match self.pass {
+            Pass::Bwd => BWD_LONG_TILES
+                .iter()
+                .find(|(d, _, _)| *d == self.head_dim)
+                .map(|&(_, from, t)| (from, t)),
+            _ => None,
+        }
+    }
+
+    /// This spec in each tiling its pass and head dim have: [`Tiling::Standard`], then
+    /// [`Tiling::Long`] and [`Tiling::Compact`] where there are such rows.
+    pub fn tilings(self) -> impl Iterator<Item = KernelSpec> {
+        [Tiling::Standard, Tiling::Long, Tiling::Compact]
+            .map(|tiling| KernelSpec { tiling, ..self })
+            .into_iter()
+            .filter(KernelSpec::is_supported)
+    }
+
+    /// This spec with the tiling a GPU allowing `smem_optin` bytes of dynamic shared
+    /// memory per block (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`) runs:
+    /// the compact row where this one needs more and the pass and head dim have one;
+    /// otherwise unchanged (a kernel that does not fit then fails to load with an error
+    /// that says so).
+    pub fn for_smem(self, smem_optin: u64) -> KernelSpec {
+        let compact = KernelSpec {
+            tiling: Tiling::Compact,
+            ..self
+        };
+        match self.tiling != Tiling::Compact
+            && u64::from(self.smem_bytes()) > smem_optin
+            && compact.is_supported()
+        {
+            true => compact,
+            false => self,
+        }
+    }
+
+    /// The fewest query rows (`seqlen_q`) from which this spec's pass and head dim run on
+    /// [`Tiling::Long`], in atomic mode (a null `dq_accum` keeps the standard tiling);
+    /// `None` when they have no long row.
+    pub fn long_from(&self) -> Option<u32> {
+        self.long_row().map(|(from, _)| from)
+    }
+
+    /// This spec with the tiling a problem of `seqlen_q` query rows runs on: its long
+    /// row from [`KernelSpec::long_from`] rows on when `atomic_dq` (the backward adds dQ
+    /// with atomics), else the standard one.
+    pub fn for_seqlen(self, seqlen_q: usize, atomic_dq: bool) -> KernelSpec {
+        let long = atomic_dq
+            && self
+                .long_from()
+                .is_some_and(|from| seqlen_q >= from as usize);
+        KernelSpec {
+            tiling: if long { Tiling::Long } else { Tiling::Standard },
+            ..self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The long row is chosen from its threshold on, in atomic mode only, and only where
+    /// it exists.
+    #[test]
+    fn long_tiling_is_chosen_by_length_and_mode() {
+        let bwd: KernelSpec = "fa2_bwd_d128_bf16_causal_sm80".parse().unwrap();
+        let from = bwd.long_from().unwrap() as usize;
+        assert_eq!(bwd.for_seqlen(from - 1, true).tiling, Tiling::Standard);
+        assert_eq!(bwd.for_seqlen(from, true).tiling, Tiling::Long);
+        assert_eq!(bwd.for_seqlen(from, false).tiling, Tiling::Standard);
+        let long = bwd.for_seqlen(from, true);
+        assert_eq!(long.name(), "fa2_bwd_d128_bf16_causal_long_sm80");
+        assert_eq!(long.tiles().block_n, 128);
+        assert_eq!(bwd.tiles().block_n, 64);
+        for other in [
+            "fa2_bwd_d64_bf16_sm80",
+            "fa2_fwd_d128_bf16_sm80",
+            "fa2_bwddq_d128_f16_sm80",
+        ] {
+            let s: KernelSpec = other.parse().unwrap();
+            assert_eq!(s.long_from(), None, "{other}");
+            assert_eq!(s.for_seqlen(1 << 20, true), s, "{other}");
+        }
+    }
+
+    /// The compact row stands in for the standard one on the same grid and block, and
+    /// only where the standard row does not fit.
+    #[test]
+    fn compact_tiling_is_chosen_by_shared_memory() {
+        let fwd: KernelSpec = "fa2_fwd_d256_bf16_causal_sm80".parse().unwrap();
+        let compact = fwd.for_smem(99 * 1024);
+        assert_eq!(compact.tiling, Tiling::Compact);
+        assert_eq!(compact.name(), "fa2_fwd_d256_bf16_causal_compact_sm80");
+        assert_eq!(fwd.for_smem(u64::from(fwd.smem_bytes())), fwd);
+        let (t, c) = (fwd.tiles(), compact.tiles());
+        assert_eq!((t.block_m, t.warps), (c.block_m, c.warps));
+        assert!(compact.smem_bytes() < fwd.smem_bytes());
+        // no compact row elsewhere: a kernel that does not fit stays as it is
+        let bwd: KernelSpec = "fa2_bwd_d256_bf16_sm80".parse().unwrap();
+        assert_eq!(bwd.for_smem(99 * 1024), bwd);
+        assert!(
+            "fa2_fwd_d128_bf16_compact_sm80"
+                .parse::<KernelSpec>()
+                .is_err()
+        );
+    }
+}
