@@ -3,8 +3,10 @@
 //! give the launch plan the ABI expects.
 
 use flash_codegen::abi::FWD_PARAMS;
-use flash_codegen::{Arch, DType};
-use flash_runtime::validate::{FwdArgs, FwdParams, LseDesc, ParamValue, TensorDesc, plan_fwd};
+use flash_codegen::{Arch, DType, Tiling};
+use flash_runtime::validate::{
+    FwdArgs, FwdParams, LseDesc, ParamValue, TensorDesc, plan_fwd, plan_fwd_on,
+};
 use flash_runtime::{FlashError, FwdPlan, tensor::contiguous_strides};
 
 const BF: DType = DType::Bf16;
@@ -40,6 +42,28 @@ fn err(a: &FwdArgs) -> (FlashError, String) {
     let e = plan(a).expect_err("expected an error");
     let msg = e.to_string();
     (e, msg)
+}
+
+/// On a GPU with 99 KiB of shared memory per block (RTX 30/40) the d256 forward plans
+/// its compact kernel, same grid, block and parameters; with 227 KiB (H100/H200) the
+/// standard one; other head dims never change.
+#[test]
+fn the_gpus_shared_memory_picks_the_tiling() {
+    let a = args(2, 1000, 1000, 8, 2, 256);
+    let (small, big) = (
+        plan_fwd_on(&a, Arch::Sm80, 99 * 1024).unwrap(),
+        plan_fwd_on(&a, Arch::Sm80, 227 * 1024).unwrap(),
+    );
+    assert_eq!(small.spec.tiling, Tiling::Compact);
+    assert_eq!(small.spec.name(), "fa2_fwd_d256_bf16_compact_sm80");
+    assert!(small.smem_bytes <= 99 * 1024);
+    assert_eq!(big.spec.tiling, Tiling::Standard);
+    assert!(big.smem_bytes > 99 * 1024);
+    assert_eq!((small.grid, small.block), (big.grid, big.block));
+    assert_eq!(small.params, big.params);
+    let a = args(2, 1000, 1000, 8, 2, 128);
+    let p = plan_fwd_on(&a, Arch::Sm80, 99 * 1024).unwrap();
+    assert_eq!(p.spec.tiling, Tiling::Standard);
 }
 
 #[test]

@@ -354,6 +354,26 @@ mod tests {
         }
     }
 
+    /// A compact kernel names the shared memory of the standard kernel it stands in
+    /// for; no other entry has the field.
+    #[test]
+    fn compact_entries_name_the_standard_kernels_shared_memory() {
+        for s in KernelSpec::all() {
+            let k = kernel(&s);
+            match s.tiling {
+                Tiling::Compact => {
+                    let standard = KernelSpec {
+                        tiling: Tiling::Standard,
+                        ..s
+                    };
+                    assert_eq!(k.smem_optin_below, Some(standard.smem_bytes()), "{s}");
+                    assert!(k.launch.dynamic_smem_bytes < standard.smem_bytes(), "{s}");
+                }
+                _ => assert_eq!(k.smem_optin_below, None, "{s}"),
+            }
+        }
+    }
+
     #[test]
     fn json_round_trips() {
         let m = manifest(&KernelSpec::all());

@@ -63,7 +63,9 @@ mod tests;
 /// dim 80 on the `96` kernel). `bwd` brings every backward kernel the runtime launches:
 /// `bwdpre` and `bwdpost` (no causal variant), `bwd` and `bwddq` (deterministic mode), and
 /// for head dim 128 the `bwd` kernel's long-sequence tiling (`..._LONG_SM80`, run in
-/// atomic mode from 8192 query rows on; `KernelSpec::long_from`).
+/// atomic mode from 8192 query rows on; `KernelSpec::long_from`). `fwd` at head dim 256
+/// also brings its compact tiling (`..._COMPACT_SM80`, run on GPUs with less than 104.5
+/// KiB of shared memory per block, e.g. RTX 30/40; `KernelSpec::for_smem`).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

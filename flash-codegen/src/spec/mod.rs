@@ -302,15 +302,18 @@ impl KernelSpec {
 mod tests {
     use super::*;
 
-    /// The d128 backward's row is sized for two CTAs per SM on H100/H200 (228 KiB of
-    /// shared memory per SM, 1 KiB reserved per CTA; 255 registers x 128 threads x 2 fit
-    /// the 64K register file): a few more bytes would halve its occupancy silently.
+    /// The rows sized for two CTAs per SM on H100/H200 (228 KiB of shared memory per SM,
+    /// 1 KiB reserved per CTA; 255 registers x 128 threads x 2 fit the 64K register
+    /// file): the d128 and d64 backward, the d256 forward (exchange layout, 104.5 KiB). A
+    /// few more bytes would halve their occupancy silently.
     #[test]
-    fn bwd_d128_keeps_two_ctas_per_sm() {
+    fn two_cta_rows_keep_two_ctas_per_sm() {
+        let rows = [(Pass::Bwd, 128), (Pass::Bwd, 64), (Pass::Fwd, 256)];
         for s in KernelSpec::all() {
-            if s.pass == Pass::Bwd && s.head_dim == 128 && s.tiling == Tiling::Standard {
+            if rows.contains(&(s.pass, s.head_dim)) && s.tiling == Tiling::Standard {
                 assert!(2 * (s.smem_bytes() + 1024) <= 228 * 1024, "{s}");
                 assert!(2 * s.tiles().threads() * 255 <= 65536, "{s}");
+                assert_eq!(s.ctas_per_sm_hint(), 2, "{s}");
             }
         }
     }

@@ -121,13 +121,14 @@ mod tests {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
         assert_eq!(KernelSpec::all().len(), 136);
-        let compact: Vec<String> = KernelSpec::all()
-            .iter()
-            .filter(|s| s.tiling == Tiling::Compact)
-            .map(|s| s.name())
-            .collect();
+        let named = |tiling: Tiling| -> Vec<String> {
+            let all = KernelSpec::all().into_iter();
+            all.filter(|s| s.tiling == tiling)
+                .map(|s| s.name())
+                .collect()
+        };
         assert_eq!(
-            compact,
+            named(Tiling::Compact),
             [
                 "fa2_fwd_d256_f16_compact_sm80",
                 "fa2_fwd_d256_f16_causal_compact_sm80",
@@ -135,13 +136,8 @@ mod tests {
                 "fa2_fwd_d256_bf16_causal_compact_sm80",
             ]
         );
-        let long: Vec<String> = KernelSpec::all()
-            .iter()
-            .filter(|s| s.tiling == Tiling::Long)
-            .map(|s| s.name())
-            .collect();
         assert_eq!(
-            long,
+            named(Tiling::Long),
             [
                 "fa2_bwd_d128_f16_long_sm80",
                 "fa2_bwd_d128_f16_causal_long_sm80",
