@@ -164,10 +164,16 @@ impl FlashAttention {
     pub fn function(&self, spec: &KernelSpec) -> Result<CudaFunction> {
         if !spec.is_supported() {
             if spec.tiling != Tiling::Standard {
+                let with: Vec<String> = KernelSpec::all()
+                    .into_iter()
+                    .filter(|s| s.tiling == spec.tiling && s.dtype == spec.dtype && !s.causal)
+                    .map(|s| s.name())
+                    .collect();
                 return Err(FlashError::InvalidParam(format!(
-                    "{spec} has no kernel: only the backward main pass at head dim 128 has a \
-                     long tiling (KernelSpec::long_from) and only the forward at head dim 256 \
-                     a compact one (KernelSpec::for_smem)"
+                    "{spec} has no kernel: its pass and head dim have no {:?} tiling (those \
+                     that do: {}; KernelSpec::tilings)",
+                    spec.tiling,
+                    with.join(", ")
                 )));
             }
             return Err(FlashError::UnsupportedHeadDim {

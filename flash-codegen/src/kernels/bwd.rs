@@ -318,7 +318,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 }
                 // two m-tiles per warp (d64 on 128 keys): dS^T in 16-column halves, for the
                 // registers (sm_80 spilled 32 bytes in one piece; session 8)
-                let halves = if w.m_tiles >= 2 { 2 } else { 1 };
+                let halves = if w.m_tiles >= 2 && sub >= 32 { 2 } else { 1 };
                 let part = sub / halves;
                 for h in (0..halves).filter(|_| do_dk) {
                     b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");

@@ -153,9 +153,11 @@ pub fn build(spec: &KernelSpec) -> Entry {
     };
     let o_base = p.tensor(&mut b, "o", q.batch, q.m0, q.head);
     // every warp reads only its own rows of Q, so once its last S = Q K^T is done they
-    // are free for staging O without a CTA barrier; but with no key block at all (causal
-    // rows before the first key) no barrier has ordered the other threads' Q copies
-    // (landed: the stream's exit waits for every copy) before this warp's staging writes
+    // are free for staging O without a CTA barrier (exchange: the pair shares its rows,
+    // but the row sums' combine above is a pair barrier after both warps' last S, and
+    // each warp stages only its own columns); but with no key block at all (causal rows
+    // before the first key) no barrier has ordered the other threads' Q copies (landed:
+    // the stream's exit waits for every copy) before this warp's staging writes
     let no_blocks = b.setp_u32(Cmp::Eq, n_blocks, 0u32);
     let synced = b.label();
     b.bra_if(no_blocks, true, synced, true);

@@ -64,11 +64,11 @@ impl Warp {
     /// chunks, a row's chunks on consecutive lanes, so each store fills 32-byte sectors
     /// instead of writing 4 bytes per lane across eight rows. No CTA barrier: the warp
     /// only reads back what it wrote (`bar.warp.sync` orders it), so every warp must own
-    /// its rows alone (the [`Warp::new`] layout, as in the forward; not the repeating row
-    /// blocks of [`Warp::with_row_blocks`]). The fragments go in through
-    /// [`Warp::store_tile`]; the read-back runs as a run-time loop over groups of 8 rows.
-    /// The accumulator's columns start at `cols` (a warp of the forward's exchange layout
-    /// owns its rows' columns from `Cols::At(chunk)` on, and only those).
+    /// its rows alone (the [`Warp::new`] layout, as in the forward), or, with `cols` a
+    /// column offset, its columns of rows it shares (the forward's exchange layout, whose
+    /// caller orders the other warps' reads of those rows before the call with a barrier).
+    /// The fragments go in through [`Warp::store_tile`]; the read-back runs as a run-time
+    /// loop over groups of 8 rows.
     #[allow(clippy::too_many_arguments)]
     pub fn store_rows_staged(
         &self,

@@ -1,6 +1,7 @@
 //! Spec layer: a kernel's name (`fa2_fwd_d128_bf16_causal_sm80`,
-//! `fa2_bwd_d128_bf16_long_sm80`) and its parser: `fa2`, pass, `d` + head dim, dtype, then
-//! `causal` and `long` where they apply, then the arch.
+//! `fa2_bwd_d128_bf16_long_sm80`, `fa2_fwd_d256_f16_compact_sm80`) and its parser: `fa2`,
+//! pass, `d` + head dim, dtype, then `causal` and `long` or `compact` where they apply,
+//! then the arch.
 
 use std::fmt;
 use std::str::FromStr;
@@ -54,7 +55,7 @@ impl FromStr for KernelSpec {
             return Err(err("expected 5 to 7 parts separated by `_`"));
         }
         let n = parts.len();
-        // between the dtype and the arch: `causal`, then `long`, each optional
+        // between the dtype and the arch: `causal`, then `long` or `compact`, each optional
         let middle = &parts[4..n - 1];
         let causal = middle.first() == Some(&"causal");
         let tiling = match middle.last() {
@@ -99,9 +100,13 @@ impl FromStr for KernelSpec {
             return Err(err("this pass has no causal variant"));
         }
         if !spec.is_supported() {
+            let name = match tiling {
+                Tiling::Long => "long",
+                Tiling::Compact => "compact",
+                Tiling::Standard => "standard", // (every supported head dim has one)
+            };
             return Err(err(&format!(
-                "this pass and head dim have no `{}` tiling",
-                &tiling.suffix()[1..]
+                "this pass and head dim have no `{name}` tiling"
             )));
         }
         if spec.name() != s {

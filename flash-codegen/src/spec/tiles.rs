@@ -269,13 +269,22 @@ fn check_override(pass: Pass, d: u32, t: &TileConfig) -> Result<(), String> {
     if t.exchange && !matches!(pass, Pass::Bwd | Pass::Fwd) {
         return Err("exchange is a fwd and bwd layout".into());
     }
-    if t.exchange
-        && pass == Pass::Fwd
-        && (t.block_m % 32 != 0
-            || t.warps % (t.block_m / 32) != 0
-            || t.warps / (t.block_m / 32) < 2)
-    {
-        return Err("fwd exchange: 32 rows per warp, two or more warps per 32-row block".into());
+    if t.exchange && pass == Pass::Fwd {
+        // the layout's own rules (kernels::fwd_exchange): two m-tiles per warp, G >= 2
+        // warps per 32-row block, splitting the keys and whole 64-column panels of d
+        let blocks = t.block_m / 32;
+        let g = if t.block_m % 32 == 0 && blocks > 0 {
+            t.warps / blocks
+        } else {
+            0
+        };
+        if g < 2 || t.warps != g * blocks || d % (64 * g) != 0 || t.block_n % (16 * g) != 0 {
+            return Err(
+                "fwd exchange: block_m a multiple of 32; warps = G x block_m / 32 \
+                        with G >= 2; head dim a multiple of 64 G; block_n of 16 G"
+                    .into(),
+            );
+        }
     }
     if t.exchange && t.resident {
         return Err("exchange and resident exclude each other".into());
@@ -318,6 +327,8 @@ mod tests {
         assert!(!t.resident && t.warps == 8);
         let (_, _, t) = parse_override("fwd:256=64,64,4,1,1").unwrap();
         assert_eq!(t.stages, 1);
+        let (_, _, t) = parse_override("fwd:256=64,64,4,1,1,exchange").unwrap();
+        assert!(t.exchange && t == FWD_TILES[7].1);
         let (_, _, t) = parse_override("bwd:128=64,128,8,2,1,exchange").unwrap();
         assert!(t.exchange && !t.resident && !t.late_prefetch);
         let (_, _, t) = parse_override("bwd:128=64,128,8,2,1,exchange,late").unwrap();
@@ -337,6 +348,9 @@ mod tests {
             "bwd:64=64,64,4,1,1",
             "fwd:100=128,32,4,2,1",
             "fwd:64=128,64,4,2,1,exchange",
+            "fwd:64=64,64,4,1,1,exchange",
+            "fwd:256=64,48,4,1,1,exchange",
+            "fwd:256=16,64,4,1,1,exchange",
             "bwddq:64=64,64,4,2,2",
             "fwd:64=128,64,0,2,1",
         ] {

@@ -27,7 +27,7 @@ pub enum Tiling {
 }
 
 impl Tiling {
-    /// The tiling's part of a kernel name (`""`, `"_long"`).
+    /// The tiling's part of a kernel name (`""`, `"_long"`, `"_compact"`).
     pub fn suffix(self) -> &'static str {
         match self {
             Tiling::Standard => "",
