@@ -14,7 +14,7 @@ use super::warp_store::Cols;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Pred, Reg, Space, Ty};
 use crate::spec::KernelSpec;
 use crate::tile::copy::TileCopy;
-use crate::tile::smem::{ROW_BYTES, SmemTile};
+use crate::tile::smem::SmemTile;
 
 /// The entry of a [`Pass::Fwd`](crate::spec::Pass::Fwd) spec.
 pub fn build(spec: &KernelSpec) -> Entry {
@@ -65,11 +65,9 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let ex = t
         .exchange
         .then(|| FwdExchange::new(&mut b, spec, &q, q_tile.bytes() + kv.bytes()));
-    let ex_bytes = if t.exchange {
-        fwd_exchange::extra_smem_bytes(spec)
-    } else {
-        0
-    };
+    let ex_bytes = ex
+        .as_ref()
+        .map_or(0, |_| fwd_exchange::extra_smem_bytes(spec));
     assert_eq!(
         q_tile.bytes() + kv.bytes() + ex_bytes,
         spec.smem_bytes(),
@@ -101,11 +99,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     b.comment("-- S = Q K^T --");
     let mut s = q.acc_zeros(&mut b, ex.as_ref().map_or(t.block_n, |e| e.keys()));
     let (k_smem, s_n0) = match &ex {
-        Some(e) => {
-            let key0 = e.key0(&mut b);
-            let at = b.mad_lo_u32(key0, ROW_BYTES, kv_smem);
-            (at, b.add_u32(n0, key0))
-        }
+        Some(e) => e.warp_keys(&mut b, kv_smem, n0),
         None => (kv_smem, n0),
     };
     q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], k_smem), d);

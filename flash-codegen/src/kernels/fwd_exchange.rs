@@ -96,9 +96,17 @@ impl FwdExchange {
         self.d / self.groups
     }
 
-    /// The warp's first key inside the block.
-    pub fn key0(&self, b: &mut Builder) -> Reg<B32> {
-        b.mul_lo_u32(self.member, self.keys())
+    /// The warp's keys of the block whose K tile sits at shared address `k_smem` and
+    /// whose first key is `n0`: (the shared address of its first K row, its first key).
+    pub fn warp_keys(
+        &self,
+        b: &mut Builder,
+        k_smem: Reg<B32>,
+        n0: Reg<B32>,
+    ) -> (Reg<B32>, Reg<B32>) {
+        let key0 = b.mul_lo_u32(self.member, self.keys());
+        let at = b.mad_lo_u32(key0, ROW_BYTES, k_smem);
+        (at, b.add_u32(n0, key0))
     }
 
     /// The warp's first head-dim column of O.
