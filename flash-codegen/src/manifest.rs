@@ -193,13 +193,7 @@ pub fn kernel(spec: &KernelSpec) -> KernelInfo {
             _ => None,
         },
         smem_optin_below: match spec.tiling {
-            Tiling::Compact => Some(
-                KernelSpec {
-                    tiling: Tiling::Standard,
-                    ..*spec
-                }
-                .smem_bytes(),
-            ),
+            Tiling::Compact => Some(spec.with_tiling(Tiling::Standard).smem_bytes()),
             _ => None,
         },
         target: target.name().to_string(),
@@ -362,10 +356,7 @@ mod tests {
             let k = kernel(&s);
             match s.tiling {
                 Tiling::Compact => {
-                    let standard = KernelSpec {
-                        tiling: Tiling::Standard,
-                        ..s
-                    };
+                    let standard = s.with_tiling(Tiling::Standard);
                     assert_eq!(k.smem_optin_below, Some(standard.smem_bytes()), "{s}");
                     assert!(k.launch.dynamic_smem_bytes < standard.smem_bytes(), "{s}");
                 }

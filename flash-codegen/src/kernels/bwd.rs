@@ -93,10 +93,10 @@ pub fn build(spec: &KernelSpec) -> Entry {
         &p,
         (
             w.tid,
-            // the exchange layouts and two m-tiles per warp need the registers (d128:
-            // one-piece dP^T; d64 on 128 keys); measured 4-5% slower on the 64-key d64
+            // two m-tiles per warp (the exchange layouts, d64 on 128 keys) need the
+            // registers (d128: one-piece dP^T); measured 4-5% slower on the 64-key d64
             // row, which had registers to spare (session 6, run 5)
-            if t.exchange || bn / t.warps > 16 {
+            if w.m_tiles >= 2 {
                 CopyPlan::AtIssue
             } else {
                 CopyPlan::Once

@@ -5,7 +5,7 @@
 //! the LSE is written. With the exchange layout (`fwd_exchange`) the warps split each
 //! key block for S and the head dim for O, and P passes through shared memory.
 
-use super::fwd_exchange::{self, FwdExchange};
+use super::fwd_exchange::FwdExchange;
 use super::mainloop::{Opening, QBlock, kv_blocks, mask_block, open};
 use super::params::Params;
 use super::softmax::{OnlineSoftmax, p_as_a};
@@ -65,9 +65,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let ex = t
         .exchange
         .then(|| FwdExchange::new(&mut b, spec, &q, q_tile.bytes() + kv.bytes()));
-    let ex_bytes = ex
-        .as_ref()
-        .map_or(0, |_| fwd_exchange::extra_smem_bytes(spec));
+    let ex_bytes = ex.as_ref().map_or(0, FwdExchange::bytes);
     assert_eq!(
         q_tile.bytes() + kv.bytes() + ex_bytes,
         spec.smem_bytes(),

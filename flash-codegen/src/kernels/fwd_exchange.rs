@@ -26,19 +26,6 @@ use crate::tile::smem::{ROW_BYTES, SmemTile};
 /// Rows per warp in the exchange layout (two m16 tiles).
 pub const ROWS_PER_WARP: u32 = 32;
 
-/// Warps sharing a row block in `spec`'s exchange layout (G).
-pub fn groups(spec: &KernelSpec) -> u32 {
-    let t = spec.tiles();
-    t.warps / (t.block_m / ROWS_PER_WARP)
-}
-
-/// Shared-memory bytes the layout adds after the Q, K and V tiles: P
-/// `[block_m][block_n]` and the row statistics `[G][block_m]` f32.
-pub fn extra_smem_bytes(spec: &KernelSpec) -> u32 {
-    let t = spec.tiles();
-    t.block_m * t.block_n.div_ceil(64) * 64 * spec.dtype.size() + groups(spec) * t.block_m * 4
-}
-
 /// One kernel's exchange layout: the warp's group and member index, and the shared tiles.
 pub struct FwdExchange {
     groups: u32,
@@ -60,7 +47,7 @@ impl FwdExchange {
         let t = spec.tiles();
         let (d, dp) = (spec.head_dim, spec.smem_head_dim());
         let row_blocks = t.block_m / ROWS_PER_WARP;
-        let g = groups(spec);
+        let g = t.warps / row_blocks.max(1);
         assert!(
             t.block_m % ROWS_PER_WARP == 0
                 && t.warps == g * row_blocks
@@ -84,6 +71,12 @@ impl FwdExchange {
             block_n: t.block_n,
             d,
         }
+    }
+
+    /// Shared-memory bytes the layout adds after the Q, K and V tiles: P
+    /// `[block_m][block_n]` and the row statistics `[G][block_m]` f32.
+    pub fn bytes(&self) -> u32 {
+        self.p_tile.bytes() + 4 * self.groups * self.p_tile.rows
     }
 
     /// Keys of the block per warp.

@@ -85,25 +85,24 @@ impl QBlock {
             );
             Warp::new(b, m_tiles)
         };
-        let (m_block, head, batch) = match (spec.causal, spec.pass) {
-            (true, Pass::Fwd) => heaviest_first(b, spec, p),
+        let (m_block, head, batch) = if spec.causal && spec.pass == Pass::Fwd {
+            heaviest_first(b, spec, p)
+        } else {
+            let m_block = b.special(Special::CtaIdX);
             // causal: the last query blocks see the most keys; launch them first, so the
             // light ones fill the tail of the grid
-            (true, _) => {
-                let m_block = b.special(Special::CtaIdX);
+            let m_block = if spec.causal {
                 let n = b.special(Special::NCtaIdX);
                 let last = b.sub_u32(n, 1u32);
-                (
-                    b.sub_u32(last, m_block),
-                    b.special(Special::CtaIdY),
-                    b.special(Special::CtaIdZ),
-                )
-            }
-            (false, _) => (
-                b.special(Special::CtaIdX),
+                b.sub_u32(last, m_block)
+            } else {
+                m_block
+            };
+            (
+                m_block,
                 b.special(Special::CtaIdY),
                 b.special(Special::CtaIdZ),
-            ),
+            )
         };
         let m0 = b.mul_lo_u32(m_block, t.block_m);
         let kv_head = b.div_u32(head, p.u32("heads_per_kv"));

@@ -213,30 +213,16 @@ impl KernelSpec {
     pub fn is_supported(&self) -> bool {
         HEAD_DIMS.contains(&self.head_dim)
             && (self.pass.has_mask() || !self.causal)
-            && match self.tiling {
-                Tiling::Standard => true,
-                Tiling::Long => self.long_row().is_some(),
-                Tiling::Compact => self.compact_row().is_some(),
-            }
+            && (self.tiling == Tiling::Standard || self.tiling_row().is_some())
     }
 
     /// The tile configuration from the one table. Panics for an unsupported spec (a spec
     /// from `all()` or `FromStr` is always supported).
     pub fn tiles(&self) -> TileConfig {
-        match self.tiling {
-            Tiling::Long => {
-                return match self.long_row() {
-                    Some((_, t)) => t,
-                    None => panic!("{} has no long tile row", self.name()),
-                };
-            }
-            Tiling::Compact => {
-                return match self.compact_row() {
-                    Some(t) => t,
-                    None => panic!("{} has no compact tile row", self.name()),
-                };
-            }
-            Tiling::Standard => {}
+        if self.tiling != Tiling::Standard {
+            return self
+                .tiling_row()
+                .unwrap_or_else(|| panic!("{} has no {:?} tile row", self.name(), self.tiling));
         }
         if let Some(t) = tiles::overridden(self.pass, self.head_dim) {
             return t;
@@ -274,12 +260,15 @@ impl KernelSpec {
         let t = self.tiles();
         let row = self.smem_head_dim() * self.dtype.size();
         match self.pass {
-            // (exchange: plus the P tile and the row statistics)
+            // (exchange: plus the P tile [block_m][block_n, padded to 64] and one f32 row
+            // statistic per row of each warp, 32 rows a warp)
             Pass::Fwd => {
-                let exchange = if t.exchange {
-                    crate::kernels::fwd_exchange::extra_smem_bytes(self)
-                } else {
-                    0
+                let exchange = match t.exchange {
+                    true => {
+                        t.block_m * t.block_n.div_ceil(64) * 64 * self.dtype.size()
+                            + t.warps * 32 * 4
+                    }
+                    false => 0,
                 };
                 t.block_m * row + 2 * t.stages * t.block_n * row + exchange
             }

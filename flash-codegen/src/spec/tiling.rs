@@ -38,19 +38,29 @@ impl Tiling {
 }
 
 impl KernelSpec {
-    /// The tiles of the compact row of this spec's pass and head dim.
-    pub(super) fn compact_row(&self) -> Option<TileConfig> {
-        match self.pass {
-            Pass::Fwd => FWD_COMPACT_TILES
-                .iter()
-                .find(|(d, _)| *d == self.head_dim)
-                .map(|&(_, t)| t),
-            _ => None,
+    /// This spec in `tiling` (supported or not: see [`KernelSpec::is_supported`]).
+    pub fn with_tiling(self, tiling: Tiling) -> KernelSpec {
+        KernelSpec { tiling, ..self }
+    }
+
+    /// The tiles of this spec's non-standard tiling (its pass and head dim's long or
+    /// compact row), or `None`: the standard tiling, or a tiling without a row here.
+    pub(super) fn tiling_row(&self) -> Option<TileConfig> {
+        match self.tiling {
+            Tiling::Standard => None,
+            Tiling::Long => self.long_row().map(|(_, t)| t),
+            Tiling::Compact => match self.pass {
+                Pass::Fwd => FWD_COMPACT_TILES
+                    .iter()
+                    .find(|(d, _)| *d == self.head_dim)
+                    .map(|&(_, t)| t),
+                _ => None,
+            },
         }
     }
 
     /// The (threshold, tiles) of the long row of this spec's pass and head dim.
-    pub(super) fn long_row(&self) -> Option<(u32, TileConfig)> {
+    fn long_row(&self) -> Option<(u32, TileConfig)> {
         match self.pass {
             Pass::Bwd => BWD_LONG_TILES
                 .iter()
@@ -64,7 +74,7 @@ impl KernelSpec {
     /// [`Tiling::Long`] and [`Tiling::Compact`] where there are such rows.
     pub fn tilings(self) -> impl Iterator<Item = KernelSpec> {
         [Tiling::Standard, Tiling::Long, Tiling::Compact]
-            .map(|tiling| KernelSpec { tiling, ..self })
+            .map(|tiling| self.with_tiling(tiling))
             .into_iter()
             .filter(KernelSpec::is_supported)
     }
@@ -75,10 +85,7 @@ impl KernelSpec {
     /// otherwise unchanged (a kernel that does not fit then fails to load with an error
     /// that says so).
     pub fn for_smem(self, smem_optin: u64) -> KernelSpec {
-        let compact = KernelSpec {
-            tiling: Tiling::Compact,
-            ..self
-        };
+        let compact = self.with_tiling(Tiling::Compact);
         match self.tiling != Tiling::Compact
             && u64::from(self.smem_bytes()) > smem_optin
             && compact.is_supported()
@@ -103,10 +110,7 @@ impl KernelSpec {
             && self
                 .long_from()
                 .is_some_and(|from| seqlen_q >= from as usize);
-        KernelSpec {
-            tiling: if long { Tiling::Long } else { Tiling::Standard },
-            ..self
-        }
+        self.with_tiling(if long { Tiling::Long } else { Tiling::Standard })
     }
 }
 

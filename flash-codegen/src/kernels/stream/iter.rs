@@ -2,7 +2,7 @@
 //! prefetch), the late prefetch, the one-stage middle and the bottom.
 
 use super::BlockStream;
-use crate::ptx::{B32, Builder, Cmp, Label, Pred, Reg};
+use crate::ptx::{B32, B64, Builder, Cmp, Label, Pred, Reg};
 
 /// The labels of one emitted loop (a stream may be looped over more than once).
 pub struct StreamLoop {
@@ -81,11 +81,29 @@ impl BlockStream {
         b.comment("-- prefetch the next block into the stage of the previous one --");
         let j1 = self.next_block(b);
         let has_next = self.in_range(b, j1, range);
-        let no_next = b.label();
-        b.bra_if(has_next, true, no_next, true);
-        self.issue(b, smem, j1, seqlen, &[(0, self.next[0]), (1, self.next[1])]);
+        let srcs = [(0, self.next[0]), (1, self.next[1])];
+        self.issue_if(b, smem, seqlen, (j1, has_next), &srcs, None);
+    }
+
+    /// Issues (and commits) block `j` of the operands `srcs` when `has`, with `what` as
+    /// the comment over the copies.
+    fn issue_if(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        seqlen: Reg<B32>,
+        (j, has): (Reg<B32>, Reg<Pred>),
+        srcs: &[(usize, Reg<B64>)],
+        what: Option<&str>,
+    ) {
+        let skip = b.label();
+        b.bra_if(has, true, skip, true);
+        if let Some(what) = what {
+            b.comment(what);
+        }
+        self.issue(b, smem, j, seqlen, srcs);
         b.cp_async_commit();
-        b.place(no_next);
+        b.place(skip);
     }
 
     /// Between the product on operand 0 and the one on operand 1. With one stage: waits
@@ -100,12 +118,8 @@ impl BlockStream {
         b.bar_sync();
         let j1 = b.add_u32(self.j, 1u32);
         let has_next = b.setp_u32(Cmp::Lt, j1, n_blocks);
-        let no_next = b.label();
-        b.bra_if(has_next, true, no_next, true);
-        b.comment("-- fetch operand 0 of block j+1 --");
-        self.issue(b, smem, j1, seqlen, &[(0, self.next[0])]);
-        b.cp_async_commit();
-        b.place(no_next);
+        let what = Some("-- fetch operand 0 of block j+1 --");
+        self.issue_if(b, smem, seqlen, (j1, has_next), &[(0, self.next[0])], what);
     }
 
     /// Whether [`BlockStream::mid`] has a CTA barrier (one stage).
