@@ -7,7 +7,7 @@ use codegen_support as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use flash_codegen::kernels::{self, probe};
+use flash_codegen::kernels::{self, sm80::probe};
 use flash_codegen::ptx::inst::regs_of;
 use flash_codegen::ptx::{Module, RegClass, Stmt, print};
 use flash_codegen::spec::HEAD_DIMS;

@@ -13,7 +13,7 @@ use codegen_support as common;
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use flash_codegen::kernels::probe;
+use flash_codegen::kernels::sm80::probe;
 use flash_codegen::ptx::inst::CpSize;
 use flash_codegen::ptx::{
     Addr, AnyReg, B32, B64, Builder, Cmp, F32, HalfFmt, LaunchBounds, LdCache, Module, Param, Reg,

@@ -1,16 +1,16 @@
-//! The mma probe's launch (`flash_codegen::kernels::probe`): one warp checks the
+//! The mma probe's launch (`flash_codegen::kernels::sm80::probe`): one warp checks the
 //! fragment layouts of `mma.sync` against the host's expectations (tests/gpu_probe.rs).
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use flash_codegen::DType;
-use flash_codegen::kernels::probe;
+use flash_codegen::kernels::sm80::probe;
 
 use crate::attention::FlashAttention;
 use crate::error::{FlashError, Result};
 use crate::tensor::Element;
 
 impl FlashAttention {
-    /// Run the mma probe (`flash_codegen::kernels::probe`): `c1 = a @ bt^T`, `c2 = a @ v`,
+    /// Run the mma probe (`flash_codegen::kernels::sm80::probe`): `c1 = a @ bt^T`, `c2 = a @ v`,
     /// with a, bt, v 16x16 row-major `T` and c1, c2 16x16 row-major f32.
     pub fn launch_probe<T: Element>(
         &self,

@@ -8,7 +8,7 @@ use std::process::Command;
 /// Every module the project emits: each `KernelSpec::all()` variant plus the mma probe
 /// for both dtypes, as (name, PTX text).
 pub fn all_modules() -> Vec<(String, String)> {
-    use flash_codegen::{DType, KernelSpec, kernels::probe, ptx::print};
+    use flash_codegen::{DType, KernelSpec, kernels::sm80::probe, ptx::print};
     let mut v: Vec<(String, String)> = KernelSpec::all()
         .iter()
         .map(|s| (s.name(), flash_codegen::generate(s)))

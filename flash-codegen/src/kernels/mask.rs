@@ -3,6 +3,7 @@
 
 use super::softmax::AccTiles;
 use crate::ptx::{B32, Builder, Cmp, Reg};
+use crate::spec::KernelSpec;
 use crate::tile::frag::c_frag;
 
 use super::softmax::NEG_INF;
@@ -105,4 +106,34 @@ impl QueryMask {
             }
         }
     }
+}
+
+/// Masks `s` (scores of the key block at `n0`; the warp's columns start at key `s_n0`,
+/// `n0` itself unless the block's keys are split between warps) when the block crosses
+/// the sequence end or the causal diagonal; other blocks skip the mask with a uniform
+/// branch.
+#[allow(clippy::too_many_arguments)]
+pub fn mask_block(
+    b: &mut Builder,
+    spec: &KernelSpec,
+    mask: &KeyMask,
+    s: &AccTiles,
+    (n0, s_n0): (Reg<B32>, Reg<B32>),
+    seqlen_k: Reg<B32>,
+    diag: Reg<B32>,
+) {
+    let bn = spec.tiles().block_n;
+    let end = b.add_u32(n0, bn);
+    let needs_mask = b.setp_u32(Cmp::Gt, end, seqlen_k);
+    let needs_mask = if spec.causal {
+        let last = b.add_s32(n0, bn as i32 - 1);
+        let crosses = b.setp_s32(Cmp::Gt, last, diag);
+        b.or_pred(needs_mask, crosses)
+    } else {
+        needs_mask
+    };
+    let unmasked = b.label();
+    b.bra_if(needs_mask, true, unmasked, true);
+    mask.apply(b, s, s_n0);
+    b.place(unmasked);
 }

@@ -58,3 +58,22 @@ impl Params {
         b.add_s64(base, bytes)
     }
 }
+
+/// Global address of `stat[batch, head, row0]` of a `[batch, heads, seqlen_q]` f32 array.
+pub fn row_stats_base(
+    b: &mut Builder,
+    p: &Params,
+    name: &str,
+    heads: Reg<B32>,
+    batch: Reg<B32>,
+    head: Reg<B32>,
+    row0: Reg<B32>,
+) -> Reg<B64> {
+    let bh = b.mad_lo_u32(batch, heads, head);
+    let r = b.mul_wide_u32(bh, p.u32("seqlen_q"));
+    let row0 = b.cvt_u64_u32(row0);
+    let r = b.add_s64(r, row0);
+    let bytes = b.shl_b64(r, 2);
+    let base = b.cvta_global(p.u64(name));
+    b.add_s64(base, bytes)
+}

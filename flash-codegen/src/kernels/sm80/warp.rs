@@ -2,7 +2,7 @@
 //! per-lane `ldmatrix` addressing, and the two tile products of FA2 (A B^T from shared
 //! memory, and register-A times B from shared memory); its stores are in `warp_store`.
 
-use super::softmax::{AccTiles, zeros};
+use crate::kernels::softmax::{AccTiles, zeros};
 use crate::ptx::{B32, Builder, F32, HalfFmt, Reg, Special};
 use crate::tile::frag::{LDM_A, LDM_B_KN_TRANS, LDM_B_NK, c_frag};
 use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};

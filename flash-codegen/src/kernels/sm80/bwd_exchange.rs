@@ -8,10 +8,10 @@
 //! and dS^T of the whole query block back as A fragments. Every B fragment read from
 //! shared memory feeds both m-tiles.
 
-use super::mask::QueryMask;
-use super::softmax::{AccTiles, lse_log2};
 use super::warp::{AOperand, Warp, by_m_tile};
 use super::warp_store::Cols;
+use crate::kernels::mask::QueryMask;
+use crate::kernels::softmax::{AccTiles, lse_log2};
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 

@@ -12,7 +12,7 @@ mod iter;
 
 pub use iter::StreamLoop;
 
-use super::params::Params;
+use crate::kernels::params::Params;
 use crate::ptx::inst::CpSize;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, Reg};
 use crate::tile::copy::TileCopy;

@@ -2,9 +2,9 @@
 //! each query block goes through shared memory, and every warp adds its share of
 //! dQ += dS K into the f32 accumulator with `red.global.add.f32`.
 
-use super::params::Params;
-use super::softmax::zeros;
 use super::warp::Warp;
+use crate::kernels::params::Params;
+use crate::kernels::softmax::zeros;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg};
 use crate::spec::KernelSpec;
 use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, LDM_B_NK, accum_slot};

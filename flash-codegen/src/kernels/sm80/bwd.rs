@@ -21,14 +21,14 @@
 
 use super::bwd_atomic_dq::{AtomicDq, dq_warp};
 use super::bwd_exchange::{ColStats, Exchange, StepTiles};
-use super::mainloop::row_stats_base;
-use super::mask::QueryMask;
-use super::params::Params;
-use super::softmax::p_as_a;
 use super::stream::{BlockStream, CopyPlan};
 use super::warp::Warp;
 use super::warp_store::Cols;
 use crate::abi;
+use crate::kernels::mask::QueryMask;
+use crate::kernels::params::Params;
+use crate::kernels::params::row_stats_base;
+use crate::kernels::softmax::p_as_a;
 use crate::ptx::{B32, B64, Builder, Cmp, Entry, LaunchBounds, Pred, Reg, Special};
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;

@@ -16,9 +16,9 @@
 //!
 //! [`TileConfig::exchange`]: crate::spec::TileConfig::exchange
 
-use super::softmax::AccTiles;
 use super::warp::{Warp, by_m_tile};
 use super::warp_store::Cols;
+use crate::kernels::softmax::AccTiles;
 use crate::ptx::{Addr, B32, Builder, Cmp, F32, HalfFmt, LdCache, Pred, Reg, Space, Ty};
 use crate::spec::KernelSpec;
 use crate::tile::smem::{ROW_BYTES, SmemTile};

@@ -6,11 +6,13 @@
 //! key block for S and the head dim for O, and P passes through shared memory.
 
 use super::fwd_exchange::FwdExchange;
-use super::mainloop::{Opening, QBlock, kv_blocks, mask_block, open};
-use super::params::Params;
-use super::softmax::{OnlineSoftmax, p_as_a};
+use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
 use super::warp_store::Cols;
+use crate::kernels::mask::mask_block;
+use crate::kernels::params::Params;
+use crate::kernels::schedule::kv_blocks;
+use crate::kernels::softmax::{OnlineSoftmax, p_as_a};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Pred, Reg, Space, Ty};
 use crate::spec::KernelSpec;
 use crate::tile::copy::TileCopy;

@@ -5,10 +5,12 @@
 //! S = Q K^T, P = exp2(S * scale_log2 - LSE * log2 e) (recomputed from the saved LSE),
 //! dP = dO V^T, dS = P * (dP - D), dQ += dS K. At the end dQ *= softmax_scale.
 
-use super::mainloop::{Opening, QBlock, kv_blocks, mask_block, open};
-use super::params::Params;
-use super::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
+use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
+use crate::kernels::mask::mask_block;
+use crate::kernels::params::Params;
+use crate::kernels::schedule::kv_blocks;
+use crate::kernels::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelSpec, Pass};
 use crate::tile::copy::TileCopy;

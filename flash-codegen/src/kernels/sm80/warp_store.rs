@@ -2,8 +2,8 @@
 //! P^T, or staging), and rows to global memory (directly, or staged through shared memory
 //! for 16-byte coalesced stores).
 
-use super::softmax::AccTiles;
 use super::warp::Warp;
+use crate::kernels::softmax::AccTiles;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 

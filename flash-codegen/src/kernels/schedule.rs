@@ -1,0 +1,78 @@
+//! Kernel layer: block scheduling every architecture shares: which key blocks a query
+//! block visits (all, or up to the causal diagonal) and the causal forward's CTA order.
+
+use super::params::Params;
+use crate::ptx::{B32, Builder, Reg, Special};
+use crate::spec::KernelSpec;
+
+/// Number of key blocks a query block visits (all, or up to the causal diagonal), and
+/// `diag`: the last key the block's first query row sees.
+pub fn kv_blocks(
+    b: &mut Builder,
+    spec: &KernelSpec,
+    seqlen_q: Reg<B32>,
+    seqlen_k: Reg<B32>,
+    m0: Reg<B32>,
+) -> (Reg<B32>, Reg<B32>) {
+    let t = spec.tiles();
+    let n = b.add_u32(seqlen_k, t.block_n - 1);
+    let n = b.div_u32(n, t.block_n);
+    let diag = b.sub_s32(seqlen_k, seqlen_q);
+    let diag = b.add_s32(diag, m0);
+    if !spec.causal {
+        return (n, diag);
+    }
+    let lim = b.add_s32(diag, (t.block_m + t.block_n - 1) as i32); // ceil((diag + block_m) / block_n)
+    let lim = b.max_s32(lim, 0i32);
+    let lim = b.div_u32(lim, t.block_n);
+    (b.min_u32(n, lim), diag)
+}
+
+/// The K and V bytes of the (head, batch) pairs whose query blocks run together in the
+/// causal forward's order (see [`heaviest_first`]): what L2 should hold of them.
+const KV_SECTION_BYTES: u32 = 32 << 20;
+
+/// The causal forward's CTA order: (query block, head, batch) of this CTA. The hardware
+/// hands out CTAs in the order x + nx (y + ny z); the CTA at place L of it works on the
+/// L-th tile of this order: the (head, batch) pairs in sections whose K and V fit
+/// [`KV_SECTION_BYTES`] (seqlen_k * d * 4 bytes a pair), and inside a section every
+/// pair's heaviest query block (the last: it sees the most keys) before any lighter
+/// one. Heavy tiles first leave light ones for the grid's tail; a section at a time
+/// keeps the K and V its CTAs share in L2 (FA3's LPT scheduler; one section over the
+/// whole grid measured 2-10% slower at d64 and d128 4K, session 7). The grid's shape
+/// stays the ABI's (ceil(sq / block_m), heads, batch).
+pub fn heaviest_first(
+    b: &mut Builder,
+    spec: &KernelSpec,
+    p: &Params,
+) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
+    let [x, y, z] = [Special::CtaIdX, Special::CtaIdY, Special::CtaIdZ].map(|s| b.special(s));
+    let [nx, ny, nz] = [Special::NCtaIdX, Special::NCtaIdY, Special::NCtaIdZ].map(|s| b.special(s));
+    let yz = b.mad_lo_u32(z, ny, y);
+    let place = b.mad_lo_u32(yz, nx, x);
+    let pairs = b.mul_lo_u32(ny, nz);
+    // pairs per section: KV_SECTION_BYTES / (seqlen_k * 4 d), 1 to all of them (past 4M
+    // keys the product wraps: that changes the section size, never the bijection)
+    let pair_bytes = b.mul_lo_u32(p.u32("seqlen_k"), 4 * spec.head_dim);
+    let pair_bytes = b.max_u32(pair_bytes, 1u32);
+    let per_section = b.div_u32(KV_SECTION_BYTES, pair_bytes);
+    let per_section = b.max_u32(per_section, 1u32);
+    let per_section = b.min_u32(per_section, pairs);
+    let section_ctas = b.mul_lo_u32(per_section, nx);
+    let section = b.div_u32(place, section_ctas);
+    let first_pair = b.mul_lo_u32(section, per_section);
+    let start = b.mul_lo_u32(section, section_ctas);
+    let at = b.sub_u32(place, start);
+    // the last section may hold fewer pairs
+    let left = b.sub_u32(pairs, first_pair);
+    let width = b.min_u32(per_section, left);
+    let rank = b.div_u32(at, width);
+    let pair = b.rem_u32(at, width);
+    let pair = b.add_u32(first_pair, pair);
+    let last = b.sub_u32(nx, 1u32);
+    (
+        b.sub_u32(last, rank),
+        b.rem_u32(pair, ny),
+        b.div_u32(pair, ny),
+    )
+}
