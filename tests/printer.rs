@@ -1,7 +1,8 @@
 //! Printer table: one (instruction, exact text) row per instruction form of the IR, each
 //! checked against the PTX ISA syntax (shared/docs/ptx-reference.md), plus a small entry
 //! for the module header, parameters, directives, guards, labels and comments. The whole
-//! table is also assembled by ptxas when it is available.
+//! table is also assembled by ptxas when it is available (the rows that need a newer PTX
+//! ISA than the module declares, in a table of their own, under the version they need).
 
 mod codegen_support;
 use codegen_support as common;
@@ -13,7 +14,7 @@ use flash_codegen::ptx::inst::{
 };
 use flash_codegen::ptx::{
     Addr, AnyOperand, AnyReg, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, Inst, LaunchBounds,
-    LdCache, Module, Operand, Param, Pred, Reg, Space, Special, Stmt, Target, Ty, print,
+    LdCache, Module, Operand, Param, ParamTy, Pred, Reg, Space, Special, Stmt, Target, Ty, print,
 };
 
 /// Registers %p0..3, %r0..7, %f0..7, %rd0..3 of one builder.
@@ -174,6 +175,7 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
         (Inst::LdParam { ty: Ty::U64, d: rd[0].into(), param: "q".into() }, "ld.param.u64 %rd0, [q];"),
         (Inst::LdParam { ty: Ty::U32, d: x[0].into(), param: "n".into() }, "ld.param.u32 %r0, [n];"),
         (Inst::LdParam { ty: Ty::F32, d: f[0].into(), param: "scale".into() }, "ld.param.f32 %f0, [scale];"),
+        (Inst::MovParamAddr { d: rd[0], param: "tmap".into() }, "mov.b64 %rd0, tmap;"),
         // -- loads and stores: spaces, cache operators, vector widths, offsets --
         (ld(Space::Global, LdCache::Default, Ty::B32, vec![x[0].into()], Addr::Global(rd[0], 0)), "ld.global.b32 %r0, [%rd0];"),
         (ld(Space::Global, LdCache::NonCoherent, Ty::B32, x[..4].iter().map(|&v| v.into()).collect(), Addr::Global(rd[0], 64)), "ld.global.nc.v4.b32 {%r0, %r1, %r2, %r3}, [%rd0+64];"),
@@ -216,12 +218,33 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
     ]
 }
 
+/// The PTX ISA version the rows of [`ptx77_table`] need (`cvta.param`: 7.7).
+const PTX77: &str = ".version 7.7";
+
+/// Rows whose instructions need PTX ISA 7.7, newer than the `.version 7.0` of an sm_80
+/// module (shared/docs/ptx-reference.md, section 1.1).
+#[rustfmt::skip]
+fn ptx77_table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
+    let r = regs(b);
+    vec![
+        (Inst::CvtaParam { d: r.rd[1], a: r.rd[0] }, "cvta.param.u64 %rd1, %rd0;"),
+        (Inst::CvtaParam { d: r.rd[0], a: r.rd[0] }, "cvta.param.u64 %rd0, %rd0;"),
+    ]
+}
+
+/// Both tables, from one builder's registers.
+fn all_rows(b: &mut Builder) -> Vec<(Inst, &'static str)> {
+    let mut rows = table(b);
+    rows.extend(ptx77_table(&mut Builder::new()));
+    rows
+}
+
 /// Every row prints exactly as expected.
 #[test]
 fn every_instruction_form_prints_as_the_isa_writes_it() {
     let mut b = Builder::new();
     let mut bad = Vec::new();
-    for (inst, want) in table(&mut b) {
+    for (inst, want) in all_rows(&mut b) {
         let got = print::inst(&inst);
         if got != want {
             bad.push(format!("  want {want}\n  got  {got}"));
@@ -234,7 +257,7 @@ fn every_instruction_form_prints_as_the_isa_writes_it() {
 #[test]
 fn regs_of_matches_every_printed_form() {
     let mut b = Builder::new();
-    for (inst, text) in table(&mut b) {
+    for (inst, text) in all_rows(&mut b) {
         let ir: BTreeSet<(String, u32)> = regs_of(&inst)
             .iter()
             .map(|r| (common::prefix(r.class()).to_string(), r.id()))
@@ -248,7 +271,7 @@ fn regs_of_matches_every_printed_form() {
 #[test]
 fn table_covers_every_form() {
     let mut b = Builder::new();
-    let rows = table(&mut b);
+    let rows = all_rows(&mut b);
     let has = |f: &dyn Fn(&Inst) -> bool| rows.iter().any(|(i, _)| f(i));
     use AluOp::*;
     for op in [
@@ -295,6 +318,8 @@ fn table_covers_every_form() {
     for c in [LdCache::Default, LdCache::NonCoherent] {
         assert!(has(&|i| matches!(i, Inst::Ld { cache, .. } if *cache == c)));
     }
+    assert!(has(&|i| matches!(i, Inst::MovParamAddr { .. })));
+    assert!(has(&|i| matches!(i, Inst::CvtaParam { .. })));
 }
 
 /// A small entry: header, dynamic smem symbol, params, launch bounds, register
@@ -388,18 +413,14 @@ fn every_form_assembles_with_ptxas() {
     let mut entry: Entry = b.finish(
         "printer_table",
         vec![
-            Param {
-                name: "q".into(),
-                ty: Ty::U64,
-            },
-            Param {
-                name: "n".into(),
-                ty: Ty::U32,
-            },
+            Param::scalar("q", Ty::U64).into(),
+            Param::scalar("n", Ty::U32).into(),
             Param {
                 name: "scale".into(),
                 ty: Ty::F32,
-            },
+            }
+            .into(),
+            Param::bytes("tmap", 64, 128),
         ],
         LaunchBounds {
             max_threads: Some(32),
@@ -424,6 +445,94 @@ fn every_form_assembles_with_ptxas() {
     for arch in ["sm_80", "sm_90"] {
         if let Err(log) = common::assemble(&ptxas, "printer_table", arch, &ptx) {
             panic!("ptxas -arch={arch} rejected the printer table:\n{log}\n{ptx}");
+        }
+    }
+}
+
+/// An entry with a by-value struct parameter: `.param .align 64 .b8 tmap[128]` next to the
+/// scalars, read through its generic address (`Builder::param_addr`, the `mov.b64` /
+/// `cvta.param.u64` pair nvcc 13 emits).
+fn tensor_map_entry() -> Entry {
+    let q = Param::scalar("q", Ty::U64);
+    let tmap = Param::bytes("tmap", 64, 128);
+    assert_eq!(
+        tmap.ty,
+        ParamTy::Bytes {
+            align: 64,
+            size: 128
+        }
+    );
+    let mut b = Builder::new();
+    b.ld_param(&q);
+    let at = b.param_addr(&tmap);
+    let _word: [Reg<B32>; 1] = b.ld(
+        Space::Global,
+        LdCache::Default,
+        Ty::B32,
+        Addr::Global(at, 0),
+    );
+    b.finish("tensor_map", vec![q.into(), tmap], LaunchBounds::default())
+}
+
+#[test]
+fn by_value_struct_params_and_their_address() {
+    let mut s = String::new();
+    print::write_entry(&mut s, &tensor_map_entry()).unwrap();
+    let want = ".visible .entry tensor_map(
+    .param .u64 q,
+    .param .align 64 .b8 tmap[128]
+)
+{
+    .reg .b32 %r<1>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd0, [q];
+    mov.b64 %rd1, tmap;
+    cvta.param.u64 %rd1, %rd1;
+    ld.global.b32 %r0, [%rd1];
+    ret;
+}
+";
+    assert_eq!(s, want);
+}
+
+#[test]
+#[should_panic(expected = "generator bug: ld_param of tmap, 128 bytes aligned to 64")]
+fn ld_param_of_a_by_value_struct_is_a_generator_bug() {
+    Builder::new().ld_param(&Param::bytes("tmap", 64, 128));
+}
+
+/// The PTX 7.7 rows and the tensor-map entry assemble with ptxas under `.version 7.7`
+/// (the sm_80 target declares 7.0, where ptxas rejects `cvta.param`).
+#[test]
+fn ptx77_forms_assemble_with_ptxas() {
+    let Some(ptxas) = common::ptxas_or_skip("ptx77_forms_assemble_with_ptxas") else {
+        return;
+    };
+    let mut b = Builder::new();
+    let rows = ptx77_table(&mut b);
+    let mut entry = b.finish(
+        "ptx77_table",
+        vec![Param::bytes("tmap", 64, 128)],
+        LaunchBounds::default(),
+    );
+    let ret = entry.body.pop().expect("finish appends ret");
+    entry.body.extend(
+        rows.into_iter()
+            .map(|(inst, _)| Stmt::Inst { guard: None, inst }),
+    );
+    entry.body.push(ret);
+    let ptx = print::module(&Module {
+        target: Target::Sm80,
+        entries: vec![entry, tensor_map_entry()],
+    });
+    assert!(
+        ptx.contains(".version 7.0\n"),
+        "the sm_80 header changed:\n{ptx}"
+    );
+    let ptx = ptx.replace(".version 7.0\n", &format!("{PTX77}\n"));
+    for arch in ["sm_80", "sm_90"] {
+        if let Err(log) = common::assemble(&ptxas, "ptx77_table", arch, &ptx) {
+            panic!("ptxas -arch={arch} rejected the PTX 7.7 rows:\n{log}\n{ptx}");
         }
     }
 }

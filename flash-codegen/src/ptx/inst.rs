@@ -126,6 +126,21 @@ pub enum Inst {
         /// Source (generic address).
         a: Reg<B64>,
     },
+    /// The address of kernel parameter `param` in the parameter space
+    /// (`mov.b64 d, param`); [`Inst::CvtaParam`] makes it generic.
+    MovParamAddr {
+        /// Destination (parameter-space address).
+        d: Reg<B64>,
+        /// The parameter's name.
+        param: String,
+    },
+    /// Parameter-space to generic address (`cvta.param.u64`, PTX 7.7).
+    CvtaParam {
+        /// Destination (generic address).
+        d: Reg<B64>,
+        /// Source (parameter-space address).
+        a: Reg<B64>,
+    },
     /// `ld.param.ty d, [param]`: reads a kernel parameter.
     LdParam {
         /// The parameter's type.
@@ -301,7 +316,10 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         Inst::Unpack { lo, hi, a } => {
             out.extend::<[AnyReg; 3]>([(*lo).into(), (*hi).into(), (*a).into()])
         }
-        Inst::CvtaGlobal { d, a } => out.extend::<[AnyReg; 2]>([(*d).into(), (*a).into()]),
+        Inst::CvtaGlobal { d, a } | Inst::CvtaParam { d, a } => {
+            out.extend::<[AnyReg; 2]>([(*d).into(), (*a).into()])
+        }
+        Inst::MovParamAddr { d, .. } => out.push((*d).into()),
         Inst::LdParam { d, .. } => out.push(*d),
         Inst::Ld { d, addr: a, .. } => {
             out.extend(d.iter().copied());

@@ -27,13 +27,81 @@ impl Target {
     }
 }
 
+/// The type of a kernel parameter: what its `.param` line declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ParamTy {
+    /// A scalar read with `ld.param` (`.param .u64 q`, `.param .u32 n`, `.param .f32 s`).
+    Scalar(Ty),
+    /// A by-value struct of `size` bytes aligned to `align` (`.param .align 64 .b8 tm[128]`,
+    /// a `CUtensorMap`): used through its address ([`Builder::param_addr`]).
+    ///
+    /// [`Builder::param_addr`]: super::Builder::param_addr
+    Bytes {
+        /// Alignment in bytes (a power of two).
+        align: u32,
+        /// Size in bytes.
+        size: u32,
+    },
+}
+
+impl From<Ty> for ParamTy {
+    fn from(t: Ty) -> Self {
+        ParamTy::Scalar(t)
+    }
+}
+
 /// One `.param` of an entry.
+///
+/// `Param` (that is, `Param<Ty>`) is a scalar parameter, built as `Param { name, ty: Ty::U64 }`
+/// or [`Param::scalar`]; `Param<ParamTy>` is any parameter, scalar or [`ParamTy::Bytes`]
+/// ([`Param::bytes`]), and what an [`Entry`] declares.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Param {
+pub struct Param<T = Ty> {
     /// The parameter's name (`.param .u64 NAME`).
     pub name: String,
-    /// Its PTX type.
-    pub ty: Ty,
+    /// Its type: a PTX scalar type ([`Ty`]) or any parameter type ([`ParamTy`]).
+    pub ty: T,
+}
+
+impl Param<Ty> {
+    /// A scalar parameter (`.param .u64 NAME`), read with `ld.param`.
+    pub fn scalar(name: impl Into<String>, ty: Ty) -> Self {
+        Param {
+            name: name.into(),
+            ty,
+        }
+    }
+}
+
+impl Param<ParamTy> {
+    /// A by-value struct of `size` bytes aligned to `align` (`.param .align A .b8 NAME[S]`).
+    pub fn bytes(name: impl Into<String>, align: u32, size: u32) -> Self {
+        let name = name.into();
+        assert!(
+            align.is_power_of_two() && size > 0,
+            "generator bug: parameter {name}: {size} bytes aligned to {align}"
+        );
+        Param {
+            name,
+            ty: ParamTy::Bytes { align, size },
+        }
+    }
+}
+
+impl<T: Copy + Into<ParamTy>> Param<T> {
+    /// The parameter's type as a [`ParamTy`].
+    pub fn param_ty(&self) -> ParamTy {
+        self.ty.into()
+    }
+}
+
+impl From<Param<Ty>> for Param<ParamTy> {
+    fn from(p: Param<Ty>) -> Self {
+        Param {
+            name: p.name,
+            ty: p.ty.into(),
+        }
+    }
 }
 
 /// Performance directives of an entry.
@@ -51,7 +119,7 @@ pub struct Entry {
     /// The entry name (the kernel name, e.g. `fa2_fwd_d128_bf16_causal_sm80`).
     pub name: String,
     /// Parameters in launch order.
-    pub params: Vec<Param>,
+    pub params: Vec<Param<ParamTy>>,
     /// `.maxntid` / `.minnctapersm` directives.
     pub bounds: LaunchBounds,
     /// Registers of each class, in `RegClass::ALL` order, the body uses.

@@ -1,26 +1,56 @@
-//! PTX IR layer: the builder's memory, tensor-core, warp and barrier instructions.
+//! PTX IR layer: the builder's parameter, memory, tensor-core, warp and barrier instructions.
 
 use super::Builder;
 use crate::ptx::inst::{
     AnyReg, CpCache, CpSize, HalfFmt, Inst, LdCache, LdmNum, Mma, MmaKind, ShflMode, Space, Ty,
 };
-use crate::ptx::module::Param;
+use crate::ptx::module::{Param, ParamTy};
 use crate::ptx::types::{Addr, B32, B64, F32, Kind, Operand, Reg, RegClass};
 
 impl Builder {
-    /// `ld.param`: loads kernel parameter `p` into a fresh register of its class.
-    pub fn ld_param(&mut self, p: &Param) -> AnyReg {
-        let d: AnyReg = match p.ty.class() {
-            RegClass::Pred | RegClass::B16 => panic!("generator bug: {:?} parameter", p.ty),
+    /// `ld.param`: loads scalar kernel parameter `p` into a fresh register of its class
+    /// (`ld.param.u64 %rd0, [q];`). A [`ParamTy::Bytes`] parameter is a generator bug:
+    /// take its address with [`Builder::param_addr`].
+    pub fn ld_param<T: Copy + Into<ParamTy>>(&mut self, p: &Param<T>) -> AnyReg {
+        let ty = match p.param_ty() {
+            ParamTy::Scalar(ty) => ty,
+            ParamTy::Bytes { align, size } => panic!(
+                "generator bug: ld_param of {}, {size} bytes aligned to {align}: \
+                 use param_addr for a by-value struct",
+                p.name
+            ),
+        };
+        let d: AnyReg = match ty.class() {
+            RegClass::Pred | RegClass::B16 => panic!("generator bug: {ty:?} parameter"),
             RegClass::B32 => self.reg::<B32>().into(),
             RegClass::F32 => self.reg::<F32>().into(),
             RegClass::B64 => self.reg::<B64>().into(),
         };
         self.push(Inst::LdParam {
-            ty: p.ty,
+            ty,
             d,
             param: p.name.clone(),
         });
+        d
+    }
+
+    /// The generic address of kernel parameter `p` (a by-value struct such as a
+    /// `CUtensorMap`), in one fresh register, the pair nvcc emits:
+    ///
+    /// ```text
+    /// mov.b64 %rd0, tmap;
+    /// cvta.param.u64 %rd0, %rd0;
+    /// ```
+    ///
+    /// `cvta.param` needs PTX ISA 7.7: a module using it must declare `.version 7.7` or
+    /// later (ptxas rejects it in a `.version 7.0` module).
+    pub fn param_addr<T: Copy + Into<ParamTy>>(&mut self, p: &Param<T>) -> Reg<B64> {
+        let d = self.reg();
+        self.push(Inst::MovParamAddr {
+            d,
+            param: p.name.clone(),
+        });
+        self.push(Inst::CvtaParam { d, a: d });
         d
     }
 

@@ -5,8 +5,8 @@
 //! or in place by `mma`; ptxas coalesces the copies.
 
 use super::inst::{AluOp, AnyOperand, AnyReg, Inst, Special, Stmt, Ty};
-use super::module::{Entry, LaunchBounds, Param};
-use super::types::{B32, Guard, Kind, Label, Operand, Pred, Reg, RegClass};
+use super::module::{Entry, LaunchBounds, Param, ParamTy};
+use super::types::{B32, Guard, Kind, Operand, Pred, Reg, RegClass};
 
 /// Builds one kernel body.
 #[derive(Default)]
@@ -25,7 +25,10 @@ fn slot(c: RegClass) -> usize {
 }
 
 mod alu;
+mod control;
 mod mem;
+
+pub use control::Loop;
 
 impl Builder {
     /// An empty body with no registers or labels.
@@ -38,17 +41,6 @@ impl Builder {
         let n = &mut self.counts[slot(K::CLASS)];
         *n += 1;
         Reg::new(*n - 1)
-    }
-
-    /// A fresh label (place it with [`Builder::place`]).
-    pub fn label(&mut self) -> Label {
-        self.labels += 1;
-        Label(self.labels - 1)
-    }
-
-    /// Places label `l` here (the next instruction is its target).
-    pub fn place(&mut self, l: Label) {
-        self.body.push(Stmt::Label(l));
     }
 
     /// A `// text` comment line in the PTX.
@@ -127,29 +119,22 @@ impl Builder {
         d
     }
 
-    /// Unconditional branch; `uni` when every thread of the warp takes it together.
-    pub fn bra(&mut self, target: Label, uni: bool) {
-        self.push(Inst::Bra { target, uni });
-    }
-
-    /// Branch when `p` (or `!p`) holds.
-    pub fn bra_if(&mut self, p: Reg<Pred>, negate: bool, target: Label, uni: bool) {
-        self.when(p, negate, |b| b.bra(target, uni));
-    }
-
-    /// `ret`: the thread exits.
-    pub fn ret(&mut self) {
-        self.push(Inst::Ret);
-    }
-
     /// Ends the kernel: appends `ret` and declares every register family used.
-    pub fn finish(
+    /// `params` are scalar ([`Param`]) or any ([`Param<ParamTy>`]) parameters.
+    pub fn finish<T: Into<ParamTy>>(
         mut self,
         name: impl Into<String>,
-        params: Vec<Param>,
+        params: Vec<Param<T>>,
         bounds: LaunchBounds,
     ) -> Entry {
         self.ret();
+        let params = params
+            .into_iter()
+            .map(|p| Param {
+                name: p.name,
+                ty: p.ty.into(),
+            })
+            .collect();
         Entry {
             name: name.into(),
             params,
