@@ -13,7 +13,9 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 use flash_ptx::codegen::spec::ParseSpecError;
-use flash_ptx::codegen::{Arch, DType, KernelSpec, Pass, Tiling, abi, generate, manifest};
+use flash_ptx::codegen::{
+    Arch, DType, KernelSpec, Mask, Pass, Tiling, Tuning, abi, generate, manifest,
+};
 
 /// The kernel of the default run, built field by field. Its name is
 /// `fa2_fwd_d128_bf16_causal_sm80`, and `"fa2_fwd_d128_bf16_causal_sm80".parse()` gives
@@ -22,16 +24,17 @@ const DEFAULT: KernelSpec = KernelSpec {
     pass: Pass::Fwd,
     head_dim: 128,
     dtype: DType::Bf16,
-    causal: true,
+    mask: Mask::Causal,
     tiling: Tiling::Standard,
     arch: Arch::Sm80,
 };
 
 /// A human-readable description of `spec`: tiles, shared memory, launch and parameters.
 fn describe(spec: &KernelSpec) -> String {
-    let t = spec.tiles();
-    let launch = abi::launch(spec);
-    let info = manifest::kernel(spec); // what manifest.json says about this kernel
+    let plan = spec.plan(&Tuning::NONE); // the spec, its tile row and shared-memory layout
+    let t = plan.tiles.sm80();
+    let launch = abi::launch(&plan);
+    let info = manifest::kernel(&plan); // what manifest.json says about this kernel
     let mut s = String::new();
     let _ = writeln!(
         s,

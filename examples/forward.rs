@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::CUevent_flags;
-use flash_runtime::flash_codegen::{Arch, KernelSpec, Pass, Tiling};
+use flash_runtime::flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 use flash_runtime::reference::{self, Shape, rel_l2};
 use flash_runtime::rng::Rng;
 use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
@@ -110,7 +110,7 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
         head_dim: KernelSpec::kernel_head_dim(d as u32)
             .ok_or("head dim: a multiple of 8 <= 256")?,
         dtype: T::DTYPE,
-        causal: p.causal,
+        mask: Mask::causal(p.causal),
         tiling: Tiling::Standard,
         arch: Arch::Sm80,
     };

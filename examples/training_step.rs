@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
-use flash_runtime::flash_codegen::{Arch, KernelSpec, Pass, Tiling};
+use flash_runtime::flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 use flash_runtime::reference::{self, Shape, rel_l2};
 use flash_runtime::rng::Rng;
 use flash_runtime::{
@@ -164,7 +164,7 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
             pass,
             head_dim,
             dtype,
-            causal,
+            mask: Mask::causal(causal),
             tiling: Tiling::Standard,
             arch,
         };

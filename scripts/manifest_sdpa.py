@@ -43,12 +43,12 @@ class Manifest:
         self.fns = {}
 
     def pick(self, pass_, d, dtype, causal, seqlen_q=0, atomic=False):
-        """The manifest's rule (notes.kernel_choice): same pass, dtype and causal flag,
+        """The manifest's rule (notes.kernel_choice): same pass, dtype and mask,
         smallest head_dim >= d, standard tiling; a long tiling instead when the problem has
         at least its min_seqlen_q query rows and the backward runs in atomic mode."""
         fits = [k for k in self.kernels
                 if k["spec"]["pass"] == pass_ and k["spec"]["dtype"] == DTYPE[dtype]
-                and k["spec"]["causal"] == causal and k["spec"]["head_dim"] >= d
+                and k["spec"]["mask"] == ("causal" if causal else "none") and k["spec"]["head_dim"] >= d
                 and k["spec"].get("tiling", "standard") == "standard"]
         if not fits:
             raise SystemExit(f"no {pass_} kernel for d={d} {DTYPE[dtype]} causal={causal} in the manifest")

@@ -13,7 +13,7 @@ use flash_codegen::ptx::{Module, RegClass, Stmt, print};
 use flash_codegen::spec::HEAD_DIMS;
 use flash_codegen::tile::frag::{a_frag, b_frag, c_frag};
 use flash_codegen::tile::smem::SmemTile;
-use flash_codegen::{Arch, DType, KernelSpec, Pass, Tiling};
+use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling, Tuning};
 use proptest::prelude::*;
 use proptest::sample::select;
 
@@ -32,7 +32,7 @@ fn spec() -> impl Strategy<Value = KernelSpec> {
                 head_dim,
                 dtype,
                 // elementwise passes have no causal variant
-                causal: causal && pass.has_mask(),
+                mask: Mask::causal(causal && pass.has_mask()),
                 tiling: Tiling::Standard,
                 arch,
             };
@@ -94,7 +94,10 @@ proptest! {
 
 /// Every module the project emits, as IR.
 fn all_ir() -> Vec<Module> {
-    let mut v: Vec<Module> = KernelSpec::all().iter().map(kernels::module).collect();
+    let mut v: Vec<Module> = KernelSpec::all()
+        .iter()
+        .map(|s| kernels::module(&s.plan(&Tuning::NONE)))
+        .collect();
     v.extend(DType::ALL.map(probe::module));
     v
 }

@@ -76,7 +76,7 @@ fn good_plan_follows_the_abi() {
     });
     let p = plan(&a).unwrap();
     assert_eq!(p.spec.name(), "fa2_fwd_d128_bf16_causal_sm80");
-    assert_eq!(p.grid, [100u32.div_ceil(p.spec.tiles().block_m), 8, 2]);
+    assert_eq!(p.grid, [100u32.div_ceil(p.spec.tiles().block_m()), 8, 2]);
     assert_eq!(p.block, [p.spec.tiles().threads(), 1, 1]);
     assert_eq!(p.smem_bytes, p.spec.smem_bytes());
     assert_eq!(p.params.len(), FWD_PARAMS.len());

@@ -103,7 +103,7 @@ fn atomic_plan_follows_the_abi() {
     let main_spec = p.launch(Pass::Bwd).unwrap().spec;
     assert_eq!(
         p.launch(Pass::Bwd).unwrap().grid,
-        [300u32.div_ceil(main_spec.tiles().block_n), 2, 2]
+        [300u32.div_ceil(main_spec.tiles().block_n()), 2, 2]
     );
     let pre = p.launch(Pass::BwdPre).unwrap();
     assert_eq!(pre.param("dq_accum"), Some(ParamValue::U64(ACC)));
@@ -138,7 +138,7 @@ fn deterministic_plan_runs_dq_without_accumulator() {
     let p = plan(&a).unwrap();
     let passes: Vec<Pass> = p.launches.iter().map(|l| l.spec.pass).collect();
     assert_eq!(passes, [Pass::BwdPre, Pass::Bwd, Pass::BwdDq]);
-    assert!(p.launches[2].spec.causal && !p.launches[0].spec.causal);
+    assert!(p.launches[2].spec.mask.is_causal() && !p.launches[0].spec.mask.is_causal());
     assert_eq!(p.scratch.dq_accum, 0);
     for l in &p.launches[..2] {
         assert_eq!(l.param("dq_accum"), Some(ParamValue::U64(0)), "{}", l.spec);

@@ -19,7 +19,7 @@ use flash_codegen::ptx::{
     Addr, AnyReg, B32, B64, Builder, Cmp, F32, HalfFmt, LaunchBounds, LdCache, Module, Param, Reg,
     Space, Special, Target, Ty, print,
 };
-use flash_codegen::{DType, KernelSpec, abi};
+use flash_codegen::{DType, KernelSpec, Tuning, abi};
 use insta::assert_snapshot;
 
 /// The generator version in the header would churn every snapshot on a release.
@@ -273,7 +273,7 @@ fn summarize(out: &mut String, name: &str, smem: u32, ptx: &str) {
 fn every_kernel_summary() {
     let mut out = String::new();
     for spec in KernelSpec::all() {
-        let smem = abi::launch(&spec).dynamic_smem_bytes;
+        let smem = abi::launch(&spec.plan(&Tuning::NONE)).dynamic_smem_bytes;
         summarize(
             &mut out,
             &spec.name(),

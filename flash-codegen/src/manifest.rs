@@ -9,10 +9,10 @@
 use serde::{Deserialize, Serialize};
 
 use crate::abi;
-use crate::spec::{KernelSpec, TileConfig, Tiling};
+use crate::spec::{KernelPlan, KernelSpec, TileConfig, Tiling, Tuning};
 
 /// Version of the manifest's own layout; bumped when a field changes meaning or goes away.
-pub const FORMAT: u32 = 1;
+pub const FORMAT: u32 = 2;
 
 /// Dynamic shared memory a kernel may use without opting in (48 KiB).
 pub const SMEM_DEFAULT_LIMIT: u32 = 48 * 1024;
@@ -153,6 +153,12 @@ pub struct LaunchInfo {
 /// assert!(m.to_json().contains("\"fa2_bwd_d64_f16_sm80\""));
 /// ```
 pub fn manifest(specs: &[KernelSpec]) -> Manifest {
+    manifest_tuned(specs, &Tuning::NONE)
+}
+
+/// The manifest of `specs` built with `tuning`'s tile rows where they replace the
+/// table's (what `flash-codegen emit --all --tile ...` writes).
+pub fn manifest_tuned(specs: &[KernelSpec], tuning: &Tuning) -> Manifest {
     Manifest {
         format: FORMAT,
         generator: Generator {
@@ -160,7 +166,7 @@ pub fn manifest(specs: &[KernelSpec]) -> Manifest {
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
         notes: notes(),
-        kernels: specs.iter().map(kernel).collect(),
+        kernels: specs.iter().map(|s| kernel(&s.plan(tuning))).collect(),
     }
 }
 
@@ -178,12 +184,13 @@ pub fn file_name(spec: &KernelSpec) -> String {
     format!("{}.ptx", spec.name())
 }
 
-/// The manifest entry of one kernel.
-pub fn kernel(spec: &KernelSpec) -> KernelInfo {
-    let target = spec.arch.target();
+/// The manifest entry of one planned kernel.
+pub fn kernel(plan: &KernelPlan) -> KernelInfo {
+    let spec = &plan.spec;
+    let target = crate::kernels::target(spec.arch);
     let (major, minor) = target.ptx_version();
     let (cc_major, cc_minor) = spec.arch.min_compute_capability();
-    let launch = abi::launch(spec);
+    let launch = abi::launch(plan);
     KernelInfo {
         name: spec.name(),
         file: file_name(spec),
@@ -220,7 +227,7 @@ pub fn kernel(spec: &KernelSpec) -> KernelInfo {
             dynamic_smem_bytes: launch.dynamic_smem_bytes,
             needs_smem_opt_in: launch.dynamic_smem_bytes > SMEM_DEFAULT_LIMIT,
         },
-        tiles: spec.tiles(),
+        tiles: plan.tiles,
     }
 }
 
@@ -262,7 +269,7 @@ const ALIGNMENT: &str = "q, k, v and o base pointers must be 16-byte aligned, an
 
 const SCALE_LOG2: &str = "scale_log2 = softmax_scale * log2(e) = softmax_scale * 1.4426950408889634, as an f32; softmax_scale must be positive and scale_log2 finite (the kernels track the max of the raw scores). The default softmax_scale is 1 / sqrt(d) with d the problem's head dim (the head_dim parameter, not the kernel's).";
 
-const KERNEL_CHOICE: &str = "Pick the kernel with the problem's dtype and causal flag and the smallest spec.head_dim >= d, where d is a multiple of 8 (at most 256), and spec.tiling = standard; pass d as the head_dim parameter (the kernel zero-fills the columns past d). A backward main pass (bwd) may instead run on its kernel with spec.tiling = long, same parameters and grid formula (with its own tiles), when seqlen_q >= min_seqlen_q and dq_accum is non-null: it computes the same, faster there. A forward (fwd) whose standard kernel needs more dynamic shared memory than the GPU allows per block (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN below its dynamic_smem_bytes: d256 on RTX 30/40, 99 KiB) runs on its kernel with spec.tiling = compact instead (smem_optin_below), same parameters and grid.";
+const KERNEL_CHOICE: &str = "Pick the kernel with the problem's dtype and mask (spec.mask: none, or causal) and the smallest spec.head_dim >= d, where d is a multiple of 8 (at most 256), and spec.tiling = standard; pass d as the head_dim parameter (the kernel zero-fills the columns past d). A backward main pass (bwd) may instead run on its kernel with spec.tiling = long, same parameters and grid formula (with its own tiles), when seqlen_q >= min_seqlen_q and dq_accum is non-null: it computes the same, faster there. A forward (fwd) whose standard kernel needs more dynamic shared memory than the GPU allows per block (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN below its dynamic_smem_bytes: d256 on RTX 30/40, 99 KiB) runs on its kernel with spec.tiling = compact instead (smem_optin_below), same parameters and grid.";
 
 const SHARED_MEMORY: &str = "Pass launch.dynamic_smem_bytes as the launch's dynamic shared memory. When needs_smem_opt_in is true (more than 48 KiB), first set the function attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuFuncSetAttribute attribute 8; CuPy: Function.max_dynamic_shared_size_bytes) to at least that many bytes, once per loaded function.";
 
@@ -345,6 +352,7 @@ mod tests {
             assert_eq!(k.file, format!("{}.ptx", s.name()));
             assert_eq!(k.params.len(), abi::params(s.pass).len());
             assert_eq!(k.launch.block[0], s.tiles().threads());
+            assert_eq!(k.tiles, s.tiles());
         }
     }
 
@@ -353,7 +361,7 @@ mod tests {
     #[test]
     fn compact_entries_name_the_standard_kernels_shared_memory() {
         for s in KernelSpec::all() {
-            let k = kernel(&s);
+            let k = kernel(&s.plan(&Tuning::NONE));
             match s.tiling {
                 Tiling::Compact => {
                     let standard = s.with_tiling(Tiling::Standard);

@@ -1,7 +1,7 @@
 //! Output layer: the module `flash_kernel!` expands to, with the PTX of every variant
 //! generated here, at compile time, and embedded as string literals.
 
-use flash_codegen::{Arch, DType, KernelSpec, Pass, Tiling};
+use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling};
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::quote;
 use syn::Ident;
@@ -103,14 +103,17 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Tiling::Long => quote!(Long),
         Tiling::Compact => quote!(Compact),
     };
+    let mask = match spec.mask {
+        Mask::None => quote!(None),
+        Mask::Causal => quote!(Causal),
+    };
     let head_dim = Literal::u32_suffixed(spec.head_dim);
-    let causal = spec.causal;
     quote! {
         #cg::KernelSpec {
             pass: #cg::Pass::#pass,
             head_dim: #head_dim,
             dtype: #cg::DType::#dtype,
-            causal: #causal,
+            mask: #cg::Mask::#mask,
             tiling: #cg::Tiling::#tiling,
             arch: #cg::Arch::#arch,
         }

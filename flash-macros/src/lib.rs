@@ -6,6 +6,8 @@
 //! offending token), `flash_codegen::generate` writes each variant's PTX, and
 //! `expand` quotes it into a module of string literals and typed handles.
 
+#![forbid(unsafe_code)]
+
 mod expand;
 mod parse;
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use flash_codegen::spec::HEAD_DIMS;
-use flash_codegen::{Arch, DType, KernelSpec, Pass, Tiling};
+use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
@@ -293,12 +293,11 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                             Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
                         };
                         for &pass in passes {
-                            let causal = causal && pass.has_mask();
                             let spec = KernelSpec {
                                 pass,
                                 head_dim,
                                 dtype,
-                                causal,
+                                mask: Mask::causal(causal && pass.has_mask()),
                                 tiling: Tiling::Standard,
                                 arch,
                             };

@@ -9,7 +9,7 @@ use cudarc::driver::{
     DeviceSlice, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
-use flash_codegen::{Arch, KernelSpec, Tiling};
+use flash_codegen::{Arch, KernelSpec, Mask, Tiling};
 
 use crate::embedded::{EmbeddedKernel, ptx_source};
 use crate::error::{FlashError, Result};
@@ -166,7 +166,9 @@ impl FlashAttention {
             if spec.tiling != Tiling::Standard {
                 let with: Vec<String> = KernelSpec::all()
                     .into_iter()
-                    .filter(|s| s.tiling == spec.tiling && s.dtype == spec.dtype && !s.causal)
+                    .filter(|s| {
+                        s.tiling == spec.tiling && s.dtype == spec.dtype && s.mask == Mask::None
+                    })
                     .map(|s| s.name())
                     .collect();
                 return Err(FlashError::InvalidParam(format!(

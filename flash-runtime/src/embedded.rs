@@ -77,8 +77,8 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
         format!("the kernel for head dims {lowest} to {d}")
     };
     let (causal, pass) = match spec.pass {
-        Pass::Fwd => (format!(", `causal = {}`", spec.causal), "fwd"),
-        _ if spec.pass.has_mask() => (format!(", `causal = {}`", spec.causal), "bwd"),
+        Pass::Fwd => (format!(", `causal = {}`", spec.mask.is_causal()), "fwd"),
+        _ if spec.pass.has_mask() => (format!(", `causal = {}`", spec.mask.is_causal()), "bwd"),
         _ => (String::new(), "bwd"),
     };
     format!(
@@ -93,14 +93,14 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use flash_codegen::{Arch, DType, Tiling};
+    use flash_codegen::{Arch, DType, Mask, Tiling};
 
     fn spec(pass: Pass, head_dim: u32, causal: bool) -> KernelSpec {
         KernelSpec {
             pass,
             head_dim,
             dtype: DType::Bf16,
-            causal,
+            mask: Mask::causal(causal),
             tiling: Tiling::Standard,
             arch: Arch::Sm80,
         }

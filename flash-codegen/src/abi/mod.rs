@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use crate::ptx::{Param, Ty};
-use crate::spec::{KernelSpec, Pass};
+use crate::spec::{KernelPlan, KernelSpec, Pass};
 
 /// The three stride parameters of tensor `$t`: batch (u64), row and head (u32).
 macro_rules! strides {
@@ -163,20 +163,20 @@ pub struct Launch {
     pub dynamic_smem_bytes: u32,
 }
 
-/// The launch geometry of `spec`: block from its tiles, grid over query blocks (key
-/// blocks for [`Pass::Bwd`]), dynamic shared memory.
-pub fn launch(spec: &KernelSpec) -> Launch {
-    let t = spec.tiles();
-    match spec.pass {
+/// The launch geometry of a planned kernel: block from its tiles, grid over query blocks
+/// (key blocks for [`Pass::Bwd`]), dynamic shared memory.
+pub fn launch(plan: &KernelPlan) -> Launch {
+    let t = &plan.tiles;
+    match plan.spec.pass {
         Pass::Fwd | Pass::BwdPre | Pass::BwdDq | Pass::BwdPost => Launch {
             block: [t.threads(), 1, 1],
             grid: ["ceil(seqlen_q / block_m)", "heads", "batch"],
-            dynamic_smem_bytes: spec.smem_bytes(),
+            dynamic_smem_bytes: plan.smem.bytes,
         },
         Pass::Bwd => Launch {
             block: [t.threads(), 1, 1],
             grid: ["ceil(seqlen_k / block_n)", "heads_k", "batch"],
-            dynamic_smem_bytes: spec.smem_bytes(),
+            dynamic_smem_bytes: plan.smem.bytes,
         },
     }
 }
@@ -192,12 +192,12 @@ pub fn grid(
 ) -> [u32; 3] {
     let t = spec.tiles();
     match spec.pass {
-        Pass::Bwd => [seqlen_k.div_ceil(t.block_n), heads_k, batch],
-        _ => [seqlen_q.div_ceil(t.block_m), heads, batch],
+        Pass::Bwd => [seqlen_k.div_ceil(t.block_n()), heads_k, batch],
+        _ => [seqlen_q.div_ceil(t.block_m()), heads, batch],
     }
 }
 
 /// The grid for a forward launch.
 pub fn fwd_grid(spec: &KernelSpec, seqlen_q: u32, heads: u32, batch: u32) -> [u32; 3] {
-    [seqlen_q.div_ceil(spec.tiles().block_m), heads, batch]
+    [seqlen_q.div_ceil(spec.tiles().block_m()), heads, batch]
 }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use flash_codegen::{KernelSpec, manifest};
+use flash_codegen::{KernelSpec, Tuning, manifest};
 
 /// FlashAttention-2 kernels as PTX, generated without a CUDA toolkit.
 #[derive(Parser, Debug)]
@@ -89,7 +89,7 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-fn emit_all(dir: &Path) -> Result<(), String> {
+fn emit_all(dir: &Path, tuning: &Tuning) -> Result<(), String> {
     std::fs::create_dir_all(dir)
         .map_err(|e| format!("cannot create directory {}: {e}", dir.display()))?;
     let specs = KernelSpec::all();
@@ -99,7 +99,13 @@ fn emit_all(dir: &Path) -> Result<(), String> {
     let ptx: Vec<String> = std::thread::scope(|s| -> Result<Vec<String>, String> {
         let handles: Vec<_> = specs
             .chunks(chunk)
-            .map(|part| s.spawn(|| part.iter().map(flash_codegen::generate).collect::<Vec<_>>()))
+            .map(|part| {
+                s.spawn(|| {
+                    part.iter()
+                        .map(|spec| flash_codegen::generate_tuned(spec, tuning))
+                        .collect::<Vec<_>>()
+                })
+            })
             .collect();
         handles
             .into_iter()
@@ -112,7 +118,7 @@ fn emit_all(dir: &Path) -> Result<(), String> {
     }
     write(
         &dir.join("manifest.json"),
-        &manifest::manifest(&specs).to_json(),
+        &manifest::manifest_tuned(&specs, tuning).to_json(),
     )?;
     eprintln!(
         "wrote {} kernels and manifest.json to {}",
@@ -133,9 +139,10 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 }
 
 fn run(cli: Cli) -> Result<(), String> {
-    if let Command::Emit { tiles, .. } = &cli.command {
-        flash_codegen::spec::set_overrides(tiles.clone());
-    }
+    let tuning = match &cli.command {
+        Command::Emit { tiles, .. } => Tuning::new(tiles.clone())?,
+        Command::List => Tuning::NONE,
+    };
     match cli.command {
         Command::List => {
             let names: Vec<String> = KernelSpec::all().iter().map(KernelSpec::name).collect();
@@ -146,13 +153,13 @@ fn run(cli: Cli) -> Result<(), String> {
             all: true,
             out_dir: Some(dir),
             ..
-        } => emit_all(&dir),
+        } => emit_all(&dir, &tuning),
         Command::Emit {
             name: Some(spec),
             output,
             ..
         } => {
-            let ptx = flash_codegen::generate(&spec);
+            let ptx = flash_codegen::generate_tuned(&spec, &tuning);
             match output {
                 Some(path) => write(&path, &ptx),
                 None => {

@@ -8,10 +8,11 @@
 
 use super::params::Params;
 use crate::abi;
+use crate::kernels::half_fmt;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
 };
-use crate::spec::{KernelSpec, Pass};
+use crate::spec::{KernelPlan, Pass};
 use crate::tile::convert::unpack_f32;
 use crate::tile::frag::{ACCUM_ROW_RUN, ACCUM_TILE_FLOATS, AccumGrid};
 
@@ -32,7 +33,7 @@ struct Rows {
     accum: Reg<B64>,
 }
 
-fn rows(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Rows {
+fn rows(b: &mut Builder, plan: &KernelPlan, p: &Params) -> Rows {
     let tid = b.special(Special::TidX);
     let lane = b.and_b32(tid, 31u32);
     let warp = b.shr_u32(tid, 5u32);
@@ -40,7 +41,7 @@ fn rows(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Rows {
     let head = b.special(Special::CtaIdY);
     let batch = b.special(Special::CtaIdZ);
     let heads = b.special(Special::NCtaIdY);
-    let m0 = b.mul_lo_u32(m_block, spec.tiles().block_m);
+    let m0 = b.mul_lo_u32(m_block, plan.tiles.block_m());
     let col = b.shl_b32(lane, 3u32);
     let chunk_ok = b.setp_u32(Cmp::Lt, col, p.u32("head_dim"));
     let bh = b.mad_lo_u32(batch, heads, head);
@@ -66,12 +67,12 @@ fn rows(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Rows {
 /// ms at 16K tokens, session 4.)
 fn for_rows(
     b: &mut Builder,
-    spec: &KernelSpec,
+    plan: &KernelPlan,
     r: &Rows,
     sq_left: Reg<B32>,
     mut body: impl FnMut(&mut Builder, Reg<B32>),
 ) {
-    let t = spec.tiles();
+    let t = plan.tiles.sm80();
     for i in 0..t.block_m / t.warps {
         let row = b.add_u32(r.warp, i * t.warps);
         let past = b.setp_u32(Cmp::Ge, row, sq_left);
@@ -84,8 +85,8 @@ fn for_rows(
 
 /// Zeroes the CTA's rows of dq_accum: whole tiles, one contiguous range (the CTA's rows
 /// of tiles, the last one clipped at seqlen_q), 16-byte stores by every thread in turn.
-fn zero_accum(b: &mut Builder, spec: &KernelSpec, p: &Params, r: &Rows) {
-    let t = spec.tiles();
+fn zero_accum(b: &mut Builder, plan: &KernelPlan, p: &Params, r: &Rows) {
+    let t = plan.tiles.sm80();
     let on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
     let r16 = b.shr_u32(r.m0, 4u32);
     let left = b.sub_u32(r.grid.row_tiles, r16);
@@ -125,14 +126,15 @@ fn accum_addr(b: &mut Builder, r: &Rows, row: Reg<B32>) -> Reg<B64> {
 }
 
 /// The entry of a [`Pass::BwdPre`] spec.
-pub fn build_pre(spec: &KernelSpec) -> Entry {
+pub fn build_pre(plan: &KernelPlan) -> Entry {
+    let spec = &plan.spec;
     assert_eq!(spec.pass, Pass::BwdPre);
-    let fmt = spec.dtype.half_fmt();
+    let fmt = half_fmt(spec.dtype);
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(format!("{}: D = rowsum(dO * O); dq_accum = 0", spec.name()));
     let p = Params::load(&mut b, &ir_params);
-    let r = rows(&mut b, spec, &p);
+    let r = rows(&mut b, plan, &p);
     let o_base = p.tensor(&mut b, "o", r.batch, r.m0, r.head);
     let do_base = p.tensor(&mut b, "do", r.batch, r.m0, r.head);
     let sq_left = b.sub_u32(p.u32("seqlen_q"), r.m0);
@@ -145,7 +147,7 @@ pub fn build_pre(spec: &KernelSpec) -> Entry {
     let drow0 = b.add_s64(drow0, m0_64);
     let dvec = b.cvta_global(p.u64("dvec"));
     let lane0 = b.setp_u32(Cmp::Eq, r.lane, 0u32);
-    for_rows(&mut b, spec, &r, sq_left, |b, row| {
+    for_rows(&mut b, plan, &r, sq_left, |b, row| {
         let mut acc = b.mov(0.0f32);
         let oa = b.mad_wide_u32(row, o_rb, lane16);
         let oa = b.add_s64(o_base, oa);
@@ -187,25 +189,26 @@ pub fn build_pre(spec: &KernelSpec) -> Entry {
             b.st(Space::Global, Ty::F32, Addr::Global(addr, 0), &[acc])
         });
     });
-    zero_accum(&mut b, spec, &p, &r);
-    finish(b, spec, ir_params)
+    zero_accum(&mut b, plan, &p, &r);
+    finish(b, plan, ir_params)
 }
 
 /// The entry of a [`Pass::BwdPost`] spec.
-pub fn build_post(spec: &KernelSpec) -> Entry {
+pub fn build_post(plan: &KernelPlan) -> Entry {
+    let spec = &plan.spec;
     assert_eq!(spec.pass, Pass::BwdPost);
-    let fmt = spec.dtype.half_fmt();
+    let fmt = half_fmt(spec.dtype);
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(format!("{}: dQ = dq_accum * softmax_scale", spec.name()));
     let p = Params::load(&mut b, &ir_params);
-    let r = rows(&mut b, spec, &p);
+    let r = rows(&mut b, plan, &p);
     let dq_base = p.tensor(&mut b, "dq", r.batch, r.m0, r.head);
     let sq_left = b.sub_u32(p.u32("seqlen_q"), r.m0);
     let scale = p.f32("softmax_scale");
     let lane16 = b.mul_wide_u32(r.lane, 16u32);
     let rb = b.shl_b32(p.u32("dq_row_stride"), 1u32);
-    for_rows(&mut b, spec, &r, sq_left, |b, row| {
+    for_rows(&mut b, plan, &r, sq_left, |b, row| {
         let src = accum_addr(b, &r, row);
         let dst = b.mad_wide_u32(row, rb, lane16);
         let dst = b.add_s64(dq_base, dst);
@@ -234,12 +237,13 @@ pub fn build_post(spec: &KernelSpec) -> Entry {
             b.st(Space::Global, Ty::B32, Addr::Global(dst, 0), &words);
         });
     });
-    finish(b, spec, ir_params)
+    finish(b, plan, ir_params)
 }
 
-fn finish(b: Builder, spec: &KernelSpec, params: Vec<crate::ptx::Param>) -> Entry {
+fn finish(b: Builder, plan: &KernelPlan, params: Vec<crate::ptx::Param>) -> Entry {
+    let spec = &plan.spec;
     let bounds = LaunchBounds {
-        max_threads: Some(spec.tiles().threads()),
+        max_threads: Some(plan.tiles.threads()),
         min_ctas_per_sm: None,
     };
     b.finish(spec.name(), params, bounds)

@@ -3,7 +3,7 @@
 
 use super::softmax::AccTiles;
 use crate::ptx::{B32, Builder, Cmp, Reg};
-use crate::spec::KernelSpec;
+use crate::spec::KernelPlan;
 use crate::tile::frag::c_frag;
 
 use super::softmax::NEG_INF;
@@ -115,17 +115,18 @@ impl QueryMask {
 #[allow(clippy::too_many_arguments)]
 pub fn mask_block(
     b: &mut Builder,
-    spec: &KernelSpec,
+    plan: &KernelPlan,
     mask: &KeyMask,
     s: &AccTiles,
     (n0, s_n0): (Reg<B32>, Reg<B32>),
     seqlen_k: Reg<B32>,
     diag: Reg<B32>,
 ) {
-    let bn = spec.tiles().block_n;
+    let spec = &plan.spec;
+    let bn = plan.tiles.block_n();
     let end = b.add_u32(n0, bn);
     let needs_mask = b.setp_u32(Cmp::Gt, end, seqlen_k);
-    let needs_mask = if spec.causal {
+    let needs_mask = if spec.mask.is_causal() {
         let last = b.add_s32(n0, bn as i32 - 1);
         let crosses = b.setp_s32(Cmp::Gt, last, diag);
         b.or_pred(needs_mask, crosses)

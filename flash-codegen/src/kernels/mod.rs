@@ -9,14 +9,28 @@ pub mod schedule;
 pub mod sm80;
 pub mod softmax;
 
-use crate::ptx::Module;
-use crate::spec::{Arch, KernelSpec};
+use crate::ptx::{HalfFmt, Module, Target};
+use crate::spec::{Arch, DType, KernelPlan};
 
-/// The PTX module (one entry, named `spec.name()`) of a kernel variant: the kernels of
-/// its architecture, by pass.
-pub fn module(spec: &KernelSpec) -> Module {
-    assert!(spec.is_supported(), "unsupported spec {spec:?}");
-    match spec.arch {
-        Arch::Sm80 => sm80::module(spec),
+/// The PTX module (one entry, named after the spec) of a planned kernel variant: the
+/// kernels of its architecture, by pass.
+pub fn module(plan: &KernelPlan) -> Module {
+    match plan.spec.arch {
+        Arch::Sm80 => sm80::module(plan),
+    }
+}
+
+/// The PTX `.target` an architecture's kernels are written for.
+pub fn target(arch: Arch) -> Target {
+    match arch {
+        Arch::Sm80 => Target::Sm80,
+    }
+}
+
+/// The tensor-core input format of an element type.
+pub fn half_fmt(dtype: DType) -> HalfFmt {
+    match dtype {
+        DType::F16 => HalfFmt::F16,
+        DType::Bf16 => HalfFmt::Bf16,
     }
 }

@@ -3,23 +3,24 @@
 
 use super::params::Params;
 use crate::ptx::{B32, Builder, Reg, Special};
-use crate::spec::KernelSpec;
+use crate::spec::KernelPlan;
 
 /// Number of key blocks a query block visits (all, or up to the causal diagonal), and
 /// `diag`: the last key the block's first query row sees.
 pub fn kv_blocks(
     b: &mut Builder,
-    spec: &KernelSpec,
+    plan: &KernelPlan,
     seqlen_q: Reg<B32>,
     seqlen_k: Reg<B32>,
     m0: Reg<B32>,
 ) -> (Reg<B32>, Reg<B32>) {
-    let t = spec.tiles();
+    let spec = &plan.spec;
+    let t = plan.tiles.sm80();
     let n = b.add_u32(seqlen_k, t.block_n - 1);
     let n = b.div_u32(n, t.block_n);
     let diag = b.sub_s32(seqlen_k, seqlen_q);
     let diag = b.add_s32(diag, m0);
-    if !spec.causal {
+    if !spec.mask.is_causal() {
         return (n, diag);
     }
     let lim = b.add_s32(diag, (t.block_m + t.block_n - 1) as i32); // ceil((diag + block_m) / block_n)
@@ -43,9 +44,10 @@ const KV_SECTION_BYTES: u32 = 32 << 20;
 /// stays the ABI's (ceil(sq / block_m), heads, batch).
 pub fn heaviest_first(
     b: &mut Builder,
-    spec: &KernelSpec,
+    plan: &KernelPlan,
     p: &Params,
 ) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
+    let spec = &plan.spec;
     let [x, y, z] = [Special::CtaIdX, Special::CtaIdY, Special::CtaIdZ].map(|s| b.special(s));
     let [nx, ny, nz] = [Special::NCtaIdX, Special::NCtaIdY, Special::NCtaIdZ].map(|s| b.special(s));
     let yz = b.mad_lo_u32(z, ny, y);

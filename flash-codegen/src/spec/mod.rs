@@ -5,12 +5,15 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ptx::{HalfFmt, Target};
-
 mod name;
+mod plan;
+mod smem;
 mod tiles;
 mod tiling;
 
+pub use plan::KernelPlan;
+pub use smem::{SmemLayout, StreamRegion, TileRegion};
+pub use tiles::{Sm80Layout, Sm80Tiles, TileConfig, Tuning, check, parse_override};
 pub use tiling::Tiling;
 
 /// Which FlashAttention-2 pass a kernel computes.
@@ -66,14 +69,6 @@ pub enum DType {
 }
 
 impl DType {
-    /// The tensor-core input format of this element type.
-    pub fn half_fmt(self) -> HalfFmt {
-        match self {
-            DType::F16 => HalfFmt::F16,
-            DType::Bf16 => HalfFmt::Bf16,
-        }
-    }
-
     /// Both element types.
     pub const ALL: [DType; 2] = [DType::F16, DType::Bf16];
     /// The dtype's part of a kernel name (`f16`, `bf16`).
@@ -86,6 +81,39 @@ impl DType {
     /// Bytes per element.
     pub fn size(self) -> u32 {
         2
+    }
+}
+
+/// Which keys each query sees (beyond the sequence end, which every kernel masks).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Mask {
+    /// Every key.
+    #[default]
+    None,
+    /// Bottom-right aligned causal: query i sees keys j <= i + seqlen_k - seqlen_q.
+    Causal,
+}
+
+impl Mask {
+    /// Every mask, in generation order.
+    pub const ALL: [Mask; 2] = [Mask::None, Mask::Causal];
+    /// The mask's part of a kernel name (`""`, `"_causal"`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Mask::None => "",
+            Mask::Causal => "_causal",
+        }
+    }
+    /// The causal mask, or none.
+    pub fn causal(causal: bool) -> Mask {
+        if causal { Mask::Causal } else { Mask::None }
+    }
+    /// Whether this is the causal mask.
+    pub fn is_causal(self) -> bool {
+        self == Mask::Causal
     }
 }
 
@@ -106,12 +134,6 @@ impl Arch {
             Arch::Sm80 => "sm80",
         }
     }
-    /// The PTX `.target` its kernels are written for.
-    pub fn target(self) -> Target {
-        match self {
-            Arch::Sm80 => Target::Sm80,
-        }
-    }
     /// The lowest compute capability (major, minor) that runs this arch's kernels.
     pub fn min_compute_capability(self) -> (u32, u32) {
         match self {
@@ -128,19 +150,19 @@ pub const HEAD_DIMS: [u32; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
 /// name and parses back ([`FromStr`](std::str::FromStr)):
 ///
 /// ```
-/// use flash_codegen::{Arch, DType, KernelSpec, Pass, Tiling};
+/// use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling};
 ///
 /// let spec = KernelSpec {
 ///     pass: Pass::Fwd,
 ///     head_dim: 128,
 ///     dtype: DType::Bf16,
-///     causal: true,
+///     mask: Mask::Causal,
 ///     tiling: Tiling::Standard,
 ///     arch: Arch::Sm80,
 /// };
 /// assert_eq!(spec.name(), "fa2_fwd_d128_bf16_causal_sm80");
 /// assert_eq!("fa2_fwd_d128_bf16_causal_sm80".parse::<KernelSpec>(), Ok(spec));
-/// assert_eq!(spec.tiles().block_m, 128);
+/// assert_eq!(spec.tiles().block_m(), 128);
 /// let ptx = flash_codegen::generate(&spec);
 /// assert!(ptx.contains(".entry fa2_fwd_d128_bf16_causal_sm80"));
 /// ```
@@ -153,9 +175,8 @@ pub struct KernelSpec {
     pub head_dim: u32,
     /// Element type of q, k, v, o and the gradients.
     pub dtype: DType,
-    /// Causal mask (bottom-right aligned); only passes with [`Pass::has_mask`] have causal
-    /// variants.
-    pub causal: bool,
+    /// The mask; only passes with [`Pass::has_mask`] have masked variants.
+    pub mask: Mask,
     /// The tile row: [`Tiling::Standard`], [`Tiling::Long`] where the pass has a row for
     /// long sequences, or [`Tiling::Compact`] where it has one for GPUs with less shared
     /// memory (the name ends in `_long` or `_compact` before the arch).
@@ -166,8 +187,6 @@ pub struct KernelSpec {
 }
 
 pub use name::ParseSpecError;
-use tiles::{BWD_DQ_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_TILES};
-pub use tiles::{TileConfig, parse_override, set_overrides};
 
 impl KernelSpec {
     /// Every supported variant, in a stable order.
@@ -177,15 +196,15 @@ impl KernelSpec {
             for pass in Pass::ALL {
                 for head_dim in HEAD_DIMS {
                     for dtype in DType::ALL {
-                        for causal in [false, true] {
-                            if causal && !pass.has_mask() {
+                        for mask in Mask::ALL {
+                            if mask != Mask::None && !pass.has_mask() {
                                 continue;
                             }
                             let spec = KernelSpec {
                                 pass,
                                 head_dim,
                                 dtype,
-                                causal,
+                                mask,
                                 tiling: Tiling::Standard,
                                 arch,
                             };
@@ -207,105 +226,24 @@ impl KernelSpec {
         HEAD_DIMS.iter().copied().find(|&k| k >= d)
     }
 
-    /// Whether this spec names a generated kernel: a head dim of [`HEAD_DIMS`], causal
-    /// only for passes with a mask, [`Tiling::Long`] and [`Tiling::Compact`] only where
+    /// Whether this spec names a generated kernel: a head dim of [`HEAD_DIMS`], a mask
+    /// only for passes with one, [`Tiling::Long`] and [`Tiling::Compact`] only where
     /// the pass has such a row.
     pub fn is_supported(&self) -> bool {
         HEAD_DIMS.contains(&self.head_dim)
-            && (self.pass.has_mask() || !self.causal)
-            && (self.tiling == Tiling::Standard || self.tiling_row().is_some())
-    }
-
-    /// The tile configuration from the one table. Panics for an unsupported spec (a spec
-    /// from `all()` or `FromStr` is always supported).
-    pub fn tiles(&self) -> TileConfig {
-        if self.tiling != Tiling::Standard {
-            return self
-                .tiling_row()
-                .unwrap_or_else(|| panic!("{} has no {:?} tile row", self.name(), self.tiling));
-        }
-        if let Some(t) = tiles::overridden(self.pass, self.head_dim) {
-            return t;
-        }
-        let table: &[(u32, TileConfig)] = match self.pass {
-            Pass::Fwd => &FWD_TILES,
-            Pass::Bwd => &BWD_TILES,
-            Pass::BwdDq => &BWD_DQ_TILES,
-            Pass::BwdPre | Pass::BwdPost => &ELEMENTWISE_TILES,
-        };
-        table
-            .iter()
-            .find(|(d, _)| *d == self.head_dim)
-            .map(|(_, t)| *t)
-            .unwrap_or_else(|| panic!("no tile config for head_dim {}", self.head_dim))
+            && (self.pass.has_mask() || self.mask == Mask::None)
+            && (self.tiling == Tiling::Standard || self.has_tiling_row())
     }
 
     /// The head dim rounded up to whole 64-column shared-memory panels.
     pub fn smem_head_dim(&self) -> u32 {
         self.head_dim.div_ceil(64) * 64
     }
-
-    /// The CTAs per SM the kernel is planned for: as many as shared memory allows on an
-    /// H100/H200 (228 KiB per SM, 1 KiB of it reserved per CTA) and registers allow at the
-    /// full 255 per thread, at least 1. Emitted as `.minnctapersm`, so that ptxas does not
-    /// trade spills for an occupancy the plan does not count on.
-    pub fn ctas_per_sm_hint(&self) -> u32 {
-        let by_smem = 228 * 1024 / (self.smem_bytes() + 1024);
-        let by_regs = 65536 / (self.tiles().threads() * 256);
-        by_smem.min(by_regs).max(1)
-    }
-
-    /// Dynamic shared memory bytes: Q tile plus `stages` K and V tiles.
-    pub fn smem_bytes(&self) -> u32 {
-        let t = self.tiles();
-        let row = self.smem_head_dim() * self.dtype.size();
-        match self.pass {
-            // (exchange: plus the P tile [block_m][block_n, padded to 64] and one f32 row
-            // statistic per row of each warp, 32 rows a warp)
-            Pass::Fwd => {
-                let exchange = match t.exchange {
-                    true => {
-                        t.block_m * t.block_n.div_ceil(64) * 64 * self.dtype.size()
-                            + t.warps * 32 * 4
-                    }
-                    false => 0,
-                };
-                t.block_m * row + 2 * t.stages * t.block_n * row + exchange
-            }
-            // K, V once; Q, dO, LSE and D per stage; two [block_n][block_m, padded to 64]
-            // tiles: dS^T of two successive query blocks (the atomic dQ of a block runs in
-            // the next iteration), or with exchange dS^T and P^T
-            Pass::Bwd => {
-                2 * t.block_n * row
-                    + 2 * t.stages * t.block_m * (row + 4)
-                    + 2 * (t.block_n * t.block_m.div_ceil(64) * 64 * self.dtype.size())
-            }
-            // Q, dO once; K and V per stage
-            Pass::BwdDq => 2 * t.block_m * row + 2 * t.stages * t.block_n * row,
-            Pass::BwdPre | Pass::BwdPost => 0,
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The rows sized for two CTAs per SM on H100/H200 (228 KiB of shared memory per SM,
-    /// 1 KiB reserved per CTA; 255 registers x 128 threads x 2 fit the 64K register
-    /// file): the d128 and d64 backward, the d256 forward (exchange layout, 104.5 KiB). A
-    /// few more bytes would halve their occupancy silently.
-    #[test]
-    fn two_cta_rows_keep_two_ctas_per_sm() {
-        let rows = [(Pass::Bwd, 128), (Pass::Bwd, 64), (Pass::Fwd, 256)];
-        for s in KernelSpec::all() {
-            if rows.contains(&(s.pass, s.head_dim)) && s.tiling == Tiling::Standard {
-                assert!(2 * (s.smem_bytes() + 1024) <= 228 * 1024, "{s}");
-                assert!(2 * s.tiles().threads() * 255 <= 65536, "{s}");
-                assert_eq!(s.ctas_per_sm_hint(), 2, "{s}");
-            }
-        }
-    }
 
     /// The shared-memory budgets the README promises: every forward runs on RTX 30/40
     /// (99 KiB per block), on its compact row where its standard one needs more; every

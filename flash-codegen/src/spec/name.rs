@@ -6,18 +6,17 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::{Arch, DType, HEAD_DIMS, KernelSpec, Pass, Tiling};
+use super::{Arch, DType, HEAD_DIMS, KernelSpec, Mask, Pass, Tiling};
 
 impl KernelSpec {
     /// The kernel's (and its entry point's) name.
     pub fn name(&self) -> String {
-        let causal = if self.causal { "_causal" } else { "" };
         format!(
             "fa2_{}_d{}_{}{}{}_{}",
             self.pass.name(),
             self.head_dim,
             self.dtype.name(),
-            causal,
+            self.mask.suffix(),
             self.tiling.suffix(),
             self.arch.name()
         )
@@ -92,11 +91,11 @@ impl FromStr for KernelSpec {
             pass,
             head_dim,
             dtype,
-            causal,
+            mask: Mask::causal(causal),
             tiling,
             arch,
         };
-        if spec.causal && !spec.pass.has_mask() {
+        if spec.mask != Mask::None && !spec.pass.has_mask() {
             return Err(err("this pass has no causal variant"));
         }
         if !spec.is_supported() {

@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::tiles::{BWD_LONG_TILES, FWD_COMPACT_TILES};
-use super::{KernelSpec, Pass, TileConfig};
+use super::tiles::sm80;
+use super::{Arch, KernelSpec};
 
 /// Which row of the tile table a kernel is built from.
 #[derive(
@@ -43,30 +43,17 @@ impl KernelSpec {
         KernelSpec { tiling, ..self }
     }
 
-    /// The tiles of this spec's non-standard tiling (its pass and head dim's long or
-    /// compact row), or `None`: the standard tiling, or a tiling without a row here.
-    pub(super) fn tiling_row(&self) -> Option<TileConfig> {
-        match self.tiling {
-            Tiling::Standard => None,
-            Tiling::Long => self.long_row().map(|(_, t)| t),
-            Tiling::Compact => match self.pass {
-                Pass::Fwd => FWD_COMPACT_TILES
-                    .iter()
-                    .find(|(d, _)| *d == self.head_dim)
-                    .map(|&(_, t)| t),
-                _ => None,
-            },
+    /// Whether this spec's tiling has a row for its pass and head dim.
+    pub(super) fn has_tiling_row(&self) -> bool {
+        match self.arch {
+            Arch::Sm80 => sm80::tiling_row(self).is_some(),
         }
     }
 
-    /// The (threshold, tiles) of the long row of this spec's pass and head dim.
-    fn long_row(&self) -> Option<(u32, TileConfig)> {
-        match self.pass {
-            Pass::Bwd => BWD_LONG_TILES
-                .iter()
-                .find(|(d, _, _)| *d == self.head_dim)
-                .map(|&(_, from, t)| (from, t)),
-            _ => None,
+    /// The fewest query rows of the long row of this spec's pass and head dim.
+    fn long_threshold(&self) -> Option<u32> {
+        match self.arch {
+            Arch::Sm80 => sm80::long_row(self).map(|(from, _)| from),
         }
     }
 
@@ -99,7 +86,7 @@ impl KernelSpec {
     /// [`Tiling::Long`], in atomic mode (a null `dq_accum` keeps the standard tiling);
     /// `None` when they have no long row.
     pub fn long_from(&self) -> Option<u32> {
-        self.long_row().map(|(from, _)| from)
+        self.long_threshold()
     }
 
     /// This spec with the tiling a problem of `seqlen_q` query rows runs on: its long
@@ -129,8 +116,8 @@ mod tests {
         assert_eq!(bwd.for_seqlen(from, false).tiling, Tiling::Standard);
         let long = bwd.for_seqlen(from, true);
         assert_eq!(long.name(), "fa2_bwd_d128_bf16_causal_long_sm80");
-        assert_eq!(long.tiles().block_n, 128);
-        assert_eq!(bwd.tiles().block_n, 64);
+        assert_eq!(long.tiles().block_n(), 128);
+        assert_eq!(bwd.tiles().block_n(), 64);
         for other in [
             "fa2_bwd_d64_bf16_sm80",
             "fa2_fwd_d128_bf16_sm80",
@@ -152,7 +139,7 @@ mod tests {
         assert_eq!(compact.name(), "fa2_fwd_d256_bf16_causal_compact_sm80");
         assert_eq!(fwd.for_smem(u64::from(fwd.smem_bytes())), fwd);
         let (t, c) = (fwd.tiles(), compact.tiles());
-        assert_eq!((t.block_m, t.warps), (c.block_m, c.warps));
+        assert_eq!((t.block_m(), t.warps()), (c.block_m(), c.warps()));
         assert!(compact.smem_bytes() < fwd.smem_bytes());
         // no compact row elsewhere: a kernel that does not fit stays as it is
         let bwd: KernelSpec = "fa2_bwd_d256_bf16_sm80".parse().unwrap();

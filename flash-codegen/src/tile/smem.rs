@@ -7,6 +7,7 @@
 
 use super::frag::LdmAddr;
 use crate::ptx::{Addr, B32, Builder, Reg};
+use crate::spec::TileRegion;
 
 /// Bytes per panel row (64 elements of 2 bytes).
 pub const ROW_BYTES: u32 = 128;
@@ -20,6 +21,13 @@ pub struct SmemTile {
     pub rows: u32,
     /// Columns (elements), a multiple of 64.
     pub cols: u32,
+}
+
+impl From<TileRegion> for SmemTile {
+    /// The tile of a region of the kernel's shared-memory layout.
+    fn from(r: TileRegion) -> Self {
+        SmemTile::new(r.base, r.rows, r.cols)
+    }
 }
 
 impl SmemTile {

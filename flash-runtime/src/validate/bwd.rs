@@ -12,7 +12,7 @@
 //! elements ([`super::contiguous_runs`]).
 
 use flash_codegen::abi::grid;
-use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
+use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
 use super::{
@@ -233,7 +233,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
         pass,
         head_dim: kernel_d,
         dtype,
-        causal,
+        mask: Mask::causal(causal),
         tiling: Tiling::Standard,
         arch,
     };
@@ -265,7 +265,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
         false => spec(Pass::BwdPost, false),
         true => spec(Pass::BwdDq, p.causal),
     };
-    check_grid(sq, h, b, pre.tiles().block_m)?;
+    check_grid(sq, h, b, pre.tiles().block_m())?;
     let (sq32, sk32) = (u32_of(sq, "seqlen_q")?, u32_of(sk, "seqlen_k")?);
     let (b32, h32, hk32) = (b as u32, h as u32, hk as u32); // <= 65535: checked with the grid
 

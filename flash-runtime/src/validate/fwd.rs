@@ -6,7 +6,7 @@
 //! fill because `o` may be strided, which no single memset covers).
 
 use flash_codegen::abi::fwd_grid;
-use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
+use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::{
     LaunchPlan, LseDesc, ParamValue, Placed, TensorDesc, bind_params, check_dtypes, check_grid,
@@ -89,7 +89,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
         pass: Pass::Fwd,
         head_dim: kernel_d,
         dtype,
-        causal: a.params.causal,
+        mask: Mask::causal(a.params.causal),
         tiling: Tiling::Standard,
         arch,
     }
@@ -99,7 +99,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
     }
 
     // Grid first: it names the limit users hit with huge batches or head counts.
-    check_grid(sq, h, b, spec.tiles().block_m)?;
+    check_grid(sq, h, b, spec.tiles().block_m())?;
     let (sq32, sk32, h32) = (u32_of(sq, "seqlen_q")?, u32_of(sk, "seqlen_k")?, h as u32);
     let grid = fwd_grid(&spec, sq32, h32, b as u32);
 

@@ -25,27 +25,23 @@ use super::stream::{BlockStream, CopyPlan};
 use super::warp::Warp;
 use super::warp_store::Cols;
 use crate::abi;
+use crate::kernels::half_fmt;
 use crate::kernels::mask::QueryMask;
 use crate::kernels::params::Params;
 use crate::kernels::params::row_stats_base;
 use crate::kernels::softmax::p_as_a;
 use crate::ptx::{B32, B64, Builder, Cmp, Entry, LaunchBounds, Pred, Reg, Special};
-use crate::spec::{KernelSpec, Pass};
+use crate::spec::{KernelPlan, Pass};
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
 /// The entry of a [`Pass::Bwd`] spec.
-pub fn build(spec: &KernelSpec) -> Entry {
+pub fn build(plan: &KernelPlan) -> Entry {
+    let spec = &plan.spec;
     assert_eq!(spec.pass, Pass::Bwd);
-    let t = spec.tiles();
-    let (d, dp, bm, bn) = (spec.head_dim, spec.smem_head_dim(), t.block_m, t.block_n);
-    // every warp owns bn / warps keys (m16 tiles; exchange: 32-key row blocks times
-    // column groups, below); dS^T is one 64-column panel wide (the dQ split checks itself)
-    assert!(
-        (t.exchange || bn % (16 * t.warps) == 0) && bm <= 64,
-        "generator bug: bwd tiles {t:?}"
-    );
-    let fmt = spec.dtype.half_fmt();
+    let t = plan.tiles.sm80();
+    let (d, bm, bn) = (spec.head_dim, t.block_m, t.block_n);
+    let fmt = half_fmt(spec.dtype);
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(format!(
@@ -53,23 +49,14 @@ pub fn build(spec: &KernelSpec) -> Entry {
         spec.name(),
         t.warps,
         t.sweeps,
-        spec.smem_bytes()
+        plan.smem.bytes
     ));
     let p = Params::load(&mut b, &ir_params);
     let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
     let (group, scale_log2) = (p.u32("heads_per_kv"), p.f32("scale_log2"));
-    // exchange: 32 keys (two m-tiles) per warp, the warps repeating over bn / 32 row blocks
-    let w = if t.exchange {
-        assert!(
-            bn % 32 == 0
-                && t.warps % (bn / 32) == 0
-                && t.sweeps == 1
-                && !t.resident
-                && d == dp
-                && (dp / 64) % (t.warps / (bn / 32)) == 0
-                && bm % (16 * (t.warps / (bn / 32))) == 0,
-            "generator bug: bwd exchange tiles {t:?}"
-        );
+    // every warp owns bn / warps keys (m16 tiles); exchange: 32 keys (two m-tiles) per
+    // warp, the warps repeating over bn / 32 row blocks
+    let w = if t.layout.exchange() {
         Warp::with_row_blocks(&mut b, 2, Some(bn / 32))
     } else {
         Warp::new(&mut b, (bn / t.warps / 16) as usize)
@@ -85,11 +72,10 @@ pub fn build(spec: &KernelSpec) -> Entry {
 
     b.comment("-- shared memory: K, V (resident), Q and dO stages, dS^T --");
     let smem = b.smem_base();
-    let k_tile = SmemTile::new(0, bn, dp);
-    let v_tile = SmemTile::new(k_tile.bytes(), bn, dp);
+    let [k_tile, v_tile] = [0, 1].map(|i| SmemTile::from(plan.smem.fixed[i]));
     let qs = BlockStream::new(
         &mut b,
-        spec,
+        plan,
         &p,
         (
             w.tid,
@@ -102,38 +88,27 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 CopyPlan::Once
             },
         ),
-        2 * k_tile.bytes(),
-        bm,
         ["q_row_stride", "do_row_stride"],
     )
     .with_vectors(&mut b, 2)
     .downward();
     // (late: the next block's copies go out after the step's S^T, not right behind the
     // previous block's dQ atomics)
-    assert!(
-        !t.late_prefetch || t.exchange,
-        "generator bug: late prefetch without exchange"
-    );
-    let qs = if t.late_prefetch {
+    let qs = if t.layout.late_prefetch() {
         qs.late_prefetch()
     } else {
         qs
     };
     // dS^T, then a second tile: P^T (exchange) or the next query block's dS^T
-    let ds_tile = SmemTile::new(2 * k_tile.bytes() + qs.bytes(), bn, bm.div_ceil(64) * 64);
-    let exchange = t.exchange.then(|| {
+    let [ds_tile, second] = [0, 1].map(|i| SmemTile::from(plan.smem.exchange[i]));
+    let exchange = t.layout.exchange().then(|| {
         let groups = t.warps / (bn / 32);
         Exchange {
             groups,
             group: b.div_u32(w.warp, bn / 32),
-            pt_tile: SmemTile::new(ds_tile.base + ds_tile.bytes(), bn, ds_tile.cols),
+            pt_tile: second,
         }
     });
-    assert_eq!(
-        ds_tile.base + 2 * ds_tile.bytes(),
-        spec.smem_bytes(),
-        "generator bug: smem size"
-    );
     // without exchange, dS^T of query block j sits in stage j & 1: the atomic dQ of block
     // j runs in the next iteration (block j - 1), past its barrier, so one barrier per
     // block suffices
@@ -154,7 +129,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
         );
         copy.issue(&mut b, smem, tile.base, base, k_rows);
     }
-    if t.resident {
+    if t.layout.resident() {
         b.cp_async_commit();
     }
 
@@ -163,7 +138,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     let n_qblocks = b.div_u32(n_qblocks, bm);
     let shift = b.sub_s32(seqlen_k, seqlen_q);
     let first_q = b.sub_s32(n0, shift); // first query that sees key n0
-    let m_first = if spec.causal {
+    let m_first = if spec.mask.is_causal() {
         let f = b.max_s32(first_q, 0i32);
         b.div_u32(f, bm)
     } else {
@@ -187,7 +162,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
         k_tile: &k_tile,
         batch_heads: (batch, heads),
         // (exchange: computed where used, to keep registers for the accumulators)
-        warp: (!t.exchange).then(|| dq_warp(&mut b, spec, &w)),
+        warp: (!t.layout.exchange()).then(|| dq_warp(&mut b, plan, &w)),
     };
     for sweep in 0..t.sweeps {
         let (do_dv, do_dk) = match (t.sweeps, sweep) {
@@ -230,7 +205,8 @@ pub fn build(spec: &KernelSpec) -> Entry {
         );
         b.cp_async_commit();
         // K and V (first head: in the group before Q's) have landed once this waits
-        let [k_operand, v_operand] = w.a_operands(&mut b, t.resident, [&k_tile, &v_tile], smem, d);
+        let [k_operand, v_operand] =
+            w.a_operands(&mut b, t.layout.resident(), [&k_tile, &v_tile], smem, d);
         // query blocks run downward, from the last to m_first
         let (m0, st, lp) = qs.begin(&mut b, smem, seqlen_q, (m_first, n_qblocks));
         let j = qs.block();
@@ -241,7 +217,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
             let run = b.and_pred(dq_on, exists);
             b.comment(format!("-- atomic dQ of the {what} query block --"));
             let ds = ds_stage(b, blk);
-            dq.emit_if(b, spec, &p, &w, run, ds, (head, m0_blk));
+            dq.emit_if(b, plan, &p, &w, run, ds, (head, m0_blk));
         };
         if deferred_dq {
             // the block before this one in the stream's order: j + 1
@@ -269,7 +245,10 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 smem,
                 st,
             };
-            let causal = spec.causal.then(|| (&qmask, last_first_q(&mut b)));
+            let causal = spec
+                .mask
+                .is_causal()
+                .then(|| (&qmask, last_first_q(&mut b)));
             x.step(
                 &mut b,
                 fmt,
@@ -301,7 +280,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
                 ));
                 let mut pt = w.acc_zeros(&mut b, sub);
                 w.mma_a_bt(&mut b, fmt, &pt, &k_operand, (&q_sub, st), d);
-                if spec.causal {
+                if spec.mask.is_causal() {
                     let m0c = b.add_u32(m0, c0);
                     let lfq = last_first_q(&mut b);
                     let needs = b.setp_s32(Cmp::Lt, m0c, lfq);
@@ -339,7 +318,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
         }
         if do_dk && exchange.is_some() {
             // dS^T is complete since the step's barrier
-            dq.emit_if(&mut b, spec, &p, &w, dq_on, smem, (head, m0));
+            dq.emit_if(&mut b, plan, &p, &w, dq_on, smem, (head, m0));
         }
         qs.end(&mut b, lp);
         // every warp is done with the stages (the next head restarts the stream) and the

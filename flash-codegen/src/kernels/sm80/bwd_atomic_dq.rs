@@ -3,10 +3,11 @@
 //! dQ += dS K into the f32 accumulator with `red.global.add.f32`.
 
 use super::warp::Warp;
+use crate::kernels::half_fmt;
 use crate::kernels::params::Params;
 use crate::kernels::softmax::zeros;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg};
-use crate::spec::KernelSpec;
+use crate::spec::KernelPlan;
 use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, LDM_B_NK, accum_slot};
 use crate::tile::smem::{ROW_BYTES, SmemTile, ldm_lane_offset_emit};
 
@@ -43,7 +44,7 @@ impl AtomicDq<'_> {
     pub fn emit_if(
         &self,
         b: &mut Builder,
-        spec: &KernelSpec,
+        plan: &KernelPlan,
         p: &Params,
         w: &Warp,
         run: Reg<Pred>,
@@ -54,12 +55,12 @@ impl AtomicDq<'_> {
         b.bra_if(run, true, skip, true);
         let dw = match &self.warp {
             Some(dw) => dw.clone(),
-            None => dq_warp(b, spec, w),
+            None => dq_warp(b, plan, w),
         };
         let (batch, heads) = self.batch_heads;
         accumulate_dq(
             b,
-            spec,
+            plan,
             p,
             w,
             (self.smem, ds_smem, self.ds_tile, self.k_tile),
@@ -72,8 +73,8 @@ impl AtomicDq<'_> {
 
 /// The warp's share of the atomic dQ: its row tile and column group (warp `w` takes row
 /// tile `w % row_tiles`) and the lane offsets of its dS rows.
-pub fn dq_warp(b: &mut Builder, spec: &KernelSpec, w: &Warp) -> DqWarp {
-    let split = dq_split(spec);
+pub fn dq_warp(b: &mut Builder, plan: &KernelPlan, w: &Warp) -> DqWarp {
+    let split = dq_split(plan);
     let (qw, grp) = if split.groups > 1 {
         (
             b.rem_u32(w.warp, split.row_tiles),
@@ -98,8 +99,9 @@ pub fn dq_warp(b: &mut Builder, spec: &KernelSpec, w: &Warp) -> DqWarp {
 /// fragment then feeds two mma, and the accumulator (32 f32 per thread) covers 32
 /// columns per pass instead of 64; measured +0.5-1% there, but 1-2% slower on the 4-warp
 /// d128 exchange layout (255 registers either way), and d96 spills with it.
-pub fn dq_split(spec: &KernelSpec) -> DqSplit {
-    let t = spec.tiles();
+pub fn dq_split(plan: &KernelPlan) -> DqSplit {
+    let spec = &plan.spec;
+    let t = plan.tiles.sm80();
     let all_panels = spec.head_dim.div_ceil(64);
     // `m_tiles` rows per warp tile, if the warps split the block and the panels evenly
     let split = |m_tiles: u32| {
@@ -118,7 +120,9 @@ pub fn dq_split(spec: &KernelSpec) -> DqSplit {
             }
         })
     };
-    let wide = (t.exchange && t.warps >= 8).then(|| split(2)).flatten();
+    let wide = (t.layout.exchange() && t.warps >= 8)
+        .then(|| split(2))
+        .flatten();
     wide.or_else(|| split(1))
         .unwrap_or_else(|| panic!("generator bug: no dQ split of {t:?}"))
 }
@@ -146,17 +150,18 @@ pub struct DqSplit {
 #[allow(clippy::type_complexity)]
 fn accumulate_dq(
     b: &mut Builder,
-    spec: &KernelSpec,
+    plan: &KernelPlan,
     p: &Params,
     w: &Warp,
     (smem, ds_smem, ds_tile, k_tile): (Reg<B32>, Reg<B32>, &SmemTile, &SmemTile),
     dw: &DqWarp,
     (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
 ) {
-    let fmt: HalfFmt = spec.dtype.half_fmt();
-    let t = spec.tiles();
+    let spec = &plan.spec;
+    let fmt: HalfFmt = half_fmt(spec.dtype);
+    let t = plan.tiles.sm80();
     let d = spec.head_dim;
-    let split = dq_split(spec);
+    let split = dq_split(plan);
     let (m_tiles, panels) = (split.m_tiles, split.panels);
     b.comment("-- dQ += dS K (atomic) --");
     // a[mt][kk]: dS rows (m-tile mt of the warp's queries) x keys 16kk..16kk+16
@@ -299,7 +304,7 @@ fn red_tiles(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::Pass;
+    use crate::spec::{KernelSpec, Pass, Tuning};
 
     /// Every table row's dQ split covers the query block and the head dim's panels
     /// exactly once, with whole panels per group; 32-row tiles only on the 8-warp
@@ -310,7 +315,8 @@ mod tests {
             .into_iter()
             .filter(|s| s.pass == Pass::Bwd)
         {
-            let (t, s) = (spec.tiles(), dq_split(&spec));
+            let plan = spec.plan(&Tuning::NONE);
+            let (t, s) = (plan.tiles.sm80(), dq_split(&plan));
             assert_eq!(s.row_tiles * 16 * s.m_tiles, t.block_m, "{spec}: rows");
             assert_eq!(s.row_tiles * s.groups, t.warps, "{spec}: warps");
             assert_eq!(

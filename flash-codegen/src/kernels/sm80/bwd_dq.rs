@@ -7,12 +7,13 @@
 
 use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
+use crate::kernels::half_fmt;
 use crate::kernels::mask::mask_block;
 use crate::kernels::params::Params;
 use crate::kernels::schedule::kv_blocks;
 use crate::kernels::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
-use crate::spec::{KernelSpec, Pass};
+use crate::spec::{KernelPlan, Pass};
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
@@ -90,18 +91,19 @@ impl RowStats {
 }
 
 /// The entry of a [`Pass::BwdDq`] spec.
-pub fn build(spec: &KernelSpec) -> Entry {
+pub fn build(plan: &KernelPlan) -> Entry {
+    let spec = &plan.spec;
     assert_eq!(spec.pass, Pass::BwdDq);
-    let t = spec.tiles();
-    let (d, dp) = (spec.head_dim, spec.smem_head_dim());
-    let fmt = spec.dtype.half_fmt();
+    let t = plan.tiles.sm80();
+    let d = spec.head_dim;
+    let fmt = half_fmt(spec.dtype);
     let header = format!(
         "{}: block {}x{}, {} warps, smem {} bytes",
         spec.name(),
         t.block_m,
         t.block_n,
         t.warps,
-        spec.smem_bytes()
+        plan.smem.bytes
     );
     let Opening {
         mut b,
@@ -109,32 +111,24 @@ pub fn build(spec: &KernelSpec) -> Entry {
         p,
         q,
         zero,
-    } = open(spec, header);
+    } = open(plan, header);
     let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
     let scale_log2 = p.f32("scale_log2");
     let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
     let do_base = p.tensor(&mut b, "do", q.batch, q.m0, q.head);
     let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);
     let v_base = p.tensor(&mut b, "v", q.batch, zero, q.kv_head);
-    let (n_blocks, diag) = kv_blocks(&mut b, spec, seqlen_q, seqlen_k, q.m0);
+    let (n_blocks, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
 
     b.comment("-- shared memory: Q, dO, then `stages` K tiles and `stages` V tiles --");
     let smem = b.smem_base();
-    let q_tile = SmemTile::new(0, t.block_m, dp);
-    let do_tile = SmemTile::new(q_tile.bytes(), t.block_m, dp);
+    let [q_tile, do_tile] = [0, 1].map(|i| SmemTile::from(plan.smem.fixed[i]));
     let kv = BlockStream::new(
         &mut b,
-        spec,
+        plan,
         &p,
         (q.tid, CopyPlan::Once),
-        2 * q_tile.bytes(),
-        t.block_n,
         ["k_row_stride", "v_row_stride"],
-    );
-    assert_eq!(
-        2 * q_tile.bytes() + kv.bytes(),
-        spec.smem_bytes(),
-        "generator bug: smem size"
     );
     for (tile, base, stride) in [
         (&q_tile, q_base, "q_row_stride"),
@@ -143,13 +137,14 @@ pub fn build(spec: &KernelSpec) -> Entry {
         let copy = TileCopy::new(&mut b, tile, d, t.threads(), q.tid, p.u32(stride), head_dim);
         copy.issue(&mut b, smem, tile.base, base, q.q_rows);
     }
-    if t.resident {
+    if t.layout.resident() {
         b.cp_async_commit(); // Q and dO land first, then their fragments move to registers
     }
     kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
-    let [q_operand, do_operand] = q.a_operands(&mut b, t.resident, [&q_tile, &do_tile], smem, d);
-    let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
+    let [q_operand, do_operand] =
+        q.a_operands(&mut b, t.layout.resident(), [&q_tile, &do_tile], smem, d);
+    let mask = q.mask(&mut b, spec.mask.is_causal(), seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
     let dq = q.acc_zeros(&mut b, d);
 
@@ -157,7 +152,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], kv_smem), d);
-    mask_block(&mut b, spec, &mask, &s, (n0, n0), seqlen_k, diag);
+    mask_block(&mut b, plan, &mask, &s, (n0, n0), seqlen_k, diag);
     stats.probabilities(&mut b, &mut s, scale_log2);
     b.comment("-- dS = P * (dO V^T - D) --");
     let mut dpt = q.acc_zeros(&mut b, t.block_n);

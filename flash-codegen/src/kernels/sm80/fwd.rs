@@ -9,20 +9,22 @@ use super::fwd_exchange::FwdExchange;
 use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
 use super::warp_store::Cols;
+use crate::kernels::half_fmt;
 use crate::kernels::mask::mask_block;
 use crate::kernels::params::Params;
 use crate::kernels::schedule::kv_blocks;
 use crate::kernels::softmax::{OnlineSoftmax, p_as_a};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Pred, Reg, Space, Ty};
-use crate::spec::KernelSpec;
+use crate::spec::KernelPlan;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
 /// The entry of a [`Pass::Fwd`](crate::spec::Pass::Fwd) spec.
-pub fn build(spec: &KernelSpec) -> Entry {
-    let t = spec.tiles();
-    let (d, dp) = (spec.head_dim, spec.smem_head_dim());
-    let fmt = spec.dtype.half_fmt();
+pub fn build(plan: &KernelPlan) -> Entry {
+    let spec = &plan.spec;
+    let t = plan.tiles.sm80();
+    let d = spec.head_dim;
+    let fmt = half_fmt(spec.dtype);
     let header = format!(
         "{}: block {}x{}, {} warps, {} stages, d {d}, smem {} bytes",
         spec.name(),
@@ -30,7 +32,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
         t.block_n,
         t.warps,
         t.stages,
-        spec.smem_bytes()
+        plan.smem.bytes
     );
     let Opening {
         mut b,
@@ -38,41 +40,34 @@ pub fn build(spec: &KernelSpec) -> Entry {
         p,
         q,
         zero,
-    } = open(spec, header);
+    } = open(plan, header);
     let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
     let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
     let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);
     let v_base = p.tensor(&mut b, "v", q.batch, zero, q.kv_head);
-    let (n_blocks, diag) = kv_blocks(&mut b, spec, seqlen_q, seqlen_k, q.m0);
+    let (n_blocks, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
 
     b.comment("-- shared memory: Q tile, then `stages` K tiles, then `stages` V tiles --");
     let smem = b.smem_base();
-    let q_tile = SmemTile::new(0, t.block_m, dp);
+    let q_tile = SmemTile::from(plan.smem.fixed[0]);
     let kv = BlockStream::new(
         &mut b,
-        spec,
+        plan,
         &p,
         (
             q.tid,
-            if t.exchange {
+            if t.layout.exchange() {
                 CopyPlan::AtIssue
             } else {
                 CopyPlan::Once
             },
         ),
-        q_tile.bytes(),
-        t.block_n,
         ["k_row_stride", "v_row_stride"],
     );
     let ex = t
-        .exchange
-        .then(|| FwdExchange::new(&mut b, spec, &q, q_tile.bytes() + kv.bytes()));
-    let ex_bytes = ex.as_ref().map_or(0, FwdExchange::bytes);
-    assert_eq!(
-        q_tile.bytes() + kv.bytes() + ex_bytes,
-        spec.smem_bytes(),
-        "generator bug: smem size"
-    );
+        .layout
+        .exchange()
+        .then(|| FwdExchange::new(&mut b, plan, &q));
 
     b.comment("-- issue Q and the first K/V block --");
     let q_copy = TileCopy::new(
@@ -85,13 +80,13 @@ pub fn build(spec: &KernelSpec) -> Entry {
         head_dim,
     );
     q_copy.issue(&mut b, smem, q_tile.base, q_base, q.q_rows);
-    if t.resident {
+    if t.layout.resident() {
         b.cp_async_commit(); // Q lands first, then its fragments move to registers
     }
     kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
-    let [q_operand] = q.a_operands(&mut b, t.resident, [&q_tile], smem, d);
-    let mask = q.mask(&mut b, spec.causal, seqlen_q, seqlen_k);
+    let [q_operand] = q.a_operands(&mut b, t.layout.resident(), [&q_tile], smem, d);
+    let mask = q.mask(&mut b, spec.mask.is_causal(), seqlen_q, seqlen_k);
     let o = q.acc_zeros(&mut b, ex.as_ref().map_or(d, |e| e.cols()));
     let mut softmax = OnlineSoftmax::new(&mut b, q.m_tiles, p.f32("scale_log2"));
 
@@ -104,7 +99,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     };
     q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], k_smem), d);
     b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
-    mask_block(&mut b, spec, &mask, &s, (n0, s_n0), seqlen_k, diag);
+    mask_block(&mut b, plan, &mask, &s, (n0, s_n0), seqlen_k, diag);
     b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
     match &ex {
         None => softmax.step(&mut b, &mut s, &o),
@@ -178,7 +173,7 @@ pub fn build(spec: &KernelSpec) -> Entry {
     store_lse(&mut b, &p, &q, &lse, not_lse_writer);
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
-        min_ctas_per_sm: Some(spec.ctas_per_sm_hint()),
+        min_ctas_per_sm: Some(plan.ctas_per_sm_hint()),
     };
     b.finish(spec.name(), ir_params, bounds)
 }

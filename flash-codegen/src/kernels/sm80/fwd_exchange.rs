@@ -20,7 +20,7 @@ use super::warp::{Warp, by_m_tile};
 use super::warp_store::Cols;
 use crate::kernels::softmax::AccTiles;
 use crate::ptx::{Addr, B32, Builder, Cmp, F32, HalfFmt, LdCache, Pred, Reg, Space, Ty};
-use crate::spec::KernelSpec;
+use crate::spec::KernelPlan;
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
 /// Rows per warp in the exchange layout (two m16 tiles).
@@ -42,41 +42,25 @@ pub struct FwdExchange {
 }
 
 impl FwdExchange {
-    /// The layout of `spec` (checked here), its tiles from shared byte `base` on.
-    pub fn new(b: &mut Builder, spec: &KernelSpec, w: &Warp, base: u32) -> Self {
-        let t = spec.tiles();
-        let (d, dp) = (spec.head_dim, spec.smem_head_dim());
+    /// The layout of a plan (its rules: `Sm80Tiles::check`), its tiles where the plan's
+    /// shared-memory layout puts them.
+    pub fn new(b: &mut Builder, plan: &KernelPlan, w: &Warp) -> Self {
+        let t = plan.tiles.sm80();
         let row_blocks = t.block_m / ROWS_PER_WARP;
-        let g = t.warps / row_blocks.max(1);
-        assert!(
-            t.block_m % ROWS_PER_WARP == 0
-                && t.warps == g * row_blocks
-                && g >= 2
-                && row_blocks < 16
-                && !t.resident
-                && d == dp
-                && (d / g) % 64 == 0
-                && t.block_n % (16 * g) == 0,
-            "generator bug: fwd exchange tiles {t:?}"
-        );
         let member = b.div_u32(w.warp, row_blocks);
         let block = b.rem_u32(w.warp, row_blocks);
-        let p_tile = SmemTile::new(base, t.block_m, t.block_n.div_ceil(64) * 64);
         FwdExchange {
-            groups: g,
+            groups: t.warps / row_blocks,
             member,
             barrier: b.add_u32(block, 1u32),
-            p_tile,
-            stats: base + p_tile.bytes(),
+            p_tile: SmemTile::from(plan.smem.exchange[0]),
+            stats: plan
+                .smem
+                .stats
+                .expect("generator bug: exchange without statistics"),
             block_n: t.block_n,
-            d,
+            d: plan.spec.head_dim,
         }
-    }
-
-    /// Shared-memory bytes the layout adds after the Q, K and V tiles: P
-    /// `[block_m][block_n]` and the row statistics `[G][block_m]` f32.
-    pub fn bytes(&self) -> u32 {
-        self.p_tile.bytes() + 4 * self.groups * self.p_tile.rows
     }
 
     /// Keys of the block per warp.

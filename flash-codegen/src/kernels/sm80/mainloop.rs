@@ -11,7 +11,7 @@ use crate::kernels::params::Params;
 use crate::kernels::params::row_stats_base;
 use crate::kernels::schedule::heaviest_first;
 use crate::ptx::{B32, B64, Builder, Param, Reg, Special};
-use crate::spec::{KernelSpec, Pass};
+use crate::spec::{KernelPlan, Pass};
 
 /// The opening every query-block kernel shares: the builder with the kernel's `header`
 /// comment, the parameters loaded, the CTA's [`QBlock`] and a zero register.
@@ -29,12 +29,13 @@ pub struct Opening {
 }
 
 /// Opens a query-block kernel (see [`Opening`]).
-pub fn open(spec: &KernelSpec, header: String) -> Opening {
+pub fn open(plan: &KernelPlan, header: String) -> Opening {
+    let spec = &plan.spec;
     let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(header);
     let p = Params::load(&mut b, &ir_params);
-    let q = QBlock::new(&mut b, spec, &p);
+    let q = QBlock::new(&mut b, plan, &p);
     let zero = b.mov(0u32);
     Opening {
         b,
@@ -70,9 +71,10 @@ impl Deref for QBlock {
 
 impl QBlock {
     /// CTA coordinates from the grid, and the warp's share.
-    pub fn new(b: &mut Builder, spec: &KernelSpec, p: &Params) -> Self {
-        let t = spec.tiles();
-        let w = if t.exchange {
+    pub fn new(b: &mut Builder, plan: &KernelPlan, p: &Params) -> Self {
+        let spec = &plan.spec;
+        let t = plan.tiles.sm80();
+        let w = if t.layout.exchange() {
             // the forward's exchange layout: 32-row blocks shared by groups of warps
             // (checked by `FwdExchange::new`)
             let rows = super::fwd_exchange::ROWS_PER_WARP;
@@ -86,13 +88,13 @@ impl QBlock {
             );
             Warp::new(b, m_tiles)
         };
-        let (m_block, head, batch) = if spec.causal && spec.pass == Pass::Fwd {
-            heaviest_first(b, spec, p)
+        let (m_block, head, batch) = if spec.mask.is_causal() && spec.pass == Pass::Fwd {
+            heaviest_first(b, plan, p)
         } else {
             let m_block = b.special(Special::CtaIdX);
             // causal: the last query blocks see the most keys; launch them first, so the
             // light ones fill the tail of the grid
-            let m_block = if spec.causal {
+            let m_block = if spec.mask.is_causal() {
                 let n = b.special(Special::NCtaIdX);
                 let last = b.sub_u32(n, 1u32);
                 b.sub_u32(last, m_block)

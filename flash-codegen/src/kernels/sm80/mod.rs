@@ -16,19 +16,20 @@ pub mod warp_store;
 
 use crate::kernels::bwd_elementwise;
 use crate::ptx::Module;
-use crate::spec::{KernelSpec, Pass};
+use crate::spec::{KernelPlan, Pass};
 
-/// The sm_80 module of `spec`, by pass.
-pub fn module(spec: &KernelSpec) -> Module {
+/// The sm_80 module of a plan, by pass.
+pub fn module(plan: &KernelPlan) -> Module {
+    let spec = &plan.spec;
     let entry = match spec.pass {
-        Pass::Fwd => fwd::build(spec),
-        Pass::BwdPre => bwd_elementwise::build_pre(spec),
-        Pass::BwdPost => bwd_elementwise::build_post(spec),
-        Pass::BwdDq => bwd_dq::build(spec),
-        Pass::Bwd => bwd::build(spec),
+        Pass::Fwd => fwd::build(plan),
+        Pass::BwdPre => bwd_elementwise::build_pre(plan),
+        Pass::BwdPost => bwd_elementwise::build_post(plan),
+        Pass::BwdDq => bwd_dq::build(plan),
+        Pass::Bwd => bwd::build(plan),
     };
     Module {
-        target: spec.arch.target(),
+        target: crate::kernels::target(spec.arch),
         entries: vec![entry],
     }
 }

@@ -80,7 +80,7 @@ pub fn module(dtype: DType) -> Module {
     let v = b.ldmatrix::<4>(true, v_addr);
 
     b.comment("-- c = a * b, two n8 tiles each --");
-    let fmt = dtype.half_fmt();
+    let fmt = crate::kernels::half_fmt(dtype);
     for (bf, out) in [(bt, ptrs[3]), (v, ptrs[4])] {
         for j in 0..2 {
             let acc: [Reg<F32>; 4] = std::array::from_fn(|_| b.mov(0.0f32));

@@ -1,19 +1,19 @@
-//! Spec layer: the tile table, every geometric choice of every kernel in one place.
-
-use std::sync::RwLock;
+//! Spec layer: the sm_80 path's tile rows (mma.sync warps, cp.async stages), their
+//! table, and the rules a row must satisfy.
 
 use serde::{Deserialize, Serialize};
 
-use super::Pass;
+use super::super::{KernelSpec, Pass, Tiling};
+use Sm80Layout::{Exchange, ExchangeLatePrefetch, Resident, Streamed};
 
-/// Geometry of one kernel: every choice the kernel body reads, from ONE table.
+/// Geometry of one sm_80 kernel: every choice the kernel body reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TileConfig {
+pub struct Sm80Tiles {
     /// Query rows per CTA.
     pub block_m: u32,
     /// Key/value rows per main-loop iteration.
     pub block_n: u32,
-    /// Warps per CTA; each owns `block_m / warps` query rows.
+    /// Warps per CTA; each owns `block_m / warps` query rows (see [`Sm80Layout`]).
     pub warps: u32,
     /// Shared-memory buffers of the streamed operand (K/V in the forward, Q/dO in the
     /// backward), a power of two: 2 = load block j+1 while computing block j; 1 (forward
@@ -22,24 +22,48 @@ pub struct TileConfig {
     /// Backward only: passes over the query blocks. 1 = dV and dK together; 2 = dV first,
     /// then dK and dQ, when both accumulators (d/2 f32 each per thread) don't fit at once.
     pub sweeps: u32,
-    /// Operand fragments kept in registers for the whole CTA instead of re-read from
-    /// shared memory every block: Q in the forward, K and V in the backward main pass,
-    /// Q and dO in the dQ pass. Saves ldmatrix traffic; costs registers.
-    pub resident: bool,
-    /// Backward main pass only: FA2's warp layouts. The warps tile the key block in
-    /// 32-key rows (two m-tiles each) times `warps / (block_n / 32)` groups that split the
-    /// query block for S^T and dP^T and the head dim for dV and dK; P^T and dS^T pass
-    /// between the layouts through shared memory. Every B fragment then feeds two mma.
-    /// The d256 row uses it (64x64, 8 warps, one sweep instead of two: 0.66x -> 0.91x FA2
-    /// at 16K) and the d128 row (64x64, 4 warps, two CTAs per SM: 0.85x -> 0.91-1.00x;
-    /// docs/performance.md).
-    pub exchange: bool,
-    /// Backward main pass only: the next query block's copies are issued after the
-    /// step's first product (S^T) instead of right after the iteration's barrier, where
-    /// they would queue behind the previous block's burst of dQ atomics (the 128-key d128
-    /// row: +2-3% at 16K, session 7). Absent in manifests written before it: `false`.
-    #[serde(default)]
-    pub late_prefetch: bool,
+    /// How the warps split the work and where operand fragments live.
+    pub layout: Sm80Layout,
+}
+
+/// How an sm_80 kernel's warps split a block, and where operand fragments live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sm80Layout {
+    /// Each warp owns `block_m / warps` rows (`block_n / warps` keys in the backward main
+    /// pass); operand fragments are read from shared memory at every product.
+    Streamed,
+    /// As [`Sm80Layout::Streamed`], with the operand fragments kept in registers for the
+    /// whole CTA: Q in the forward, K and V in the backward main pass, Q and dO in the dQ
+    /// pass. Saves ldmatrix traffic; costs registers.
+    Resident,
+    /// FA2's warp layouts. Forward (`kernels::sm80::fwd_exchange`): warps pair up on
+    /// 32-row blocks, splitting each key block for S and the head dim for O, P through
+    /// shared memory. Backward main pass (`kernels::sm80::bwd_exchange`): warps tile the
+    /// key block in 32-key rows (two m-tiles each) times `warps / (block_n / 32)` groups
+    /// that split the query block for S^T and dP^T and the head dim for dV and dK; P^T
+    /// and dS^T pass between the layouts through shared memory. Every B fragment then
+    /// feeds two mma.
+    Exchange,
+    /// The backward's [`Sm80Layout::Exchange`] with the next query block's copies issued
+    /// after the step's first product (S^T) instead of right after the iteration's
+    /// barrier, where they would queue behind the previous block's burst of dQ atomics.
+    ExchangeLatePrefetch,
+}
+
+impl Sm80Layout {
+    /// Operand fragments stay in registers.
+    pub fn resident(self) -> bool {
+        self == Resident
+    }
+    /// One of the exchange layouts.
+    pub fn exchange(self) -> bool {
+        matches!(self, Exchange | ExchangeLatePrefetch)
+    }
+    /// The streamed operand's next block is fetched after the first product.
+    pub fn late_prefetch(self) -> bool {
+        self == ExchangeLatePrefetch
+    }
 }
 
 /// The forward tile table (sm_80 path). Rows: head_dim -> (block_m, block_n, warps, stages).
@@ -50,33 +74,33 @@ pub struct TileConfig {
 /// than 64x32 double-buffered (docs/performance.md). Shared memory stays <= 96 KiB so
 /// every variant also runs on RTX 30/40 (99 KiB per block).
 /// d256 splits each key block and the head dim between pairs of warps (`exchange`, see
-/// `kernels::fwd_exchange`): 21% fewer shared-memory bytes per mma, +5-9% non-causal and
+/// `kernels::sm80::fwd_exchange`): 21% fewer shared-memory bytes per mma, +5-9% non-causal and
 /// up to +6% causal (session 8, gpu_tune bf16: 16K 329 -> 350 TFLOP/s), for 104.5 KiB
 /// of shared memory; GPUs with less per block run [`FWD_COMPACT_TILES`].
 #[rustfmt::skip]
-pub(super) const FWD_TILES: [(u32, TileConfig); 8] = [
-    (32, tc(128, 64, 4, 2, 1).resident()),
-    (64, tc(128, 64, 4, 2, 1).resident()),
+pub(crate) const FWD_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, tc(128, 64, 4, 2, 1).with(Resident)),
+    (64, tc(128, 64, 4, 2, 1).with(Resident)),
     (96, tc(128, 64, 4, 2, 1)),
     (128, tc(128, 32, 4, 2, 1)),
     (160, tc(128, 16, 4, 2, 1)),
-    (192, tc(64, 32, 4, 2, 1).resident()),
+    (192, tc(64, 32, 4, 2, 1).with(Resident)),
     (224, tc(64, 64, 4, 1, 1)),
-    (256, tc(64, 64, 4, 1, 1).exchange()),
+    (256, tc(64, 64, 4, 1, 1).with(Exchange)),
 ];
 
 /// The forward's rows for GPUs whose shared memory per block is below the standard
 /// row's ([`super::Tiling::Compact`]; RTX 30/40 allow 99 KiB): the same block_m and
 /// warps (so the same grid), 96 KiB.
 #[rustfmt::skip]
-pub(super) const FWD_COMPACT_TILES: [(u32, TileConfig); 1] = [
+pub(crate) const FWD_COMPACT_TILES: [(u32, Sm80Tiles); 1] = [
     (256, tc(64, 64, 4, 1, 1)),
 ];
 
 /// Backward main pass (one CTA per key block): block_n keys per CTA (16 per warp; with
 /// `exchange`, 32-key row blocks times column groups),
 /// block_m queries per inner step; for dQ the warps split into query tiles times column
-/// groups of whole 64-column panels (`bwd_atomic_dq::dq_split`). Q, dO, LSE and D are
+/// groups of whole 64-column panels (`kernels::sm80::bwd_atomic_dq::dq_split`). Q, dO, LSE and D are
 /// double buffered; K, V and two dS^T tiles stay resident. d160-d224 take two sweeps (dV,
 /// then dK and dQ); d128 and d256 run FA2's warp layouts (`exchange`: each warp 32 keys
 /// x half (d128, 4 warps) or a quarter (d256, 8 warps) of the head dim for dV and dK,
@@ -91,15 +115,15 @@ pub(super) const FWD_COMPACT_TILES: [(u32, TileConfig); 1] = [
 /// mma and the dQ atomics per FLOP halve; session 8 (gpu_tune, bf16): 1.15-1.17x FA2
 /// against 0.99-1.03x for the 64-key resident row at 4K-16K.
 #[rustfmt::skip]
-pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
-    (32, tc(64, 64, 4, 2, 1).resident()),
+pub(crate) const BWD_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, tc(64, 64, 4, 2, 1).with(Resident)),
     (64, tc(64, 128, 4, 2, 1)),
-    (96, tc(64, 64, 4, 2, 1).resident()),
-    (128, tc(64, 64, 4, 2, 1).exchange()),
+    (96, tc(64, 64, 4, 2, 1).with(Resident)),
+    (128, tc(64, 64, 4, 2, 1).with(Exchange)),
     (160, tc(64, 64, 4, 2, 2)),
     (192, tc(64, 64, 4, 2, 2)),
     (224, tc(64, 64, 4, 2, 2)),
-    (256, tc(64, 64, 8, 2, 1).exchange()),
+    (256, tc(64, 64, 8, 2, 1).with(Exchange)),
 ];
 
 /// The backward main pass's rows for long sequences ([`super::Tiling::Long`]): (head
@@ -111,20 +135,20 @@ pub(super) const BWD_TILES: [(u32, TileConfig); 8] = [
 /// (`docs/bench/tune_session7.txt`). Atomic mode only: the deterministic mode's main
 /// pass has no atomics to halve.
 #[rustfmt::skip]
-pub(super) const BWD_LONG_TILES: [(u32, u32, TileConfig); 1] = [
-    (128, 8192, tc(64, 128, 8, 2, 1).exchange().late_prefetch()),
+pub(crate) const BWD_LONG_TILES: [(u32, u32, Sm80Tiles); 1] = [
+    (128, 8192, tc(64, 128, 8, 2, 1).with(ExchangeLatePrefetch)),
 ];
 
 /// Deterministic dQ pass (one CTA per query block, like the forward): one m16 tile per
 /// warp with Q and dO fragments resident, or (d128) two m-tiles sharing every K and V
 /// fragment (measured up to 4% faster than 64x64 resident).
 #[rustfmt::skip]
-pub(super) const BWD_DQ_TILES: [(u32, TileConfig); 8] = [
-    (32, tc(64, 64, 4, 2, 1).resident()),
-    (64, tc(64, 64, 4, 2, 1).resident()),
-    (96, tc(64, 64, 4, 2, 1).resident()),
+pub(crate) const BWD_DQ_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, tc(64, 64, 4, 2, 1).with(Resident)),
+    (64, tc(64, 64, 4, 2, 1).with(Resident)),
+    (96, tc(64, 64, 4, 2, 1).with(Resident)),
     (128, tc(128, 32, 4, 2, 1)),
-    (160, tc(64, 32, 4, 2, 1).resident()),
+    (160, tc(64, 32, 4, 2, 1).with(Resident)),
     (192, tc(64, 32, 4, 2, 1)),
     (224, tc(64, 32, 4, 2, 1)),
     (256, tc(64, 32, 4, 2, 1)),
@@ -132,7 +156,7 @@ pub(super) const BWD_DQ_TILES: [(u32, TileConfig); 8] = [
 
 /// Elementwise passes (preprocess, postprocess): block_m rows per CTA, one warp per row.
 #[rustfmt::skip]
-pub(super) const ELEMENTWISE_TILES: [(u32, TileConfig); 8] = [
+pub(crate) const ELEMENTWISE_TILES: [(u32, Sm80Tiles); 8] = [
     (32, ELEMENTWISE),
     (64, ELEMENTWISE),
     (96, ELEMENTWISE),
@@ -142,78 +166,164 @@ pub(super) const ELEMENTWISE_TILES: [(u32, TileConfig); 8] = [
     (224, ELEMENTWISE),
     (256, ELEMENTWISE),
 ];
-const ELEMENTWISE: TileConfig = tc(64, 0, 4, 1, 1);
+const ELEMENTWISE: Sm80Tiles = tc(64, 0, 4, 1, 1);
 
-/// A table row: (block_m, block_n, warps, stages, sweeps).
-const fn tc(block_m: u32, block_n: u32, warps: u32, stages: u32, sweeps: u32) -> TileConfig {
-    TileConfig {
+/// A table row: (block_m, block_n, warps, stages, sweeps), streamed layout.
+const fn tc(block_m: u32, block_n: u32, warps: u32, stages: u32, sweeps: u32) -> Sm80Tiles {
+    Sm80Tiles {
         block_m,
         block_n,
         warps,
         stages,
         sweeps,
-        resident: false,
-        exchange: false,
-        late_prefetch: false,
+        layout: Streamed,
     }
 }
 
-impl TileConfig {
-    /// The same tiles with FA2's backward warp layouts (see [`TileConfig::exchange`]).
-    pub const fn exchange(self) -> Self {
-        TileConfig {
-            exchange: true,
-            ..self
-        }
-    }
-
-    /// The same tiles with the late prefetch (see [`TileConfig::late_prefetch`]).
-    pub const fn late_prefetch(self) -> Self {
-        TileConfig {
-            late_prefetch: true,
-            ..self
-        }
-    }
-
-    /// The same tiles with resident operand fragments (see [`TileConfig::resident`]).
-    pub const fn resident(self) -> Self {
-        TileConfig {
-            resident: true,
-            ..self
-        }
+impl Sm80Tiles {
+    /// The same tiles in `layout`.
+    pub const fn with(self, layout: Sm80Layout) -> Self {
+        Sm80Tiles { layout, ..self }
     }
 
     /// Threads per CTA (`32 * warps`).
     pub fn threads(&self) -> u32 {
         self.warps * 32
     }
+
+    /// The rules every kernel builder relies on, for (pass, head dim `d`).
+    pub(super) fn check(&self, pass: Pass, d: u32) -> Result<(), String> {
+        let t = self;
+        let (bm, bn, warps) = (t.block_m, t.block_n, t.warps);
+        if matches!(pass, Pass::BwdPre | Pass::BwdPost) {
+            return match warps > 0 && bm % warps == 0 && t.layout == Streamed && t.sweeps == 1 {
+                true => Ok(()),
+                false => Err("elementwise passes: block_m rows, one per warp at a time".into()),
+            };
+        }
+        if warps == 0 || bm == 0 || bn == 0 || bm % 16 != 0 || bn % 16 != 0 {
+            return Err("block_m and block_n must be multiples of 16, warps at least 1".into());
+        }
+        if !t.stages.is_power_of_two() || (t.stages == 1 && pass != Pass::Fwd) {
+            return Err(
+                "stages must be a power of two (1 only for fwd: K and V take turns)".into(),
+            );
+        }
+        if !(1..=2).contains(&t.sweeps) || (t.sweeps == 2 && pass != Pass::Bwd) {
+            return Err("sweeps is 1, or 2 for bwd".into());
+        }
+        if t.layout.exchange() && !matches!(pass, Pass::Bwd | Pass::Fwd) {
+            return Err("exchange is a fwd and bwd layout".into());
+        }
+        if t.layout.late_prefetch() && pass != Pass::Bwd {
+            return Err("late (prefetch) is a bwd option of the exchange layouts".into());
+        }
+        let dp = d.div_ceil(64) * 64;
+        match (pass, t.layout.exchange()) {
+            // (kernels::sm80::fwd_exchange) two m-tiles per warp, G >= 2 warps per 32-row
+            // block splitting the keys and whole 64-column panels of d; one named barrier
+            // (1..15) per row block
+            (Pass::Fwd, true) => {
+                let blocks = bm / 32;
+                let g = if bm % 32 == 0 && blocks > 0 {
+                    warps / blocks
+                } else {
+                    0
+                };
+                if g < 2
+                    || warps != g * blocks
+                    || blocks >= 16
+                    || d % (64 * g) != 0
+                    || bn % (16 * g) != 0
+                {
+                    return Err(
+                        "fwd exchange: block_m a multiple of 32 (below 512); warps = G x \
+                                block_m / 32 with G >= 2; head dim a multiple of 64 G; block_n \
+                                of 16 G"
+                            .into(),
+                    );
+                }
+            }
+            // (kernels::sm80::bwd_exchange) 32 keys per warp, G = warps / (block_n / 32)
+            // groups splitting the query block in m16 tiles and the panels of d
+            (Pass::Bwd, true) => {
+                let blocks = bn / 32;
+                let g = if bn % 32 == 0 && blocks > 0 && warps % blocks == 0 {
+                    warps / blocks
+                } else {
+                    0
+                };
+                if g == 0
+                    || t.sweeps != 1
+                    || d != dp
+                    || (dp / 64) % g != 0
+                    || bm % (16 * g) != 0
+                    || bm > 64
+                {
+                    return Err(
+                        "bwd exchange: block_n a multiple of 32 dividing 32 warps into G \
+                                groups; one sweep; head dim a multiple of 64 G; block_m a \
+                                multiple of 16 G, at most 64"
+                            .into(),
+                    );
+                }
+            }
+            // every warp owns block_n / warps keys (m16 tiles); dS^T one 64-column panel
+            (Pass::Bwd, false) => {
+                if bn % (16 * warps) != 0 || bm > 64 {
+                    return Err("bwd: block_n a multiple of 16 warps, block_m at most 64".into());
+                }
+            }
+            // every warp owns block_m / warps query rows (m16 tiles)
+            _ => {
+                if bm % (16 * warps) != 0 {
+                    return Err("block_m must be a multiple of 16 warps".into());
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
-/// Tile rows that replace table rows, for tuning (see [`set_overrides`]).
-static OVERRIDES: RwLock<Vec<(Pass, u32, TileConfig)>> = RwLock::new(Vec::new());
-
-/// Replaces the table rows of the given (pass, head dim) pairs for this process: the
-/// generator's `--tile` flag, to measure a configuration without editing the table. The
-/// kernels keep their canonical names; the manifest records the tiles they were built
-/// with. Tuning only: everything in the process that asks a spec for its tiles (a
-/// `FlashAttention` runtime's launch geometry included) sees the override, so never set
-/// it in a process that also launches kernels embedded or generated without it.
-pub fn set_overrides(rows: Vec<(Pass, u32, TileConfig)>) {
-    *OVERRIDES.write().unwrap_or_else(|e| e.into_inner()) = rows;
+/// The sm_80 row of `spec`: its tiling's row of its pass and head dim. Panics for an
+/// unsupported spec.
+pub(crate) fn row(spec: &KernelSpec) -> Sm80Tiles {
+    tiling_row(spec).unwrap_or_else(|| panic!("{} has no {:?} tile row", spec.name(), spec.tiling))
 }
 
-/// The override of (pass, head dim), if one was set.
-pub(super) fn overridden(pass: Pass, head_dim: u32) -> Option<TileConfig> {
-    let rows = OVERRIDES.read().unwrap_or_else(|e| e.into_inner());
-    rows.iter()
-        .find(|(p, d, _)| *p == pass && *d == head_dim)
-        .map(|(_, _, t)| *t)
+/// The row of `spec`'s tiling, pass and head dim, if the table has one.
+pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
+    let find = |table: &[(u32, Sm80Tiles)]| {
+        table
+            .iter()
+            .find(|(d, _)| *d == spec.head_dim)
+            .map(|&(_, t)| t)
+    };
+    match (spec.tiling, spec.pass) {
+        (Tiling::Standard, Pass::Fwd) => find(&FWD_TILES),
+        (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),
+        (Tiling::Standard, Pass::BwdDq) => find(&BWD_DQ_TILES),
+        (Tiling::Standard, Pass::BwdPre | Pass::BwdPost) => find(&ELEMENTWISE_TILES),
+        (Tiling::Long, _) => long_row(spec).map(|(_, t)| t),
+        (Tiling::Compact, Pass::Fwd) => find(&FWD_COMPACT_TILES),
+        (Tiling::Compact, _) => None,
+    }
 }
 
-/// Parses a tile override `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,FLAG...]` (flags:
-/// `resident`, `exchange`, `late`), e.g. `fwd:256=128,32,8,2,1`,
-/// `bwd:64=64,64,4,2,1,resident` or `bwd:128=64,128,8,2,1,exchange,late`.
-pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
+/// The (fewest query rows, tiles) of the long row of `spec`'s pass and head dim.
+pub(crate) fn long_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
+    match spec.pass {
+        Pass::Bwd => BWD_LONG_TILES
+            .iter()
+            .find(|(d, _, _)| *d == spec.head_dim)
+            .map(|&(_, from, t)| (from, t)),
+        _ => None,
+    }
+}
+
+/// Parses an sm_80 row `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,FLAG...]` (flags: `resident`,
+/// `exchange`, `late`); the caller checks it.
+pub(super) fn parse_row(s: &str) -> Result<(Pass, u32, Sm80Tiles), String> {
     let bad = || {
         format!(
             "bad tile override `{s}`: expected PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident][,exchange][,late]"
@@ -229,109 +339,64 @@ pub fn parse_override(s: &str) -> Result<(Pass, u32, TileConfig), String> {
     };
     let d: u32 = d.parse().map_err(|_| bad())?;
     let parts: Vec<&str> = vals.split(',').collect();
-    let flags = parts.get(5..).unwrap_or_default();
-    let flag = |name: &str| flags.contains(&name);
-    let known = ["resident", "exchange", "late"];
-    let distinct = flags
-        .iter()
-        .collect::<std::collections::BTreeSet<_>>()
-        .len()
-        == flags.len();
-    if parts.len() < 5 || !distinct || flags.iter().any(|f| !known.contains(f)) {
+    let mut flags: Vec<&str> = parts.get(5..).unwrap_or_default().to_vec();
+    flags.sort_unstable();
+    let layout = match flags[..] {
+        [] => Streamed,
+        ["resident"] => Resident,
+        ["exchange"] => Exchange,
+        ["exchange", "late"] => ExchangeLatePrefetch,
+        ["late"] => {
+            return Err(format!(
+                "tile override `{s}`: late (prefetch) is a bwd option of the exchange layouts"
+            ));
+        }
+        ["exchange", "resident"] => {
+            return Err(format!(
+                "tile override `{s}`: exchange and resident exclude each other"
+            ));
+        }
+        _ => return Err(bad()),
+    };
+    if parts.len() < 5 {
         return Err(bad());
     }
     let n: Vec<u32> = parts[..5]
         .iter()
         .map(|x| x.parse().map_err(|_| bad()))
         .collect::<Result<_, _>>()?;
-    let t = tc(n[0], n[1], n[2], n[3], n[4]);
-    let t = if flag("resident") { t.resident() } else { t };
-    let t = if flag("exchange") { t.exchange() } else { t };
-    let t = if flag("late") { t.late_prefetch() } else { t };
-    check_override(pass, d, &t).map_err(|why| format!("tile override `{s}`: {why}"))?;
-    Ok((pass, d, t))
-}
-
-/// The geometry rules every kernel builder relies on (they assert the finer ones).
-fn check_override(pass: Pass, d: u32, t: &TileConfig) -> Result<(), String> {
-    if !super::HEAD_DIMS.contains(&d) {
-        return Err(format!(
-            "head dim {d} has no kernel (one of {:?})",
-            super::HEAD_DIMS
-        ));
-    }
-    if t.warps == 0 || t.block_m == 0 || t.block_m % 16 != 0 || t.block_n % 16 != 0 {
-        return Err("block_m and block_n must be multiples of 16, warps at least 1".into());
-    }
-    if !t.stages.is_power_of_two() || (t.stages == 1 && pass != Pass::Fwd) {
-        return Err("stages must be a power of two (1 only for fwd: K and V take turns)".into());
-    }
-    if t.exchange && !matches!(pass, Pass::Bwd | Pass::Fwd) {
-        return Err("exchange is a fwd and bwd layout".into());
-    }
-    if t.exchange && pass == Pass::Fwd {
-        // the layout's own rules (kernels::fwd_exchange): two m-tiles per warp, G >= 2
-        // warps per 32-row block, splitting the keys and whole 64-column panels of d
-        let blocks = t.block_m / 32;
-        let g = if t.block_m % 32 == 0 && blocks > 0 {
-            t.warps / blocks
-        } else {
-            0
-        };
-        if g < 2 || t.warps != g * blocks || d % (64 * g) != 0 || t.block_n % (16 * g) != 0 {
-            return Err(
-                "fwd exchange: block_m a multiple of 32; warps = G x block_m / 32 \
-                        with G >= 2; head dim a multiple of 64 G; block_n of 16 G"
-                    .into(),
-            );
-        }
-    }
-    if t.exchange && t.resident {
-        return Err("exchange and resident exclude each other".into());
-    }
-    if t.late_prefetch && (pass != Pass::Bwd || !t.exchange) {
-        return Err("late (prefetch) is a bwd option of the exchange layouts".into());
-    }
-    if !(1..=2).contains(&t.sweeps) || (t.sweeps == 2 && pass != Pass::Bwd) {
-        return Err("sweeps is 1, or 2 for bwd".into());
-    }
-    Ok(())
+    Ok((pass, d, tc(n[0], n[1], n[2], n[3], n[4]).with(layout)))
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{TileConfig, check, parse_override};
     use super::*;
 
-    /// Manifests written before `late_prefetch` existed still load (it reads as false).
+    /// Every row of the table (standard, long, compact) satisfies the layout rules.
     #[test]
-    fn tiles_without_late_prefetch_deserialize() {
-        let t = BWD_LONG_TILES[0].2;
-        let mut v = serde_json::to_value(t).unwrap();
-        v.as_object_mut().unwrap().remove("late_prefetch");
-        let back: TileConfig = serde_json::from_value(v).unwrap();
-        assert_eq!(
-            back,
-            TileConfig {
-                late_prefetch: false,
-                ..t
-            }
-        );
+    fn every_table_row_is_legal() {
+        for spec in KernelSpec::all() {
+            let t = TileConfig::Sm80(row(&spec));
+            assert_eq!(check(spec.pass, spec.head_dim, &t), Ok(()), "{spec}");
+        }
     }
 
     #[test]
     fn overrides_parse_and_refuse_garbage() {
-        let (pass, d, t) = parse_override("bwd:64=64,64,4,2,1,resident").unwrap();
+        let parse = |s: &str| parse_override(s).map(|(p, d, t)| (p, d, *t.sm80()));
+        let (pass, d, t) = parse("bwd:64=64,64,4,2,1,resident").unwrap();
         assert_eq!((pass, d), (Pass::Bwd, 64));
-        assert_eq!(t, tc(64, 64, 4, 2, 1).resident());
-        let (_, _, t) = parse_override("fwd:256=128,32,8,2,1").unwrap();
-        assert!(!t.resident && t.warps == 8);
-        let (_, _, t) = parse_override("fwd:256=64,64,4,1,1").unwrap();
+        assert_eq!(t, tc(64, 64, 4, 2, 1).with(Resident));
+        let (_, _, t) = parse("fwd:256=128,32,8,2,1").unwrap();
+        assert!(t.layout == Streamed && t.warps == 8);
+        let (_, _, t) = parse("fwd:256=64,64,4,1,1").unwrap();
         assert_eq!(t.stages, 1);
-        let (_, _, t) = parse_override("fwd:256=64,64,4,1,1,exchange").unwrap();
-        assert!(t.exchange && t == FWD_TILES[7].1);
-        let (_, _, t) = parse_override("bwd:128=64,128,8,2,1,exchange").unwrap();
-        assert!(t.exchange && !t.resident && !t.late_prefetch);
-        let (_, _, t) = parse_override("bwd:128=64,128,8,2,1,exchange,late").unwrap();
+        let (_, _, t) = parse("fwd:256=64,64,4,1,1,exchange").unwrap();
+        assert!(t.layout == Exchange && t == FWD_TILES[7].1);
+        let (_, _, t) = parse("bwd:128=64,128,8,2,1,exchange").unwrap();
+        assert_eq!(t.layout, Exchange);
+        let (_, _, t) = parse("bwd:128=64,128,8,2,1,late,exchange").unwrap();
         assert_eq!(t, BWD_LONG_TILES[0].2);
         for bad in [
             "fwd:256",
@@ -343,6 +408,7 @@ mod tests {
             "fwd:64=1,2,3,4,5,resident,7",
             "bwd:128=64,128,8,2,1,exchange,exchange",
             "fwd:128=128,32,4,2,1,late",
+            "fwd:128=128,32,4,2,1,exchange,late",
             "bwd:128=64,64,4,2,1,resident,exchange",
             "fwd:128=128,32,4,3,1",
             "bwd:64=64,64,4,1,1",
@@ -353,8 +419,12 @@ mod tests {
             "fwd:256=16,64,4,1,1,exchange",
             "bwddq:64=64,64,4,2,2",
             "fwd:64=128,64,0,2,1",
+            "fwd:64=128,64,16,2,1",
+            "bwd:64=64,64,8,2,1",
+            "bwd:128=64,64,4,2,2,exchange",
+            "bwd:96=64,64,4,2,1,exchange",
         ] {
-            assert!(parse_override(bad).is_err(), "{bad}");
+            assert!(parse(bad).is_err(), "{bad}");
         }
     }
 }

@@ -15,6 +15,7 @@ pub use iter::StreamLoop;
 use crate::kernels::params::Params;
 use crate::ptx::inst::CpSize;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, Reg};
+use crate::spec::{KernelPlan, StreamRegion};
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
@@ -48,6 +49,8 @@ pub struct BlockStream {
     late: bool,
     /// Per-row f32 vectors streamed with the tiles (e.g. LSE and D of each query row).
     vectors: Vec<VecCopy>,
+    /// Where the buffers sit.
+    region: StreamRegion,
 }
 
 /// When a stream plans its per-thread copy offsets ([`TileCopy`]).
@@ -71,30 +74,26 @@ pub struct VecCopy {
 }
 
 impl BlockStream {
-    /// Plans the copies of `rows`-row blocks of two operands with row strides named
-    /// `strides` (elements) into buffers starting at shared byte `smem_base`.
+    /// Plans the copies of the blocks of two operands with row strides named `strides`
+    /// (elements) into the plan's stream region.
     pub fn new(
         b: &mut Builder,
-        spec: &crate::spec::KernelSpec,
+        plan: &KernelPlan,
         p: &Params,
-        (tid, plan): (Reg<B32>, CopyPlan),
-        smem_base: u32,
-        rows: u32,
+        (tid, copy_plan): (Reg<B32>, CopyPlan),
         strides: [&str; 2],
     ) -> Self {
-        let t = spec.tiles();
-        assert!(
-            t.stages.is_power_of_two() && (t.stages >= 2 || spec.pass == crate::spec::Pass::Fwd),
-            "generator bug: stages {} (a power of two: the stage is j & (stages - 1); one \
-             stage, operands taking turns, needs the forward's order)",
-            t.stages
-        );
-        let (d, dp) = (spec.head_dim, spec.smem_head_dim());
-        let stage_bytes = SmemTile::new(0, rows, dp).bytes();
-        let tiles = [0, 1].map(|i| SmemTile::new(smem_base + i * t.stages * stage_bytes, rows, dp));
+        let t = plan.tiles.sm80();
+        let region = plan
+            .smem
+            .stream
+            .expect("generator bug: a stream without its region");
+        let (d, rows) = (plan.spec.head_dim, region.rows);
+        let stage_bytes = region.stage_bytes();
+        let tiles = [0, 1].map(|i| SmemTile::from(region.tile(i)));
         let head_dim = p.u32("head_dim");
         let strides = strides.map(|s| p.u32(s));
-        let copies = (plan == CopyPlan::Once).then(|| {
+        let copies = (copy_plan == CopyPlan::Once).then(|| {
             [0, 1].map(|i| TileCopy::new(b, &tiles[i], d, t.threads(), tid, strides[i], head_dim))
         });
         let step = strides.map(|s| {
@@ -112,8 +111,9 @@ impl BlockStream {
             threads: t.threads(),
             tiles,
             stage_bytes,
-            stages: t.stages,
+            stages: region.stages,
             rows,
+            region,
             step,
             next,
             j,
@@ -150,20 +150,17 @@ impl BlockStream {
     /// Adds `n` per-row f32 vectors after the tiles ([`BlockStream::vector_addr`] finds
     /// them inside the loop); their sources are set by [`BlockStream::start_vectors`].
     pub fn with_vectors(mut self, b: &mut Builder, n: usize) -> Self {
-        let tiles_end = self.tiles[0].base + 2 * self.stages * self.stage_bytes;
+        assert_eq!(
+            n as u32, self.region.vectors,
+            "generator bug: vectors of the region"
+        );
         for i in 0..n as u32 {
-            let base = tiles_end + i * self.stages * self.rows * 4;
             self.vectors.push(VecCopy {
-                base,
+                base: self.region.vector(i),
                 src: b.mov(0i64),
             });
         }
         self
-    }
-
-    /// Shared-memory bytes of all buffers.
-    pub fn bytes(&self) -> u32 {
-        2 * self.stages * self.stage_bytes + self.vectors.len() as u32 * self.stages * self.rows * 4
     }
 
     /// Points the vectors at their element-0 global addresses (before `start`).
