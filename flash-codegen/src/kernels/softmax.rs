@@ -1,13 +1,14 @@
 //! Kernel layer: FA2's online softmax in the exp2 domain, on accumulator fragments.
 //!
-//! A thread holds rows g and g+8 of each m16 tile (`row = 2 * mt + h`), spread over the
-//! four lanes of a quad, so row reductions are two butterfly shuffles. Running max `m_i`
+//! A thread's rows of the scores are those of its [`AccTile`] (each spread over the four
+//! lanes of a quad, so row reductions are two butterfly shuffles). Running max `m_i`
 //! is kept unscaled; `m_i * scale_log2` is folded into one `fma` per score:
 //! `p = 2^(s * scale_log2 - m_i * scale_log2)`. Rows that have seen no valid key keep
 //! `m_i = -inf` and use 0 as their scaled max, so no probability is NaN (the rescale test
 //! compares `-inf - -inf` on purpose: NaN compares false, nothing to rescale).
 
-use crate::ptx::{B32, Builder, Cmp, F32, Pred, Reg};
+use crate::ptx::{Builder, Cmp, F32, Pred, Reg};
+use crate::tile::acc::AccTile;
 
 /// log(2), to turn the log2-domain row statistics into a natural-log LSE.
 const LN_2: f32 = std::f32::consts::LN_2;
@@ -17,40 +18,7 @@ pub(crate) const NEG_INF: f32 = f32::NEG_INFINITY;
 /// keep their relative precision (floating point).
 const RESCALE_LOG2: f32 = 8.0;
 
-/// Accumulator tiles `[m-tile][n-tile]`, each an m16n8 C fragment.
-pub type AccTiles = Vec<Vec<[Reg<F32>; 4]>>;
-
-/// Zero-initialised accumulators.
-pub fn zeros(b: &mut Builder, m_tiles: usize, n_tiles: usize) -> AccTiles {
-    (0..m_tiles)
-        .map(|_| {
-            (0..n_tiles)
-                .map(|_| std::array::from_fn(|_| b.mov(0.0f32)))
-                .collect()
-        })
-        .collect()
-}
-
-/// Butterfly reduction over the four lanes of a quad.
-fn quad_reduce(
-    b: &mut Builder,
-    x: Reg<F32>,
-    op: fn(&mut Builder, Reg<F32>, Reg<F32>) -> Reg<F32>,
-) -> Reg<F32> {
-    let y = b.shfl_bfly_f32(x, 1);
-    let x = op(b, x, y);
-    let y = b.shfl_bfly_f32(x, 2);
-    op(b, x, y)
-}
-
-fn max(b: &mut Builder, x: Reg<F32>, y: Reg<F32>) -> Reg<F32> {
-    b.max_f32(x, y)
-}
-fn add(b: &mut Builder, x: Reg<F32>, y: Reg<F32>) -> Reg<F32> {
-    b.add_f32(x, y)
-}
-
-/// The running statistics of `2 * m_tiles` rows per thread.
+/// The running statistics of a thread's rows.
 pub struct OnlineSoftmax {
     /// Running row max of the raw scores.
     m_i: Vec<Reg<F32>>,
@@ -60,10 +28,10 @@ pub struct OnlineSoftmax {
 }
 
 impl OnlineSoftmax {
-    /// Fresh statistics (`m_i = -inf`, `l_i = 0`) for `2 * m_tiles` rows.
-    pub fn new(b: &mut Builder, m_tiles: usize, scale_log2: Reg<F32>) -> Self {
-        let m_i = (0..2 * m_tiles).map(|_| b.mov(NEG_INF)).collect();
-        let l_i = (0..2 * m_tiles).map(|_| b.mov(0.0f32)).collect();
+    /// Fresh statistics (`m_i = -inf`, `l_i = 0`) for `rows` thread rows.
+    pub fn new(b: &mut Builder, rows: usize, scale_log2: Reg<F32>) -> Self {
+        let m_i = (0..rows).map(|_| b.mov(NEG_INF)).collect();
+        let l_i = (0..rows).map(|_| b.mov(0.0f32)).collect();
         OnlineSoftmax {
             m_i,
             l_i,
@@ -81,11 +49,11 @@ impl OnlineSoftmax {
     /// One key block: turns scores `s` into unnormalised probabilities in place and
     /// updates `l_i` (see [`OnlineSoftmax::step_to`]; the rows' new maxima are this
     /// warp's).
-    pub fn step(&mut self, b: &mut Builder, s: &mut AccTiles, o: &AccTiles) {
+    pub fn step(&mut self, b: &mut Builder, s: &mut AccTile, o: &mut AccTile) {
         let mut m_new = Vec::new();
         let mut grows = None;
-        for row in 0..2 * s.len() {
-            let mx = self.row_max(b, s, row);
+        for row in 0..s.rows() {
+            let mx = s.row_max(b, row, self.m_i[row]);
             grows = Some(self.grows(b, row, mx, grows));
             m_new.push(mx);
         }
@@ -93,21 +61,11 @@ impl OnlineSoftmax {
     }
 
     /// Each row's `max(m_old, rowmax(S))` over the thread's quad (the row's columns of
-    /// this warp), one per row `2 * mt + h`.
-    pub fn block_max(&self, b: &mut Builder, s: &AccTiles) -> Vec<Reg<F32>> {
-        (0..2 * s.len())
-            .map(|row| self.row_max(b, s, row))
+    /// this warp), one per thread row.
+    pub fn block_max(&self, b: &mut Builder, s: &AccTile) -> Vec<Reg<F32>> {
+        (0..s.rows())
+            .map(|row| s.row_max(b, row, self.m_i[row]))
             .collect()
-    }
-
-    fn row_max(&self, b: &mut Builder, s: &AccTiles, row: usize) -> Reg<F32> {
-        let (mt, h) = (row / 2, row % 2);
-        let mut mx = self.m_i[row];
-        for frag in s[mt].iter() {
-            mx = b.max_f32(mx, frag[2 * h]);
-            mx = b.max_f32(mx, frag[2 * h + 1]);
-        }
-        quad_reduce(b, mx, max)
     }
 
     /// `acc` or-ed with whether row `row`'s max grows past the threshold to `mx`:
@@ -136,7 +94,13 @@ impl OnlineSoftmax {
     /// by more than `RESCALE_LOG2` = 8 (scaled, log2 units), or sees its first valid key;
     /// otherwise the stale max stays the reference and `p <= 2^RESCALE_LOG2`. Exact either
     /// way (O and l share the reference); it skips the O rescale on most blocks.
-    pub fn step_to(&mut self, b: &mut Builder, s: &mut AccTiles, o: &AccTiles, m_new: &[Reg<F32>]) {
+    pub fn step_to(
+        &mut self,
+        b: &mut Builder,
+        s: &mut AccTile,
+        o: &mut AccTile,
+        m_new: &[Reg<F32>],
+    ) {
         let mut grows = None;
         for (row, &mx) in m_new.iter().enumerate() {
             grows = Some(self.grows(b, row, mx, grows));
@@ -148,18 +112,15 @@ impl OnlineSoftmax {
     fn rescale_and_exp(
         &mut self,
         b: &mut Builder,
-        s: &mut AccTiles,
-        o: &AccTiles,
+        s: &mut AccTile,
+        o: &mut AccTile,
         m_new: &[Reg<F32>],
         grows: Option<Reg<Pred>>,
     ) {
-        let any = b.vote_any(grows.expect("m_tiles > 0"));
-        let keep = b.label();
-        b.bra_if(any, true, keep, true);
-        b.comment("-- new reference max: l_i *= alpha, O *= alpha --");
-        for (mt, o_mt) in o.iter().enumerate() {
-            for h in 0..2 {
-                let row = 2 * mt + h;
+        let any = b.vote_any(grows.expect("a tile of one row or more"));
+        b.if_uniform(any, |b| {
+            b.comment("-- new reference max: l_i *= alpha, O *= alpha --");
+            for row in 0..o.rows() {
                 // alpha = 2^(m_old * scale_log2 - max_scaled): 0 while m_old = -inf
                 let ms = self.scaled_max(b, m_new[row]);
                 let neg_ms = b.neg_f32(ms);
@@ -168,100 +129,56 @@ impl OnlineSoftmax {
                 let l = b.mul_f32(self.l_i[row], alpha);
                 b.assign(self.l_i[row], l);
                 b.assign(self.m_i[row], m_new[row]);
-                for frag in o_mt {
-                    for e in [2 * h, 2 * h + 1] {
-                        let v = b.mul_f32(frag[e], alpha);
-                        b.assign(frag[e], v);
-                    }
-                }
+                o.scale_row(b, row, alpha);
             }
-        }
-        b.place(keep);
+        });
         // -- p = 2^(s * scale_log2 - max_scaled); masked scores (-inf) give 0; l_i += rowsum --
-        for (mt, s_mt) in s.iter_mut().enumerate() {
-            for h in 0..2 {
-                let row = 2 * mt + h;
-                let ms = self.scaled_max(b, self.m_i[row]);
-                let neg_ms = b.neg_f32(ms);
-                let mut l = self.l_i[row];
-                for frag in s_mt.iter_mut() {
-                    for e in [2 * h, 2 * h + 1] {
-                        let x = b.fma_f32(frag[e], self.scale_log2, neg_ms);
-                        frag[e] = b.ex2(x);
-                        l = b.add_f32(l, frag[e]);
-                    }
-                }
-                b.assign(self.l_i[row], l);
-            }
+        for row in 0..s.rows() {
+            let ms = self.scaled_max(b, self.m_i[row]);
+            let neg_ms = b.neg_f32(ms);
+            let l = s.exp2_row(b, row, self.scale_log2, neg_ms, self.l_i[row]);
+            b.assign(self.l_i[row], l);
         }
     }
 
     /// Normalises `o` by `1 / l_i` and returns each row's natural-log LSE
     /// (`-inf`, with `o = 0`, for rows without a valid key).
-    pub fn finish(&self, b: &mut Builder, o: &AccTiles) -> Vec<Reg<F32>> {
+    pub fn finish(&self, b: &mut Builder, o: &mut AccTile) -> Vec<Reg<F32>> {
         self.normalise(b, o, None)
     }
 
     /// This warp's share of each row's sum `l_i`, reduced over the quad.
     pub fn row_sums(&self, b: &mut Builder) -> Vec<Reg<F32>> {
-        self.l_i.iter().map(|&l| quad_reduce(b, l, add)).collect()
+        self.l_i.iter().map(|&l| AccTile::quad_sum(b, l)).collect()
     }
 
     /// [`OnlineSoftmax::finish`] with the rows' whole sums `l` given (from
     /// [`OnlineSoftmax::row_sums`], added over the warps sharing the rows).
-    pub fn finish_with(&self, b: &mut Builder, o: &AccTiles, l: &[Reg<F32>]) -> Vec<Reg<F32>> {
+    pub fn finish_with(&self, b: &mut Builder, o: &mut AccTile, l: &[Reg<F32>]) -> Vec<Reg<F32>> {
         self.normalise(b, o, Some(l))
     }
 
     /// `finish` with the whole row sums `l`, or (`None`) this warp's reduced row by row.
-    fn normalise(&self, b: &mut Builder, o: &AccTiles, l: Option<&[Reg<F32>]>) -> Vec<Reg<F32>> {
+    fn normalise(&self, b: &mut Builder, o: &mut AccTile, l: Option<&[Reg<F32>]>) -> Vec<Reg<F32>> {
         let mut lse = Vec::new();
-        for (mt, o_mt) in o.iter().enumerate() {
-            for h in 0..2 {
-                let row = 2 * mt + h;
-                let l = match l {
-                    Some(l) => l[row],
-                    None => quad_reduce(b, self.l_i[row], add),
-                };
-                let empty = b.setp_f32(Cmp::Eq, l, 0.0f32);
-                let r = b.rcp(l);
-                let inv = b.selp_f32(1.0f32, r, empty);
-                for frag in o_mt {
-                    for e in [2 * h, 2 * h + 1] {
-                        let v = b.mul_f32(frag[e], inv);
-                        b.assign(frag[e], v);
-                    }
-                }
-                // lse = (m * scale_log2 + log2(l)) * ln 2
-                let ms = self.scaled_max(b, self.m_i[row]);
-                let lg = b.lg2(l);
-                let s = b.add_f32(ms, lg);
-                let v = b.mul_f32(s, LN_2);
-                lse.push(b.selp_f32(NEG_INF, v, empty));
-            }
+        for row in 0..o.rows() {
+            let l = match l {
+                Some(l) => l[row],
+                None => AccTile::quad_sum(b, self.l_i[row]),
+            };
+            let empty = b.setp_f32(Cmp::Eq, l, 0.0f32);
+            let r = b.rcp(l);
+            let inv = b.selp_f32(1.0f32, r, empty);
+            o.scale_row(b, row, inv);
+            // lse = (m * scale_log2 + log2(l)) * ln 2
+            let ms = self.scaled_max(b, self.m_i[row]);
+            let lg = b.lg2(l);
+            let s = b.add_f32(ms, lg);
+            let v = b.mul_f32(s, LN_2);
+            lse.push(b.selp_f32(NEG_INF, v, empty));
         }
         lse
     }
-}
-
-/// Packs probabilities `p` of m-tile `mt` into the A fragments of P V, one per k16 step:
-/// the C fragments of n-tiles 2kk and 2kk+1 are exactly the A fragment of step kk.
-pub fn p_as_a(
-    b: &mut Builder,
-    fmt: crate::ptx::HalfFmt,
-    p: &[[Reg<F32>; 4]],
-) -> Vec<[Reg<B32>; 4]> {
-    p.chunks(2)
-        .map(|pair| {
-            let (lo, hi) = (pair[0], pair[1]);
-            [
-                b.pack(fmt, lo[0], lo[1]),
-                b.pack(fmt, lo[2], lo[3]),
-                b.pack(fmt, hi[0], hi[1]),
-                b.pack(fmt, hi[2], hi[3]),
-            ]
-        })
-        .collect()
 }
 
 /// The backward's per-row `LSE * log2 e`, so that `P = exp2(S * scale_log2 - it)`; a fully

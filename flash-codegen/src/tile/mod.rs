@@ -1,5 +1,6 @@
 //! Tile layer: fragment layouts, shared-memory layouts and the copies between them.
 
+pub mod acc;
 pub mod convert;
 pub mod copy;
 pub mod frag;

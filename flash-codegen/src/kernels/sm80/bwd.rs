@@ -29,7 +29,6 @@ use crate::kernels::half_fmt;
 use crate::kernels::mask::QueryMask;
 use crate::kernels::params::Params;
 use crate::kernels::params::row_stats_base;
-use crate::kernels::softmax::p_as_a;
 use crate::ptx::{B32, B64, Builder, Cmp, Entry, LaunchBounds, Pred, Reg, Special};
 use crate::spec::{KernelPlan, Pass};
 use crate::tile::copy::TileCopy;
@@ -182,8 +181,8 @@ pub fn build(plan: &KernelPlan) -> Entry {
         ));
         // exchange: each warp accumulates its group's share of the head dim
         let acc_cols = exchange.as_ref().map_or(d, |x| d / x.groups);
-        let dv = w.acc_zeros(&mut b, if do_dv { acc_cols } else { 0 });
-        let dk = w.acc_zeros(&mut b, if do_dk { acc_cols } else { 0 });
+        let mut dv = w.acc_zeros(&mut b, if do_dv { acc_cols } else { 0 });
+        let mut dk = w.acc_zeros(&mut b, if do_dk { acc_cols } else { 0 });
         let gh = b.mov(0u32);
         let (head_top, head_done) = (b.label(), b.label());
         b.place(head_top);
@@ -258,7 +257,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
                 scale_log2,
                 causal,
                 m0,
-                (&dv, &dk),
+                (&mut dv, &mut dk),
                 &mut |b: &mut Builder| qs.prefetch(b, smem, seqlen_q, (m_first, n_qblocks)),
             );
         } else {
@@ -279,21 +278,18 @@ pub fn build(plan: &KernelPlan) -> Entry {
                     c0 + sub
                 ));
                 let mut pt = w.acc_zeros(&mut b, sub);
-                w.mma_a_bt(&mut b, fmt, &pt, &k_operand, (&q_sub, st), d);
+                w.mma_a_bt(&mut b, fmt, &mut pt, &k_operand, (&q_sub, st), d);
                 if spec.mask.is_causal() {
                     let m0c = b.add_u32(m0, c0);
                     let lfq = last_first_q(&mut b);
                     let needs = b.setp_s32(Cmp::Lt, m0c, lfq);
-                    let skip = b.label();
-                    b.bra_if(needs, true, skip, true);
-                    qmask.apply(&mut b, &pt, m0c);
-                    b.place(skip);
+                    b.if_uniform(needs, |b| qmask.apply(b, &mut pt, m0c));
                 }
                 stats.probabilities(&mut b, &mut pt, nt0, scale_log2);
                 if do_dv {
                     b.comment("-- dV += P^T dO --");
-                    let a: Vec<_> = pt.iter().map(|p| p_as_a(&mut b, fmt, p)).collect();
-                    w.mma_a_b(&mut b, fmt, &dv, &a, (&do_sub, st), 0);
+                    let a = pt.as_a_all(&mut b, fmt);
+                    w.mma_a_b(&mut b, fmt, &mut dv, &a, (&do_sub, st), 0);
                 }
                 // two m-tiles per warp (d64 on 128 keys): dS^T in 16-column halves, for the
                 // registers (sm_80 spilled 32 bytes in one piece; session 8)
@@ -304,15 +300,19 @@ pub fn build(plan: &KernelPlan) -> Entry {
                     let c = c0 + h * part;
                     let pt_nt0 = (h * part / 8) as usize;
                     let mut ds = w.acc_zeros(&mut b, part);
-                    w.mma_a_bt(&mut b, fmt, &ds, &v_operand, (&do_tile.rows_from(c), st), d);
+                    w.mma_a_bt(
+                        &mut b,
+                        fmt,
+                        &mut ds,
+                        &v_operand,
+                        (&do_tile.rows_from(c), st),
+                        d,
+                    );
                     stats.ds(&mut b, &pt, &mut ds, nt0 + pt_nt0, pt_nt0);
-                    let a: Vec<_> = ds.iter().map(|x| p_as_a(&mut b, fmt, x)).collect();
-                    w.mma_a_b(&mut b, fmt, &dk, &a, (&q_tile.rows_from(c), st), 0);
-                    let no_dq = b.label();
-                    b.bra_if(dq_on, true, no_dq, true);
+                    let a = ds.as_a_all(&mut b, fmt);
+                    w.mma_a_b(&mut b, fmt, &mut dk, &a, (&q_tile.rows_from(c), st), 0);
                     let cols = Cols::Fixed(nt0 + pt_nt0);
-                    w.store_tile(&mut b, fmt, &ds, ds_cur, &ds_tile, cols);
-                    b.place(no_dq);
+                    b.if_uniform(dq_on, |b| w.store_tile(b, fmt, &ds, ds_cur, &ds_tile, cols));
                 }
             }
         }
@@ -356,10 +356,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
         }
         if do_dk {
             let scale = p.f32("softmax_scale");
-            for x in dk.iter().flatten().flatten() {
-                let v = b.mul_f32(*x, scale);
-                b.assign(*x, v);
-            }
+            dk.scale(&mut b, scale);
             let base = p.tensor(&mut b, "dk", batch, n0, kv_head);
             let (base, hd) = cols(&mut b, base);
             w.store_rows(&mut b, fmt, &dk, base, p.u32("dk_row_stride"), hd, k_rows);

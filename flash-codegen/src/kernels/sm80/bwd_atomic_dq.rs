@@ -5,9 +5,9 @@
 use super::warp::Warp;
 use crate::kernels::half_fmt;
 use crate::kernels::params::Params;
-use crate::kernels::softmax::zeros;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, HalfFmt, Pred, Reg};
 use crate::spec::KernelPlan;
+use crate::tile::acc::AccTile;
 use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, LDM_B_NK, accum_slot};
 use crate::tile::smem::{ROW_BYTES, SmemTile, ldm_lane_offset_emit};
 
@@ -223,9 +223,9 @@ fn accumulate_dq(
                 break;
             }
             let cols = (d - first).min(width);
-            let acc = zeros(b, m_tiles as usize, (cols / 8) as usize);
+            let mut acc = AccTile::zeros(b, m_tiles as usize, cols);
             let chunk0 = width * part / 8;
-            w.mma_a_b(b, fmt, &acc, &a, (&tile, k_smem), chunk0);
+            w.mma_a_b(b, fmt, &mut acc, &a, (&tile, k_smem), chunk0);
             // ptxas wraps every predicated red in its own BSSY/BRA/BSYNC (32 per d128 step,
             // 3% of the cycles stalled on branch resolution, ncu session 4); the predicates
             // are warp-uniform, so one uniform branch picks unpredicated reds for whole tiles
@@ -236,22 +236,22 @@ fn accumulate_dq(
             };
             let cols_ok = b.setp_u32(Cmp::Le, end, head_dim);
             let whole = b.and_pred(tiles_ok[m_tiles as usize - 1], cols_ok);
-            let (edge, done) = (b.label(), b.label());
-            b.bra_if(whole, true, edge, true);
-            for (acc_mt, &base) in acc.iter().zip(&bases) {
-                red_tiles(b, acc_mt, base, first, None);
-            }
-            b.bra(done, true);
-            b.place(edge);
-            for ((acc_mt, &base), &tile_ok) in acc.iter().zip(&bases).zip(&tiles_ok) {
-                let edge = Edge {
-                    tile_ok,
-                    col0,
-                    head_dim,
-                };
-                red_tiles(b, acc_mt, base, first, Some(&edge));
-            }
-            b.place(done);
+            let whole_tiles = |b: &mut Builder| {
+                for (mt, &base) in bases.iter().enumerate() {
+                    red_tiles(b, &acc.m_tile(mt), base, first, None);
+                }
+            };
+            let edge_tiles = |b: &mut Builder| {
+                for (mt, (&base, &tile_ok)) in bases.iter().zip(&tiles_ok).enumerate() {
+                    let edge = Edge {
+                        tile_ok,
+                        col0,
+                        head_dim,
+                    };
+                    red_tiles(b, &acc.m_tile(mt), base, first, Some(&edge));
+                }
+            };
+            b.if_else_uniform(whole, whole_tiles, edge_tiles);
         }
     }
 }
@@ -266,18 +266,12 @@ struct Edge {
     head_dim: Reg<B32>,
 }
 
-/// `red.global.add.f32` of the n-tiles `frags` (columns `first..` of the warp's group) at
-/// their fragment-ordered slots from `base`; with an [`Edge`] each n-tile is predicated
-/// on its query tile and columns being inside the problem.
-fn red_tiles(
-    b: &mut Builder,
-    frags: &[[Reg<F32>; 4]],
-    base: Reg<B64>,
-    first: u32,
-    edge: Option<&Edge>,
-) {
+/// `red.global.add.f32` of the n-tiles of one m-tile `acc` (columns `first..` of the
+/// warp's group) at their fragment-ordered slots from `base`; with an [`Edge`] each
+/// n-tile is predicated on its query tile and columns being inside the problem.
+fn red_tiles(b: &mut Builder, acc: &AccTile, base: Reg<B64>, first: u32, edge: Option<&Edge>) {
     let tile_bytes = 4 * ACCUM_TILE_FLOATS;
-    for (nt, frag) in frags.iter().enumerate() {
+    for nt in 0..acc.n_tiles() {
         let col = first + 8 * nt as u32;
         let ok = edge.map(|e| {
             let col_ok = match e.col0 {
@@ -290,7 +284,7 @@ fn red_tiles(
             b.and_pred(e.tile_ok, col_ok)
         });
         let tile_off = (col / 8) * tile_bytes;
-        for (reg, &v) in frag.iter().enumerate() {
+        for (reg, v) in acc.frag(0, nt).into_iter().enumerate() {
             let slot = accum_slot(reg as u32, 0);
             let addr = Addr::Global(base, (tile_off + 4 * slot) as i32);
             match ok {

@@ -11,9 +11,10 @@ use crate::kernels::half_fmt;
 use crate::kernels::mask::mask_block;
 use crate::kernels::params::Params;
 use crate::kernels::schedule::kv_blocks;
-use crate::kernels::softmax::{AccTiles, NEG_INF, lse_log2, p_as_a};
+use crate::kernels::softmax::{NEG_INF, lse_log2};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelPlan, Pass};
+use crate::tile::acc::AccTile;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
@@ -65,28 +66,20 @@ impl RowStats {
     }
 
     /// P = exp2(S * scale_log2 - LSE * log2 e), in place of the scores.
-    pub fn probabilities(&self, b: &mut Builder, s: &mut AccTiles, scale_log2: Reg<F32>) {
-        for (mt, s_mt) in s.iter_mut().enumerate() {
-            for frag in s_mt.iter_mut() {
-                for (e, x) in frag.iter_mut().enumerate() {
-                    let neg = b.neg_f32(self.lse_log2[2 * mt + e / 2]);
-                    let y = b.fma_f32(*x, scale_log2, neg);
-                    *x = b.ex2(y);
-                }
-            }
-        }
+    pub fn probabilities(&self, b: &mut Builder, s: &mut AccTile, scale_log2: Reg<F32>) {
+        s.map(b, |b, at, x| {
+            let neg = b.neg_f32(self.lse_log2[at.row]);
+            let y = b.fma_f32(x, scale_log2, neg);
+            b.ex2(y)
+        });
     }
 
     /// dS = P * (dP - D), in place of dP.
-    pub fn ds(&self, b: &mut Builder, p: &AccTiles, dp: &mut AccTiles) {
-        for (mt, (p_mt, dp_mt)) in p.iter().zip(dp.iter_mut()).enumerate() {
-            for (pf, df) in p_mt.iter().zip(dp_mt.iter_mut()) {
-                for e in 0..4 {
-                    let diff = b.sub_f32(df[e], self.d[2 * mt + e / 2]);
-                    df[e] = b.mul_f32(pf[e], diff);
-                }
-            }
-        }
+    pub fn ds(&self, b: &mut Builder, p: &AccTile, dp: &mut AccTile) {
+        dp.zip_map(b, p, |b, at, dp, p| {
+            let diff = b.sub_f32(dp, self.d[at.row]);
+            b.mul_f32(p, diff)
+        });
     }
 }
 
@@ -144,33 +137,35 @@ pub fn build(plan: &KernelPlan) -> Entry {
     b.cp_async_commit();
     let [q_operand, do_operand] =
         q.a_operands(&mut b, t.layout.resident(), [&q_tile, &do_tile], smem, d);
-    let mask = q.mask(&mut b, spec.mask.is_causal(), seqlen_q, seqlen_k);
+    let mask = q.mask(&mut b, spec.mask, seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
-    let dq = q.acc_zeros(&mut b, d);
+    let mut dq = q.acc_zeros(&mut b, d);
 
     let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (zero, n_blocks));
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], kv_smem), d);
-    mask_block(&mut b, plan, &mask, &s, (n0, n0), seqlen_k, diag);
+    q.mma_a_bt(&mut b, fmt, &mut s, &q_operand, (&kv.tiles[0], kv_smem), d);
+    mask_block(&mut b, plan, &mask, &mut s, (n0, n0), seqlen_k, diag);
     stats.probabilities(&mut b, &mut s, scale_log2);
     b.comment("-- dS = P * (dO V^T - D) --");
     let mut dpt = q.acc_zeros(&mut b, t.block_n);
-    q.mma_a_bt(&mut b, fmt, &dpt, &do_operand, (&kv.tiles[1], kv_smem), d);
+    q.mma_a_bt(
+        &mut b,
+        fmt,
+        &mut dpt,
+        &do_operand,
+        (&kv.tiles[1], kv_smem),
+        d,
+    );
     stats.ds(&mut b, &s, &mut dpt);
     b.comment("-- dQ += dS K --");
-    let a: Vec<_> = dpt.iter().map(|ds_mt| p_as_a(&mut b, fmt, ds_mt)).collect();
-    q.mma_a_b(&mut b, fmt, &dq, &a, (&kv.tiles[0], kv_smem), 0);
+    let a = dpt.as_a_all(&mut b, fmt);
+    q.mma_a_b(&mut b, fmt, &mut dq, &a, (&kv.tiles[0], kv_smem), 0);
     kv.end(&mut b, lp);
 
     b.comment("-- epilogue: dQ *= softmax_scale, write dQ --");
     let scale = p.f32("softmax_scale");
-    for frag in dq.iter().flatten() {
-        for x in frag {
-            let v = b.mul_f32(*x, scale);
-            b.assign(*x, v);
-        }
-    }
+    dq.scale(&mut b, scale);
     let dq_base = p.tensor(&mut b, "dq", q.batch, q.m0, q.head);
     q.store_rows(
         &mut b,

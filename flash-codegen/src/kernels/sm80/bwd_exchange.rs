@@ -11,8 +11,9 @@
 use super::warp::{AOperand, Warp, by_m_tile};
 use super::warp_store::Cols;
 use crate::kernels::mask::QueryMask;
-use crate::kernels::softmax::{AccTiles, lse_log2};
+use crate::kernels::softmax::lse_log2;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, LdCache, Reg, Space, Ty};
+use crate::tile::acc::AccTile;
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
 /// The exchange layout of one kernel: the warp's column group and the P^T tile.
@@ -87,34 +88,26 @@ impl ColStats {
     pub fn probabilities(
         &self,
         b: &mut Builder,
-        pt: &mut AccTiles,
+        pt: &mut AccTile,
         nt0: usize,
         scale_log2: Reg<F32>,
     ) {
-        for nt in 0..pt[0].len() {
-            let lse2 = self.lse_log2(b, nt0 + nt);
-            let neg = lse2.map(|l| b.neg_f32(l));
-            for pt_mt in pt.iter_mut() {
-                for (e, x) in pt_mt[nt].iter_mut().enumerate() {
-                    let y = b.fma_f32(*x, scale_log2, neg[e & 1]);
-                    *x = b.ex2(y);
-                }
-            }
-        }
+        let neg_lse2 = |b: &mut Builder, nt| self.lse_log2(b, nt0 + nt).map(|l| b.neg_f32(l));
+        pt.map_by_col(b, neg_lse2, |b, at, x, neg| {
+            let y = b.fma_f32(x, scale_log2, neg[at.pair]);
+            b.ex2(y)
+        });
     }
 
     /// dP^T -> dS^T in place: `P^T * (dP^T - D)`, n-tile `nt` of `ds` being column n-tile
     /// `nt0 + nt` and n-tile `pt_nt0 + nt` of `pt`.
-    pub fn ds(&self, b: &mut Builder, pt: &AccTiles, ds: &mut AccTiles, nt0: usize, pt_nt0: usize) {
-        for nt in 0..ds[0].len() {
-            let dcol = self.d(b, nt0 + nt);
-            for (pt_mt, ds_mt) in pt.iter().zip(ds.iter_mut()) {
-                for e in 0..4 {
-                    let diff = b.sub_f32(ds_mt[nt][e], dcol[e & 1]);
-                    ds_mt[nt][e] = b.mul_f32(pt_mt[pt_nt0 + nt][e], diff);
-                }
-            }
-        }
+    pub fn ds(&self, b: &mut Builder, pt: &AccTile, ds: &mut AccTile, nt0: usize, pt_nt0: usize) {
+        let p = pt.n_tiles_from(pt_nt0, ds.n_tiles());
+        let d = |b: &mut Builder, nt| self.d(b, nt0 + nt);
+        ds.zip_map_by_col(b, &p, d, |b, at, dp, p, d| {
+            let diff = b.sub_f32(dp, d[at.pair]);
+            b.mul_f32(p, diff)
+        });
     }
 }
 
@@ -139,25 +132,29 @@ impl Exchange {
         scale_log2: Reg<F32>,
         causal: Option<(&QueryMask, Reg<B32>)>,
         m0: Reg<B32>,
-        (dv, dk): (&AccTiles, &AccTiles),
+        (dv, dk): (&mut AccTile, &mut AccTile),
         after_scores: &mut dyn FnMut(&mut Builder),
     ) {
-        let (bm, d) = (t.q.rows, 8 * dv[0].len() as u32 * self.groups);
+        let (bm, d) = (t.q.rows, dv.cols() * self.groups);
         let qn = self.q_cols(bm);
         let row_off = b.mul_lo_u32(self.group, qn * ROW_BYTES);
         let st_rows = b.add_u32(t.st, row_off);
         let chunk0 = b.mul_lo_u32(self.group, qn / 8);
         b.comment("-- P^T = exp2(K Q^T * scale_log2 - LSE * log2 e), the group's queries --");
         let mut pt = w.acc_zeros(b, qn);
-        w.mma_a_bt(b, fmt, &pt, &AOperand::Smem(t.k, t.smem), (t.q, st_rows), d);
+        w.mma_a_bt(
+            b,
+            fmt,
+            &mut pt,
+            &AOperand::Smem(t.k, t.smem),
+            (t.q, st_rows),
+            d,
+        );
         after_scores(b);
         if let Some((qmask, last_first_q)) = causal {
             let m0c = b.mad_lo_u32(self.group, qn, m0);
             let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
-            let skip = b.label();
-            b.bra_if(needs, true, skip, true);
-            qmask.apply(b, &pt, m0c);
-            b.place(skip);
+            b.if_uniform(needs, |b| qmask.apply(b, &mut pt, m0c));
         }
         stats.probabilities(b, &mut pt, 0, scale_log2);
         w.store_tile(b, fmt, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
@@ -178,7 +175,7 @@ impl Exchange {
             w.mma_a_bt(
                 b,
                 fmt,
-                &ds,
+                &mut ds,
                 &AOperand::Smem(t.v, t.smem),
                 (t.d_o, st_half),
                 d,

@@ -13,7 +13,7 @@ use crate::kernels::half_fmt;
 use crate::kernels::mask::mask_block;
 use crate::kernels::params::Params;
 use crate::kernels::schedule::kv_blocks;
-use crate::kernels::softmax::{OnlineSoftmax, p_as_a};
+use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Pred, Reg, Space, Ty};
 use crate::spec::KernelPlan;
 use crate::tile::copy::TileCopy;
@@ -86,9 +86,9 @@ pub fn build(plan: &KernelPlan) -> Entry {
     kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
     b.cp_async_commit();
     let [q_operand] = q.a_operands(&mut b, t.layout.resident(), [&q_tile], smem, d);
-    let mask = q.mask(&mut b, spec.mask.is_causal(), seqlen_q, seqlen_k);
-    let o = q.acc_zeros(&mut b, ex.as_ref().map_or(d, |e| e.cols()));
-    let mut softmax = OnlineSoftmax::new(&mut b, q.m_tiles, p.f32("scale_log2"));
+    let mask = q.mask(&mut b, spec.mask, seqlen_q, seqlen_k);
+    let mut o = q.acc_zeros(&mut b, ex.as_ref().map_or(d, |e| e.cols()));
+    let mut softmax = OnlineSoftmax::new(&mut b, q.rows.len(), p.f32("scale_log2"));
 
     let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (zero, n_blocks));
     b.comment("-- S = Q K^T --");
@@ -97,17 +97,17 @@ pub fn build(plan: &KernelPlan) -> Entry {
         Some(e) => e.warp_keys(&mut b, kv_smem, n0),
         None => (kv_smem, n0),
     };
-    q.mma_a_bt(&mut b, fmt, &s, &q_operand, (&kv.tiles[0], k_smem), d);
+    q.mma_a_bt(&mut b, fmt, &mut s, &q_operand, (&kv.tiles[0], k_smem), d);
     b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
-    mask_block(&mut b, plan, &mask, &s, (n0, s_n0), seqlen_k, diag);
+    mask_block(&mut b, plan, &mask, &mut s, (n0, s_n0), seqlen_k, diag);
     b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
     match &ex {
-        None => softmax.step(&mut b, &mut s, &o),
+        None => softmax.step(&mut b, &mut s, &mut o),
         Some(e) => {
             // the warps sharing the rows agree on the maxima, then publish their P
             let m = softmax.block_max(&mut b, &s);
             let m = e.combine(&mut b, &q, smem, &m, |b, x, y| b.max_f32(x, y));
-            softmax.step_to(&mut b, &mut s, &o, &m);
+            softmax.step_to(&mut b, &mut s, &mut o, &m);
             e.share_p(&mut b, fmt, &q, &s, smem);
         }
     }
@@ -118,14 +118,15 @@ pub fn build(plan: &KernelPlan) -> Entry {
     }
     b.comment("-- O += P V --");
     match &ex {
-        Some(e) => e.pv(&mut b, fmt, &q, &o, smem, (&kv.tiles[1], kv_smem)),
+        Some(e) => e.pv(&mut b, fmt, &q, &mut o, smem, (&kv.tiles[1], kv_smem)),
         // one m-tile at a time (V fragments reloaded per m-tile): measured 2-5% faster
         // at d128 than sharing each V fragment between the m-tiles, which keeps both P
         // operands live
         None => {
-            for (mt, s_mt) in s.iter().enumerate() {
-                let pa = p_as_a(&mut b, fmt, s_mt);
-                q.mma_a_b(&mut b, fmt, &o[mt..=mt], &[pa], (&kv.tiles[1], kv_smem), 0);
+            for mt in 0..s.m_tiles() {
+                let pa = s.as_a(&mut b, fmt, mt);
+                let v = (&kv.tiles[1], kv_smem);
+                q.mma_a_b(&mut b, fmt, &mut o.m_tile(mt), &[pa], v, 0);
             }
         }
     }
@@ -133,11 +134,11 @@ pub fn build(plan: &KernelPlan) -> Entry {
 
     b.comment("-- epilogue: O /= l_i, write O (through the warp's own Q rows) and LSE --");
     let lse = match &ex {
-        None => softmax.finish(&mut b, &o),
+        None => softmax.finish(&mut b, &mut o),
         Some(e) => {
             let l = softmax.row_sums(&mut b);
             let l = e.combine(&mut b, &q, smem, &l, |b, x, y| b.add_f32(x, y));
-            softmax.finish_with(&mut b, &o, &l)
+            softmax.finish_with(&mut b, &mut o, &l)
         }
     };
     let o_base = p.tensor(&mut b, "o", q.batch, q.m0, q.head);
@@ -148,10 +149,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     // before the first key) no barrier has ordered the other threads' Q copies (landed:
     // the stream's exit waits for every copy) before this warp's staging writes
     let no_blocks = b.setp_u32(Cmp::Eq, n_blocks, 0u32);
-    let synced = b.label();
-    b.bra_if(no_blocks, true, synced, true);
-    b.bar_sync();
-    b.place(synced);
+    b.if_uniform(no_blocks, Builder::bar_sync);
     let cols = match &ex {
         Some(e) => {
             let c0 = e.col0(&mut b);

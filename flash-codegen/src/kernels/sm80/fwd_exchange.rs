@@ -18,9 +18,9 @@
 
 use super::warp::{Warp, by_m_tile};
 use super::warp_store::Cols;
-use crate::kernels::softmax::AccTiles;
 use crate::ptx::{Addr, B32, Builder, Cmp, F32, HalfFmt, LdCache, Pred, Reg, Space, Ty};
 use crate::spec::KernelPlan;
+use crate::tile::acc::AccTile;
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
 /// Rows per warp in the exchange layout (two m16 tiles).
@@ -109,14 +109,14 @@ impl FwdExchange {
         op: fn(&mut Builder, Reg<F32>, Reg<F32>) -> Reg<F32>,
     ) -> Vec<Reg<F32>> {
         let bm = self.p_tile.rows;
-        // slot of (member, row 0 of the thread): rows r > 0 sit 8 r further
+        // slot of (member, row 0 of the thread): thread row r sits row_offset(r) further
         let slot = b.mad_lo_u32(self.member, bm, w.rows[0]);
         let slot = b.shl_b32(slot, 2u32);
         let slot = b.add_u32(smem, slot);
         let writer = b.setp_u32(Cmp::Eq, w.t2, 0u32);
         b.when(writer, false, |b| {
             for (r, &v) in vals.iter().enumerate() {
-                let at = Addr::Shared(slot, (self.stats + 32 * r as u32) as i32);
+                let at = Addr::Shared(slot, (self.stats + 4 * AccTile::row_offset(r)) as i32);
                 b.st(Space::Shared, Ty::F32, at, &[v]);
             }
         });
@@ -125,10 +125,10 @@ impl FwdExchange {
         let row0 = b.shl_b32(w.rows[0], 2u32);
         let row0 = b.add_u32(smem, row0);
         let mut out = Vec::new();
-        for r in 0..vals.len() as u32 {
+        for r in 0..vals.len() {
             let mut acc: Option<Reg<F32>> = None;
             for m in 0..self.groups {
-                let off = self.stats + 4 * (m * bm + 8 * r);
+                let off = self.stats + 4 * (m * bm + AccTile::row_offset(r));
                 let [v] = b.ld(
                     Space::Shared,
                     LdCache::Default,
@@ -152,7 +152,7 @@ impl FwdExchange {
 
     /// Writes the warp's probabilities (its keys of the block) to the P tile, for
     /// [`FwdExchange::pv`] after a barrier.
-    pub fn share_p(&self, b: &mut Builder, fmt: HalfFmt, w: &Warp, p: &AccTiles, smem: Reg<B32>) {
+    pub fn share_p(&self, b: &mut Builder, fmt: HalfFmt, w: &Warp, p: &AccTile, smem: Reg<B32>) {
         let chunk0 = b.mul_lo_u32(self.member, self.keys() / 8);
         w.store_tile(b, fmt, p, smem, &self.p_tile, Cols::At(chunk0));
     }
@@ -164,7 +164,7 @@ impl FwdExchange {
         b: &mut Builder,
         fmt: HalfFmt,
         w: &Warp,
-        o: &AccTiles,
+        o: &mut AccTile,
         smem: Reg<B32>,
         (v_tile, v_smem): (&SmemTile, Reg<B32>),
     ) {

@@ -11,7 +11,7 @@ use crate::kernels::params::Params;
 use crate::kernels::params::row_stats_base;
 use crate::kernels::schedule::heaviest_first;
 use crate::ptx::{B32, B64, Builder, Param, Reg, Special};
-use crate::spec::{KernelPlan, Pass};
+use crate::spec::{KernelPlan, Mask, Pass};
 
 /// The opening every query-block kernel shares: the builder with the kernel's `header`
 /// comment, the parameters loaded, the CTA's [`QBlock`] and a zero register.
@@ -124,12 +124,12 @@ impl QBlock {
     pub fn mask(
         &self,
         b: &mut Builder,
-        causal: bool,
+        mask: Mask,
         seqlen_q: Reg<B32>,
         seqlen_k: Reg<B32>,
     ) -> KeyMask {
         let abs: Vec<Reg<B32>> = self.rows.iter().map(|&r| b.add_u32(r, self.m0)).collect();
-        KeyMask::new(b, causal, &abs, self.t2, seqlen_q, seqlen_k)
+        KeyMask::new(b, mask, &abs, self.t2, seqlen_q, seqlen_k)
     }
 
     /// Global address of `stat[batch, head, m0]` for a per-row f32 statistic laid out

@@ -2,9 +2,9 @@
 //! per-lane `ldmatrix` addressing, and the two tile products of FA2 (A B^T from shared
 //! memory, and register-A times B from shared memory); its stores are in `warp_store`.
 
-use crate::kernels::softmax::{AccTiles, zeros};
-use crate::ptx::{B32, Builder, F32, HalfFmt, Reg, Special};
-use crate::tile::frag::{LDM_A, LDM_B_KN_TRANS, LDM_B_NK, c_frag};
+use crate::ptx::{B32, Builder, HalfFmt, Reg, Special};
+use crate::tile::acc::AccTile;
+use crate::tile::frag::{LDM_A, LDM_B_KN_TRANS, LDM_B_NK};
 use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};
 
 /// A-operand fragments of a warp's rows held in registers, `[kk][mt]` (contraction step,
@@ -31,7 +31,8 @@ pub struct Warp {
     pub m_tiles: usize,
     /// First row of the warp inside the block (`16 * m_tiles * warp`).
     pub warp_row: Reg<B32>,
-    /// The thread's rows inside the block (`2 * mt + h` -> row g + 8h of m-tile mt).
+    /// The thread's rows inside the block: its accumulators' thread rows
+    /// ([`AccTile::row_offset`] from the lane's row g in the warp's first row).
     pub rows: Vec<Reg<B32>>,
     /// `2 * (lane & 3)`: the first accumulator column of the thread.
     pub t2: Reg<B32>,
@@ -55,15 +56,15 @@ impl Warp {
         let tid = b.special(Special::TidX);
         let lane = b.and_b32(tid, 31u32);
         let warp = b.shr_u32(tid, 5u32);
-        let t2 = c_frag(0).col.emit(b, lane);
-        let g = c_frag(0).row.emit(b, lane);
+        let t2 = AccTile::lane_col(b, lane);
+        let g = AccTile::lane_row(b, lane);
         let block = match blocks {
             Some(n) => b.rem_u32(warp, n),
             None => warp,
         };
         let warp_row = b.mul_lo_u32(block, 16 * m_tiles as u32);
-        let rows = (0..m_tiles as u32)
-            .flat_map(|mt| [0u32, 8].map(|h| 16 * mt + h))
+        let rows = (0..AccTile::thread_rows(m_tiles))
+            .map(AccTile::row_offset)
             .map(|off| {
                 let r = b.add_u32(warp_row, g);
                 b.add_u32(r, off)
@@ -87,8 +88,8 @@ impl Warp {
     }
 
     /// Fresh zero accumulators of `n_cols` columns for the warp's m-tiles.
-    pub fn acc_zeros(&self, b: &mut Builder, n_cols: u32) -> AccTiles {
-        zeros(b, self.m_tiles, (n_cols / 8) as usize)
+    pub fn acc_zeros(&self, b: &mut Builder, n_cols: u32) -> AccTile {
+        AccTile::zeros(b, self.m_tiles, n_cols)
     }
 
     /// Loads the A fragments of the warp's rows of `a` (a tile at shared address `smem`)
@@ -145,12 +146,12 @@ impl Warp {
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
-        acc: &AccTiles,
+        acc: &mut AccTile,
         a: &AOperand,
         bt: (&SmemTile, Reg<B32>),
         k_dim: u32,
     ) {
-        let n_tiles = acc[0].len() as u32;
+        let n_tiles = acc.n_tiles() as u32;
         assert!(
             n_tiles % 2 == 0,
             "generator bug: odd n-tile count {n_tiles}"
@@ -172,8 +173,7 @@ impl Warp {
                 let addr = self.bt_lanes.addr(b, bt.1, bt.0, 16 * np, 2 * kk);
                 let bf = b.ldmatrix::<4>(false, addr);
                 for (mt, a_mt) in af.iter().enumerate() {
-                    b.mma(fmt, acc[mt][2 * np as usize], *a_mt, [bf[0], bf[1]]);
-                    b.mma(fmt, acc[mt][2 * np as usize + 1], *a_mt, [bf[2], bf[3]]);
+                    mma_pair(b, fmt, acc, (mt, 2 * np as usize), *a_mt, bf);
                 }
             }
         }
@@ -188,26 +188,39 @@ impl Warp {
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
-        acc: &[Vec<[Reg<F32>; 4]>],
+        acc: &mut AccTile,
         a: &[Vec<[Reg<B32>; 4]>],
         b_tile: (&SmemTile, Reg<B32>),
         chunk0: u32,
     ) {
-        assert_eq!(acc.len(), a.len(), "generator bug: m-tiles of A and C");
-        assert!(acc[0].len() % 2 == 0, "generator bug: odd n-tile count");
+        assert_eq!(acc.m_tiles(), a.len(), "generator bug: m-tiles of A and C");
+        assert!(acc.n_tiles() % 2 == 0, "generator bug: odd n-tile count");
         for kk in 0..a[0].len() {
-            for np in 0..acc[0].len() as u32 / 2 {
+            for np in 0..acc.n_tiles() as u32 / 2 {
                 let addr =
                     self.b_lanes
                         .addr(b, b_tile.1, b_tile.0, 16 * kk as u32, chunk0 + 2 * np);
                 let bf = b.ldmatrix::<4>(true, addr);
-                for (acc_mt, a_mt) in acc.iter().zip(a) {
-                    b.mma(fmt, acc_mt[2 * np as usize], a_mt[kk], [bf[0], bf[1]]);
-                    b.mma(fmt, acc_mt[2 * np as usize + 1], a_mt[kk], [bf[2], bf[3]]);
+                for (mt, a_mt) in a.iter().enumerate() {
+                    mma_pair(b, fmt, acc, (mt, 2 * np as usize), a_mt[kk], bf);
                 }
             }
         }
     }
+}
+
+/// `acc[mt][nt] += a * B` and `acc[mt][nt + 1] += a * B'`: the two n8 halves of an
+/// `ldmatrix.x4` B fragment `bf` (registers 0-1, then 2-3).
+fn mma_pair(
+    b: &mut Builder,
+    fmt: HalfFmt,
+    acc: &mut AccTile,
+    (mt, nt): (usize, usize),
+    a: [Reg<B32>; 4],
+    bf: [Reg<B32>; 4],
+) {
+    b.mma(fmt, acc.frag(mt, nt), a, [bf[0], bf[1]]);
+    b.mma(fmt, acc.frag(mt, nt + 1), a, [bf[2], bf[3]]);
 }
 
 /// `[kk][mt]` fragments (as [`Warp::load_a`] gives them) as `[mt][kk]`, the order of

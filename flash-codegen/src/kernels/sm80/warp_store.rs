@@ -3,8 +3,8 @@
 //! for 16-byte coalesced stores).
 
 use super::warp::Warp;
-use crate::kernels::softmax::AccTiles;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, HalfFmt, LdCache, Reg, Space, Ty};
+use crate::tile::acc::AccTile;
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
 /// Where the n-tiles of [`Warp::store_tile`] start: a compile-time n-tile, or a run-time
@@ -22,20 +22,19 @@ impl Warp {
     /// warp's rows, columns from `cols`) into `tile` at shared address `smem`: dS^T, P^T,
     /// or an output staged for [`Warp::store_rows_staged`]. Eight rows at one logical
     /// chunk sit in eight distinct bank groups, so the 4-byte stores are conflict-free.
-    #[allow(clippy::needless_range_loop)] // n-tile nt of every m-tile, chunk-major
     pub fn store_tile(
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
-        acc: &AccTiles,
+        acc: &AccTile,
         smem: Reg<B32>,
         tile: &SmemTile,
         cols: Cols,
     ) {
-        // row r of the thread is its row 0 plus 8 r, with the same swizzle phase: one
-        // address per chunk serves every row through the immediate offset
+        // thread row r is its row 0 plus row_offset(r) (a multiple of 8), with the same
+        // swizzle phase: one address per chunk serves every row through the immediate offset
         let col_bytes = b.shl_b32(self.t2, 1u32);
-        for nt in 0..acc[0].len() {
+        for nt in 0..acc.n_tiles() {
             let chunk = match cols {
                 Cols::Fixed(nt0) => b.mov((nt0 + nt) as u32),
                 Cols::At(c) => b.add_u32(c, nt as u32),
@@ -43,11 +42,10 @@ impl Warp {
             let off = tile.emit_offset(b, self.rows[0], chunk);
             let off = b.add_u32(off, col_bytes);
             let addr = b.add_u32(smem, off);
-            for r in 0..self.rows.len() {
-                let (mt, h) = (r / 2, r % 2);
-                let frag = acc[mt][nt]; // every m-tile's n-tile nt: rows 8 r apart
-                let word = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
-                let imm = tile.base + 8 * r as u32 * ROW_BYTES;
+            for r in 0..acc.rows() {
+                let [lo, hi] = acc.pair(r, nt);
+                let word = b.pack(fmt, lo, hi);
+                let imm = tile.base + AccTile::row_offset(r) * ROW_BYTES;
                 b.st(
                     Space::Shared,
                     Ty::B32,
@@ -74,14 +72,14 @@ impl Warp {
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
-        acc: &AccTiles,
+        acc: &AccTile,
         (tile, smem, cols): (&SmemTile, Reg<B32>, Cols),
         base: Reg<B64>,
         row_stride: Reg<B32>,
         head_dim: Reg<B32>,
         valid_rows: Reg<B32>,
     ) {
-        let chunks = acc[0].len() as u32; // one 16-byte chunk per 8-column n-tile
+        let chunks = acc.n_tiles() as u32; // one 16-byte chunk per 8-column n-tile
         // 4 to 32 chunks (d32..d256): a row's chunks fit one warp store, and at least 4
         // lanes per row keep a store's rows inside its group of 8 (lane_row ^ r0 below)
         assert!(
@@ -179,7 +177,7 @@ impl Warp {
         &self,
         b: &mut Builder,
         fmt: HalfFmt,
-        acc: &AccTiles,
+        acc: &AccTile,
         base: Reg<B64>,
         row_stride: Reg<B32>,
         head_dim: Reg<B32>,
@@ -188,21 +186,21 @@ impl Warp {
         let row_bytes = b.shl_b32(row_stride, 1u32);
         let col_bytes = b.shl_b32(self.t2, 1u32);
         let col_bytes = b.cvt_u64_u32(col_bytes);
-        // row r of the thread is its row 0 plus 8 r (m-tile r / 2, half r % 2), computed
-        // here rather than kept live through the caller's loops
-        for r in 0..self.rows.len() {
-            let (mt, h) = (r / 2, r % 2);
+        // thread row r is its row 0 plus row_offset(r), computed here rather than kept
+        // live through the caller's loops
+        for r in 0..acc.rows() {
             let row = match r {
                 0 => self.rows[0],
-                _ => b.add_u32(self.rows[0], 8 * r as u32),
+                _ => b.add_u32(self.rows[0], AccTile::row_offset(r)),
             };
             let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
             let addr = b.mad_wide_u32(row, row_bytes, col_bytes);
             let addr = b.add_s64(base, addr);
-            for (dt, frag) in acc[mt].iter().enumerate() {
+            for dt in 0..acc.n_tiles() {
                 let col_ok = b.setp_u32(Cmp::Lt, 8 * dt as u32, head_dim);
                 let ok = b.and_pred(row_ok, col_ok);
-                let packed = b.pack(fmt, frag[2 * h], frag[2 * h + 1]);
+                let [lo, hi] = acc.pair(r, dt);
+                let packed = b.pack(fmt, lo, hi);
                 b.when(ok, false, |b| {
                     b.st(
                         Space::Global,
