@@ -76,10 +76,7 @@ fn for_rows(
     for i in 0..t.block_m / t.warps {
         let row = b.add_u32(r.warp, i * t.warps);
         let past = b.setp_u32(Cmp::Ge, row, sq_left);
-        let skip = b.label();
-        b.bra_if(past, false, skip, true);
-        body(b, row);
-        b.place(skip);
+        b.unless_uniform(past, |b| body(b, row));
     }
 }
 
@@ -99,17 +96,15 @@ fn zero_accum(b: &mut Builder, plan: &KernelPlan, p: &Params, r: &Rows) {
     let base = b.add_s64(r.accum, off);
     let i = b.shl_b32(r.tid, 4u32);
     let z = b.mov(0.0f32);
-    let (top, done) = (b.label(), b.label());
-    b.place(top);
+    let lp = b.loop_start_divergent();
     let more = b.setp_u32(Cmp::Lt, i, bytes);
-    b.bra_if(more, true, done, false);
+    b.loop_exit_unless(&lp, more);
     let i64 = b.cvt_u64_u32(i);
     let addr = b.add_s64(base, i64);
     b.st(Space::Global, Ty::F32, Addr::Global(addr, 0), &[z, z, z, z]);
     let next = b.add_u32(i, 16 * t.threads());
     b.assign(i, next);
-    b.bra(top, false);
-    b.place(done);
+    b.loop_end(lp);
 }
 
 /// Byte address of the first 4-float run of element chunk `lane` (columns `8 lane..`) of

@@ -51,23 +51,22 @@ impl AtomicDq<'_> {
         ds_smem: Reg<B32>,
         (head, m0): (Reg<B32>, Reg<B32>),
     ) {
-        let skip = b.label();
-        b.bra_if(run, true, skip, true);
-        let dw = match &self.warp {
-            Some(dw) => dw.clone(),
-            None => dq_warp(b, plan, w),
-        };
-        let (batch, heads) = self.batch_heads;
-        accumulate_dq(
-            b,
-            plan,
-            p,
-            w,
-            (self.smem, ds_smem, self.ds_tile, self.k_tile),
-            &dw,
-            (batch, head, heads, m0),
-        );
-        b.place(skip);
+        b.if_uniform(run, |b| {
+            let dw = match &self.warp {
+                Some(dw) => dw.clone(),
+                None => dq_warp(b, plan, w),
+            };
+            let (batch, heads) = self.batch_heads;
+            accumulate_dq(
+                b,
+                plan,
+                p,
+                w,
+                (self.smem, ds_smem, self.ds_tile, self.k_tile),
+                &dw,
+                (batch, head, heads, m0),
+            );
+        });
     }
 }
 

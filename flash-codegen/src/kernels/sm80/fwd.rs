@@ -185,7 +185,6 @@ fn store_lse(
     lse: &[Reg<F32>],
     not_writer: Option<Reg<Pred>>,
 ) {
-    let skip = b.label();
     let null = b.setp_u64(Cmp::Eq, p.u64("lse"), 0i64);
     let other_lane = b.setp_u32(Cmp::Ne, q.t2, 0u32);
     let skip_all = b.or_pred(null, other_lane);
@@ -193,15 +192,15 @@ fn store_lse(
         Some(w) => b.or_pred(skip_all, w),
         None => skip_all,
     };
-    b.bra_if(skip_all, false, skip, false);
-    let heads = p.u32("heads");
-    let base = q.row_stats(b, p, "lse", heads);
-    for (r, &row) in q.rows.iter().enumerate() {
-        let row_ok = b.setp_s32(Cmp::Lt, row, q.q_rows);
-        let addr = b.mad_wide_u32(row, 4u32, base);
-        b.when(row_ok, false, |b| {
-            b.st(Space::Global, Ty::F32, Addr::Global(addr, 0), &[lse[r]])
-        });
-    }
-    b.place(skip);
+    b.unless(skip_all, |b| {
+        let heads = p.u32("heads");
+        let base = q.row_stats(b, p, "lse", heads);
+        for (r, &row) in q.rows.iter().enumerate() {
+            let row_ok = b.setp_s32(Cmp::Lt, row, q.q_rows);
+            let addr = b.mad_wide_u32(row, 4u32, base);
+            b.when(row_ok, false, |b| {
+                b.st(Space::Global, Ty::F32, Addr::Global(addr, 0), &[lse[r]])
+            });
+        }
+    });
 }

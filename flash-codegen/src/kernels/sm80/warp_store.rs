@@ -130,13 +130,12 @@ impl Warp {
         // a run-time loop over groups of 8 rows (the swizzle phases of a group are
         // compile-time): fully unrolled, ptxas computes every row's global address up
         // front, next to the live O accumulator, and spills at d160
-        let (top, done) = (b.label(), b.label());
         let step8 = b.mul_wide_u32(row_bytes, 8u32);
         let groups = 16 * self.m_tiles as u32 / 8;
         let group = b.mov(0u32);
-        b.place(top);
+        let lp = b.loop_start();
         let more = b.setp_u32(Cmp::Lt, group, groups);
-        b.bra_if(more, true, done, true);
+        b.loop_exit_unless(&lp, more);
         let mut at = to;
         for r0 in (0..8).step_by(rows_per_store as usize) {
             if r0 > 0 {
@@ -166,8 +165,7 @@ impl Warp {
         b.assign(rows_left, next);
         let next = b.add_s64(to, step8);
         b.assign(to, next);
-        b.bra(top, true);
-        b.place(done);
+        b.loop_end(lp);
     }
 
     /// Stores accumulator rows (converted to `fmt`) to `base + row * row_stride` for rows

@@ -17,6 +17,8 @@ use crate::ptx::types::{Label, Pred, Reg};
 pub struct Loop {
     top: Label,
     done: Label,
+    /// Whether every thread of a warp leaves at the same iteration (`bra.uni`).
+    uni: bool,
 }
 
 impl Builder {
@@ -68,6 +70,21 @@ impl Builder {
         self.skip_unless(p, false, body);
     }
 
+    /// Runs `body` only in the threads where `p` does not hold (`p` may differ between
+    /// the threads of a warp: a plain, divergent branch):
+    ///
+    /// ```text
+    ///     @%p bra L;
+    ///     body
+    /// L:
+    /// ```
+    pub fn unless(&mut self, p: Reg<Pred>, body: impl FnOnce(&mut Self)) {
+        let skip = self.label();
+        self.bra_if(p, false, skip, false);
+        body(self);
+        self.place(skip);
+    }
+
     /// `body`, skipped by a uniform branch taken when `p` is `negate`d.
     fn skip_unless(&mut self, p: Reg<Pred>, negate: bool, body: impl FnOnce(&mut Self)) {
         let skip = self.label();
@@ -110,31 +127,42 @@ impl Builder {
     /// TOP:
     /// ```
     pub fn loop_start(&mut self) -> Loop {
+        self.open_loop(true)
+    }
+
+    /// [`Builder::loop_start`] for a loop the threads of a warp may leave at different
+    /// iterations (its exit and back edge are plain `bra`).
+    pub fn loop_start_divergent(&mut self) -> Loop {
+        self.open_loop(false)
+    }
+
+    fn open_loop(&mut self, uni: bool) -> Loop {
         let lp = Loop {
             top: self.label(),
             done: self.label(),
+            uni,
         };
         self.place(lp.top);
         lp
     }
 
-    /// Leaves loop `lp` unless the warp-uniform `p` holds:
+    /// Leaves loop `lp` unless `p` holds (warp-uniform unless the loop is divergent):
     ///
     /// ```text
-    ///     @!%p bra.uni DONE;
+    ///     @!%p bra.uni DONE;      (divergent: bra)
     /// ```
     pub fn loop_exit_unless(&mut self, lp: &Loop, p: Reg<Pred>) {
-        self.bra_if(p, true, lp.done, true);
+        self.bra_if(p, true, lp.done, lp.uni);
     }
 
     /// Closes loop `lp`: jumps back to its top and places its exit here.
     ///
     /// ```text
-    ///     bra.uni TOP;
+    ///     bra.uni TOP;            (divergent: bra)
     /// DONE:
     /// ```
     pub fn loop_end(&mut self, lp: Loop) {
-        self.bra(lp.top, true);
+        self.bra(lp.top, lp.uni);
         self.place(lp.done);
     }
 
@@ -333,5 +361,23 @@ mod tests {
             panic!("the last mark is an instruction");
         };
         assert_eq!(*guard, None);
+    }
+
+    /// The divergent forms: plain `bra` where the uniform ones write `bra.uni`.
+    #[test]
+    fn divergent_forms_branch_without_uni() {
+        let skip = text(|b| {
+            let p = pred(b);
+            b.unless(p, |b| mark(b, 1));
+        });
+        assert_eq!(skip, ["    @%p0 bra L0;", "    mov.b32 %r1, 1;", "L0:"]);
+        let lp = text(|b| {
+            let lp = b.loop_start_divergent();
+            let p = pred(b);
+            b.loop_exit_unless(&lp, p);
+            b.loop_end(lp);
+        });
+        assert_eq!(lp[2], "    @!%p0 bra L1;");
+        assert_eq!(lp[3], "    bra L0;");
     }
 }

@@ -2,13 +2,10 @@
 //! prefetch), the late prefetch, the one-stage middle and the bottom.
 
 use super::BlockStream;
-use crate::ptx::{B32, B64, Builder, Cmp, Label, Pred, Reg};
+use crate::ptx::{B32, B64, Builder, Cmp, Loop, Pred, Reg};
 
-/// The labels of one emitted loop (a stream may be looped over more than once).
-pub struct StreamLoop {
-    top: Label,
-    done: Label,
-}
+/// One emitted loop over a stream's blocks (a stream may be looped over more than once).
+pub struct StreamLoop(Loop);
 
 impl BlockStream {
     /// Top of iteration j: exits after the last block of `first..n_blocks`, waits for
@@ -23,14 +20,10 @@ impl BlockStream {
         (first, n_blocks): (Reg<B32>, Reg<B32>),
     ) -> (Reg<B32>, Reg<B32>, StreamLoop) {
         b.comment("== loop over streamed blocks ==");
-        let lp = StreamLoop {
-            top: b.label(),
-            done: b.label(),
-        };
-        b.place(lp.top);
+        let lp = b.loop_start();
         // (downward: j is -1 after block 0; block counts stay below 2^31)
         let more = self.in_range(b, self.j, (first, n_blocks));
-        b.bra_if(more, true, lp.done, true);
+        b.loop_exit_unless(&lp, more);
         if self.split() {
             b.comment("-- operand 0 of block j has landed; every warp is done with operand 1 --");
             b.cp_async_wait(0);
@@ -51,7 +44,7 @@ impl BlockStream {
         }
         let row0 = b.mul_lo_u32(self.j, self.rows);
         let stage_smem = self.stage_addr(b, smem, self.j);
-        (row0, stage_smem, lp)
+        (row0, stage_smem, StreamLoop(lp))
     }
 
     /// Where a [`late_prefetch`](BlockStream::late_prefetch) stream fetches its next
@@ -96,14 +89,13 @@ impl BlockStream {
         srcs: &[(usize, Reg<B64>)],
         what: Option<&str>,
     ) {
-        let skip = b.label();
-        b.bra_if(has, true, skip, true);
-        if let Some(what) = what {
-            b.comment(what);
-        }
-        self.issue(b, smem, j, seqlen, srcs);
-        b.cp_async_commit();
-        b.place(skip);
+        b.if_uniform(has, |b| {
+            if let Some(what) = what {
+                b.comment(what);
+            }
+            self.issue(b, smem, j, seqlen, srcs);
+            b.cp_async_commit();
+        });
     }
 
     /// Between the product on operand 0 and the one on operand 1. With one stage: waits
@@ -176,8 +168,7 @@ impl BlockStream {
         }
         let nj = self.next_block(b);
         b.assign(self.j, nj);
-        b.bra(lp.top, true);
-        b.place(lp.done);
+        b.loop_end(lp.0);
         b.cp_async_wait(0);
     }
 }

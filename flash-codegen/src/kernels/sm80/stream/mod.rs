@@ -213,10 +213,7 @@ impl BlockStream {
             cur.truncate(1);
         }
         let has_blocks = b.setp_u32(Cmp::Lt, first, n_blocks);
-        let none = b.label();
-        b.bra_if(has_blocks, true, none, true);
-        self.issue(b, smem, j0, seqlen, &cur);
-        b.place(none);
+        b.if_uniform(has_blocks, |b| self.issue(b, smem, j0, seqlen, &cur));
     }
 
     /// One buffer per operand, taking turns (see the module docs).

@@ -1,0 +1,106 @@
+//! Kernel layer, sm_80 backward main pass: one query block without the exchange layout,
+//! and the stores of dV and dK.
+
+use super::{KeyBlock, Sweep};
+use crate::kernels::sm80::bwd_exchange::{ColStats, StepTiles};
+use crate::kernels::sm80::warp::AOperand;
+use crate::kernels::sm80::warp_store::Cols;
+use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
+use crate::tile::acc::AccTile;
+
+impl KeyBlock<'_> {
+    /// One query block without the exchange layout (first query `m0`), in query
+    /// sub-blocks of 32 columns so that S^T and dP^T of one sub-block live at a time:
+    ///   P^T = exp2(K Q^T * scale_log2 - LSE * log2 e);  dV += P^T dO
+    ///   dS^T = P^T * (V dO^T - D);  dK += dS^T Q;  dS^T to shared memory for the dQ
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn streamed_block(
+        &self,
+        b: &mut Builder,
+        sw: Sweep,
+        tiles: &StepTiles,
+        (stats, ds_cur): (&ColStats, Reg<B32>),
+        [k_operand, v_operand]: &[AOperand; 2],
+        m0: Reg<B32>,
+        (dv, dk): (&mut AccTile, &mut AccTile),
+    ) {
+        let (w, fmt, st) = (&self.w, self.fmt, tiles.st);
+        let (d, bm) = (self.plan.spec.head_dim, self.t.block_m);
+        let sub = bm.min(32);
+        for c0 in (0..bm).step_by(sub as usize) {
+            let (q_sub, do_sub) = (tiles.q.rows_from(c0), tiles.d_o.rows_from(c0));
+            let nt0 = (c0 / 8) as usize;
+            b.comment(format!(
+                "-- query columns {c0}..{}: P^T = exp2(K Q^T * scale_log2 - LSE * log2 e) --",
+                c0 + sub
+            ));
+            let mut pt = w.acc_zeros(b, sub);
+            w.mma_a_bt(b, fmt, &mut pt, k_operand, (&q_sub, st), d);
+            if self.plan.spec.mask.is_causal() {
+                let m0c = b.add_u32(m0, c0);
+                let lfq = self.last_first_q(b);
+                let needs = b.setp_s32(Cmp::Lt, m0c, lfq);
+                b.if_uniform(needs, |b| self.qmask.apply(b, &mut pt, m0c));
+            }
+            stats.probabilities(b, &mut pt, nt0, self.scale_log2);
+            if sw.dv {
+                b.comment("-- dV += P^T dO --");
+                let a = pt.as_a_all(b, fmt);
+                w.mma_a_b(b, fmt, dv, &a, (&do_sub, st), 0);
+            }
+            // two m-tiles per warp (d64 on 128 keys): dS^T in 16-column halves, for the
+            // registers (sm_80 spilled 32 bytes in one piece)
+            let halves = if w.m_tiles >= 2 && sub >= 32 { 2 } else { 1 };
+            let part = sub / halves;
+            for h in (0..halves).filter(|_| sw.dk) {
+                b.comment("-- dS^T = P^T * (V dO^T - D); dK += dS^T Q --");
+                let c = c0 + h * part;
+                let pt_nt0 = (h * part / 8) as usize;
+                let mut ds = w.acc_zeros(b, part);
+                let do_rows = (&tiles.d_o.rows_from(c), st);
+                w.mma_a_bt(b, fmt, &mut ds, v_operand, do_rows, d);
+                stats.ds(b, &pt, &mut ds, nt0 + pt_nt0, pt_nt0);
+                let a = ds.as_a_all(b, fmt);
+                w.mma_a_b(b, fmt, dk, &a, (&tiles.q.rows_from(c), st), 0);
+                let cols = Cols::Fixed(nt0 + pt_nt0);
+                let ds_tile = tiles.ds;
+                b.if_uniform(self.dq_on, |b| {
+                    w.store_tile(b, fmt, &ds, ds_cur, ds_tile, cols)
+                });
+            }
+        }
+    }
+
+    /// The sweep's stores: dV, and dK scaled by softmax_scale (exchange: the warp's
+    /// share of the head dim's columns).
+    pub(super) fn store(&self, b: &mut Builder, sw: Sweep, dv: &mut AccTile, dk: &mut AccTile) {
+        let (p, w, fmt) = (&self.p, &self.w, self.fmt);
+        let (d, bn) = (self.plan.spec.head_dim, self.t.block_n);
+        // the key block's ids and rows re-read here rather than kept live through the
+        // loops (d128 on 128 keys: 12 spill bytes for sm_80 otherwise)
+        let (n_block, kv_head, batch) = (
+            b.special(Special::CtaIdX),
+            b.special(Special::CtaIdY),
+            b.special(Special::CtaIdZ),
+        );
+        let n0 = b.mul_lo_u32(n_block, bn);
+        let k_rows = b.sub_u32(self.seqlen_k, n0);
+        // exchange: the warp's head-dim columns start at group * d / groups
+        let cols = |b: &mut Builder, base: Reg<B64>| match &self.exchange {
+            Some(x) => x.cols_from(b, d, base, self.head_dim),
+            None => (base, self.head_dim),
+        };
+        if sw.dv {
+            let base = p.tensor(b, "dv", batch, n0, kv_head);
+            let (base, hd) = cols(b, base);
+            w.store_rows(b, fmt, dv, base, p.u32("dv_row_stride"), hd, k_rows);
+        }
+        if sw.dk {
+            let scale = p.f32("softmax_scale");
+            dk.scale(b, scale);
+            let base = p.tensor(b, "dk", batch, n0, kv_head);
+            let (base, hd) = cols(b, base);
+            w.store_rows(b, fmt, dk, base, p.u32("dk_row_stride"), hd, k_rows);
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! Kernel layer, sm_80 backward main pass: the kernel's opening ([`KeyBlock::open`]) and
+//! the helpers its phases share (the atomic dQ, the causal bound, the dS^T stages).
+
+use super::KeyBlock;
+use crate::kernels::half_fmt;
+use crate::kernels::mask::QueryMask;
+use crate::kernels::params::Params;
+use crate::kernels::sm80::bwd_atomic_dq::{AtomicDq, dq_warp};
+use crate::kernels::sm80::bwd_exchange::Exchange;
+use crate::kernels::sm80::stream::{BlockStream, CopyPlan};
+use crate::kernels::sm80::warp::Warp;
+use crate::ptx::{B32, Builder, Cmp, Param, Pred, Reg, Special};
+use crate::spec::KernelPlan;
+use crate::tile::copy::TileCopy;
+use crate::tile::smem::SmemTile;
+
+impl<'a> KeyBlock<'a> {
+    /// The kernel's opening: parameters, the warp's keys, the CTA's key block, its shared
+    /// memory, K and V issued, the range of query blocks and the causal mask.
+    pub(super) fn open(b: &mut Builder, plan: &'a KernelPlan, ir_params: &[Param]) -> Self {
+        let spec = &plan.spec;
+        let t = *plan.tiles.sm80();
+        let (d, bm, bn) = (spec.head_dim, t.block_m, t.block_n);
+        b.comment(format!(
+            "{}: {bn} keys x {bm} queries, {} warps, {} sweeps, smem {} bytes",
+            spec.name(),
+            t.warps,
+            t.sweeps,
+            plan.smem.bytes
+        ));
+        let p = Params::load(b, ir_params);
+        let (seqlen_q, seqlen_k, head_dim) =
+            (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
+        let (group, scale_log2) = (p.u32("heads_per_kv"), p.f32("scale_log2"));
+        // every warp owns bn / warps keys (m16 tiles); exchange: 32 keys (two m-tiles) per
+        // warp, the warps repeating over bn / 32 row blocks
+        let w = if t.layout.exchange() {
+            Warp::with_row_blocks(b, 2, Some(bn / 32))
+        } else {
+            Warp::new(b, (bn / t.warps / 16) as usize)
+        };
+        let n_block = b.special(Special::CtaIdX);
+        let kv_head = b.special(Special::CtaIdY);
+        let batch = b.special(Special::CtaIdZ);
+        let heads_k = b.special(Special::NCtaIdY);
+        let heads = b.mul_lo_u32(heads_k, group);
+        let n0 = b.mul_lo_u32(n_block, bn);
+        let k_rows = b.sub_u32(seqlen_k, n0);
+        let zero = b.mov(0u32);
+
+        b.comment("-- shared memory: K, V (resident), Q and dO stages, dS^T --");
+        let smem = b.smem_base();
+        let [k_tile, v_tile] = [0, 1].map(|i| SmemTile::from(plan.smem.fixed[i]));
+        // two m-tiles per warp (the exchange layouts, d64 on 128 keys) need the registers
+        // (d128: one-piece dP^T); measured 4-5% slower on the 64-key d64 row, which had
+        // registers to spare (docs/performance.md)
+        let copies = match w.m_tiles >= 2 {
+            true => CopyPlan::AtIssue,
+            false => CopyPlan::Once,
+        };
+        let qs = BlockStream::new(
+            b,
+            plan,
+            &p,
+            (w.tid, copies),
+            ["q_row_stride", "do_row_stride"],
+        )
+        .with_vectors(b, 2)
+        .downward();
+        // (late: the next block's copies go out after the step's S^T, not right behind the
+        // previous block's dQ atomics)
+        let qs = match t.layout.late_prefetch() {
+            true => qs.late_prefetch(),
+            false => qs,
+        };
+        // dS^T, then a second tile: P^T (exchange) or the next query block's dS^T
+        let [ds_tile, second] = [0, 1].map(|i| SmemTile::from(plan.smem.exchange[i]));
+        let exchange = t.layout.exchange().then(|| Exchange {
+            groups: t.warps / (bn / 32),
+            group: b.div_u32(w.warp, bn / 32),
+            pt_tile: second,
+        });
+        for (tile, name) in [(&k_tile, "k"), (&v_tile, "v")] {
+            let base = p.tensor(b, name, batch, n0, kv_head);
+            let stride = p.u32(&format!("{name}_row_stride"));
+            let copy = TileCopy::new(b, tile, d, t.threads(), w.tid, stride, head_dim);
+            copy.issue(b, smem, tile.base, base, k_rows);
+        }
+        if t.layout.resident() {
+            b.cp_async_commit();
+        }
+
+        b.comment("-- query blocks that see this key block: from the causal diagonal on --");
+        let n_qblocks = b.add_u32(seqlen_q, bm - 1);
+        let n_qblocks = b.div_u32(n_qblocks, bm);
+        let shift = b.sub_s32(seqlen_k, seqlen_q);
+        let first_q = b.sub_s32(n0, shift); // first query that sees key n0
+        let m_first = match spec.mask.is_causal() {
+            true => {
+                let f = b.max_s32(first_q, 0i32);
+                b.div_u32(f, bm)
+            }
+            false => zero,
+        };
+        let key0 = b.add_u32(w.rows[0], n0);
+        let qmask = QueryMask::new(b, key0, w.t2, seqlen_q, seqlen_k);
+        let dq_on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
+        // (exchange: computed where used, to keep registers for the accumulators)
+        let dq_warp = (!t.layout.exchange()).then(|| dq_warp(b, plan, &w));
+        KeyBlock {
+            plan,
+            t,
+            fmt: half_fmt(spec.dtype),
+            p,
+            w,
+            seqlen_q,
+            seqlen_k,
+            head_dim,
+            group,
+            scale_log2,
+            kv_head,
+            batch,
+            heads,
+            zero,
+            smem,
+            k_tile,
+            v_tile,
+            ds_tile,
+            qs,
+            exchange,
+            n_qblocks,
+            m_first,
+            qmask,
+            dq_on,
+            dq_warp,
+        }
+    }
+
+    /// The atomic dQ of one query block.
+    pub(super) fn atomic_dq(&self) -> AtomicDq<'_> {
+        AtomicDq {
+            smem: self.smem,
+            ds_tile: &self.ds_tile,
+            k_tile: &self.k_tile,
+            batch_heads: (self.batch, self.heads),
+            warp: self.dq_warp.clone(),
+        }
+    }
+
+    /// The first query that sees the block's last key, computed from %ctaid and the
+    /// parameters where a query block needs it rather than kept live through the loops
+    /// (d128 exchange: registers).
+    pub(super) fn last_first_q(&self, b: &mut Builder) -> Reg<B32> {
+        let bn = self.t.block_n;
+        let n_block = b.special(Special::CtaIdX);
+        let k_last = b.mad_lo_u32(n_block, bn, bn - 1);
+        let shift = b.sub_s32(self.seqlen_k, self.seqlen_q);
+        b.sub_s32(k_last, shift)
+    }
+
+    /// Without exchange, dS^T of query block j sits in stage j & 1: the atomic dQ of block
+    /// j runs in the next iteration (block j - 1), past its barrier, so one barrier per
+    /// block suffices. The shared address of block `j`'s dS^T.
+    pub(super) fn ds_stage(&self, b: &mut Builder, j: Reg<B32>) -> Reg<B32> {
+        let parity = b.and_b32(j, 1u32);
+        b.mad_lo_u32(parity, self.ds_tile.bytes(), self.smem)
+    }
+
+    /// The atomic dQ of query block `blk` (first row `m0_blk`, query head `head`) when
+    /// `exists`, deferred past the barrier after it: its dS^T sits in stage blk & 1.
+    pub(super) fn deferred_dq(
+        &self,
+        b: &mut Builder,
+        exists: Reg<Pred>,
+        blk: (Reg<B32>, Reg<B32>),
+        head: Reg<B32>,
+        what: &str,
+    ) {
+        let run = b.and_pred(self.dq_on, exists);
+        b.comment(format!("-- atomic dQ of the {what} query block --"));
+        let ds = self.ds_stage(b, blk.0);
+        let (p, w) = (&self.p, &self.w);
+        self.atomic_dq()
+            .emit_if(b, self.plan, p, w, run, ds, (head, blk.1));
+    }
+}
