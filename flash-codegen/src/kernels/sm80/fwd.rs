@@ -4,176 +4,238 @@
 //! mask, online softmax, O += P V with P converted in registers. At the end O /= l and
 //! the LSE is written. With the exchange layout (`fwd_exchange`) the warps split each
 //! key block for S and the head dim for O, and P passes through shared memory.
+//!
+//! Phases: [`QueryBlock::open`] (parameters, the CTA's query block, Q and the first K/V
+//! block issued), [`QueryBlock::key_blocks`] (the main loop), [`QueryBlock::epilogue`].
 
 use super::fwd_exchange::FwdExchange;
 use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
+use super::warp::AOperand;
 use super::warp_store::Cols;
 use crate::kernels::half_fmt;
-use crate::kernels::mask::mask_block;
+use crate::kernels::mask::{KeyMask, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::kv_blocks;
 use crate::kernels::softmax::OnlineSoftmax;
-use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, Pred, Reg, Space, Ty};
-use crate::spec::KernelPlan;
+use crate::ptx::{
+    Addr, B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, Param, Pred, Reg, Space, Ty,
+};
+use crate::spec::{KernelPlan, Sm80Tiles};
+use crate::tile::acc::AccTile;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
 /// The entry of a [`Pass::Fwd`](crate::spec::Pass::Fwd) spec.
 pub fn build(plan: &KernelPlan) -> Entry {
-    let spec = &plan.spec;
-    let t = plan.tiles.sm80();
-    let d = spec.head_dim;
-    let fmt = half_fmt(spec.dtype);
-    let header = format!(
-        "{}: block {}x{}, {} warps, {} stages, d {d}, smem {} bytes",
-        spec.name(),
-        t.block_m,
-        t.block_n,
-        t.warps,
-        t.stages,
-        plan.smem.bytes
-    );
-    let Opening {
-        mut b,
-        ir_params,
-        p,
-        q,
-        zero,
-    } = open(plan, header);
-    let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
-    let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
-    let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);
-    let v_base = p.tensor(&mut b, "v", q.batch, zero, q.kv_head);
-    let (n_blocks, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
-
-    b.comment("-- shared memory: Q tile, then `stages` K tiles, then `stages` V tiles --");
-    let smem = b.smem_base();
-    let q_tile = SmemTile::from(plan.smem.fixed[0]);
-    let kv = BlockStream::new(
-        &mut b,
-        plan,
-        &p,
-        (
-            q.tid,
-            if t.layout.exchange() {
-                CopyPlan::AtIssue
-            } else {
-                CopyPlan::Once
-            },
-        ),
-        ["k_row_stride", "v_row_stride"],
-    );
-    let ex = t
-        .layout
-        .exchange()
-        .then(|| FwdExchange::new(&mut b, plan, &q));
-
-    b.comment("-- issue Q and the first K/V block --");
-    let q_copy = TileCopy::new(
-        &mut b,
-        &q_tile,
-        d,
-        t.threads(),
-        q.tid,
-        p.u32("q_row_stride"),
-        head_dim,
-    );
-    q_copy.issue(&mut b, smem, q_tile.base, q_base, q.q_rows);
-    if t.layout.resident() {
-        b.cp_async_commit(); // Q lands first, then its fragments move to registers
-    }
-    kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
-    b.cp_async_commit();
-    let [q_operand] = q.a_operands(&mut b, t.layout.resident(), [&q_tile], smem, d);
-    let mask = q.mask(&mut b, spec.mask, seqlen_q, seqlen_k);
-    let mut o = q.acc_zeros(&mut b, ex.as_ref().map_or(d, |e| e.cols()));
-    let mut softmax = OnlineSoftmax::new(&mut b, q.rows.len(), p.f32("scale_log2"));
-
-    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (zero, n_blocks));
-    b.comment("-- S = Q K^T --");
-    let mut s = q.acc_zeros(&mut b, ex.as_ref().map_or(t.block_n, |e| e.keys()));
-    let (k_smem, s_n0) = match &ex {
-        Some(e) => e.warp_keys(&mut b, kv_smem, n0),
-        None => (kv_smem, n0),
-    };
-    q.mma_a_bt(&mut b, fmt, &mut s, &q_operand, (&kv.tiles[0], k_smem), d);
-    b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
-    mask_block(&mut b, plan, &mask, &mut s, (n0, s_n0), seqlen_k, diag);
-    b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
-    match &ex {
-        None => softmax.step(&mut b, &mut s, &mut o),
-        Some(e) => {
-            // the warps sharing the rows agree on the maxima, then publish their P
-            let m = softmax.block_max(&mut b, &s);
-            let m = e.combine(&mut b, &q, smem, &m, |b, x, y| b.max_f32(x, y));
-            softmax.step_to(&mut b, &mut s, &mut o, &m);
-            e.share_p(&mut b, fmt, &q, &s, smem);
-        }
-    }
-    // (one stage: the barrier here also makes P visible; more: the group's barrier does)
-    kv.mid(&mut b, smem, seqlen_k, n_blocks);
-    if let Some(e) = ex.as_ref().filter(|_| !kv.syncs_mid()) {
-        e.sync(&mut b);
-    }
-    b.comment("-- O += P V --");
-    match &ex {
-        Some(e) => e.pv(&mut b, fmt, &q, &mut o, smem, (&kv.tiles[1], kv_smem)),
-        // one m-tile at a time (V fragments reloaded per m-tile): measured 2-5% faster
-        // at d128 than sharing each V fragment between the m-tiles, which keeps both P
-        // operands live
-        None => {
-            for mt in 0..s.m_tiles() {
-                let pa = s.as_a(&mut b, fmt, mt);
-                let v = (&kv.tiles[1], kv_smem);
-                q.mma_a_b(&mut b, fmt, &mut o.m_tile(mt), &[pa], v, 0);
-            }
-        }
-    }
-    kv.end(&mut b, lp);
-
-    b.comment("-- epilogue: O /= l_i, write O (through the warp's own Q rows) and LSE --");
-    let lse = match &ex {
-        None => softmax.finish(&mut b, &mut o),
-        Some(e) => {
-            let l = softmax.row_sums(&mut b);
-            let l = e.combine(&mut b, &q, smem, &l, |b, x, y| b.add_f32(x, y));
-            softmax.finish_with(&mut b, &mut o, &l)
-        }
-    };
-    let o_base = p.tensor(&mut b, "o", q.batch, q.m0, q.head);
-    // every warp reads only its own rows of Q, so once its last S = Q K^T is done they
-    // are free for staging O without a CTA barrier (exchange: the pair shares its rows,
-    // but the row sums' combine above is a pair barrier after both warps' last S, and
-    // each warp stages only its own columns); but with no key block at all (causal rows
-    // before the first key) no barrier has ordered the other threads' Q copies (landed:
-    // the stream's exit waits for every copy) before this warp's staging writes
-    let no_blocks = b.setp_u32(Cmp::Eq, n_blocks, 0u32);
-    b.if_uniform(no_blocks, Builder::bar_sync);
-    let cols = match &ex {
-        Some(e) => {
-            let c0 = e.col0(&mut b);
-            Cols::At(b.shr_u32(c0, 3u32))
-        }
-        None => Cols::Fixed(0),
-    };
-    q.store_rows_staged(
-        &mut b,
-        fmt,
-        &o,
-        (&q_tile, smem, cols),
-        o_base,
-        p.u32("o_row_stride"),
-        head_dim,
-        q.q_rows,
-    );
-    let not_lse_writer = ex.as_ref().map(|e| e.not_lse_writer(&mut b));
-    store_lse(&mut b, &p, &q, &lse, not_lse_writer);
+    let (mut b, ir_params, f) = QueryBlock::open(plan);
+    let (d, t) = (plan.spec.head_dim, &f.t);
+    let resident = t.layout.resident();
+    let [q_operand] = f.q.a_operands(&mut b, resident, [&f.q_tile], f.smem, d);
+    let mask = f.q.mask(&mut b, plan.spec.mask, f.seqlen_q, f.seqlen_k);
+    let mut o = f.q.acc_zeros(&mut b, f.ex.as_ref().map_or(d, |e| e.cols()));
+    let mut softmax = OnlineSoftmax::new(&mut b, f.q.rows.len(), f.p.f32("scale_log2"));
+    f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
+    f.epilogue(&mut b, &softmax, &mut o);
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
         min_ctas_per_sm: Some(plan.ctas_per_sm_hint()),
     };
-    b.finish(spec.name(), ir_params, bounds)
+    b.finish(plan.spec.name(), ir_params, bounds)
+}
+
+/// The CTA's query block and what the forward's phases share.
+struct QueryBlock<'a> {
+    plan: &'a KernelPlan,
+    t: Sm80Tiles,
+    fmt: HalfFmt,
+    p: Params,
+    q: QBlock,
+    zero: Reg<B32>,
+    seqlen_q: Reg<B32>,
+    seqlen_k: Reg<B32>,
+    head_dim: Reg<B32>,
+    /// Key blocks the query block visits, and the last key its first row sees.
+    n_blocks: Reg<B32>,
+    diag: Reg<B32>,
+    smem: Reg<B32>,
+    q_tile: SmemTile,
+    kv: BlockStream,
+    ex: Option<FwdExchange>,
+}
+
+impl<'a> QueryBlock<'a> {
+    /// The opening: parameters, the CTA's query block and key blocks, its shared memory,
+    /// Q and the first K/V block issued.
+    fn open(plan: &'a KernelPlan) -> (Builder, Vec<Param>, Self) {
+        let spec = &plan.spec;
+        let t = *plan.tiles.sm80();
+        let d = spec.head_dim;
+        let header = format!(
+            "{}: block {}x{}, {} warps, {} stages, d {d}, smem {} bytes",
+            spec.name(),
+            t.block_m,
+            t.block_n,
+            t.warps,
+            t.stages,
+            plan.smem.bytes
+        );
+        let Opening {
+            mut b,
+            ir_params,
+            p,
+            q,
+            zero,
+        } = open(plan, header);
+        let (seqlen_q, seqlen_k) = (p.u32("seqlen_q"), p.u32("seqlen_k"));
+        let head_dim = p.u32("head_dim");
+        let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
+        let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);
+        let v_base = p.tensor(&mut b, "v", q.batch, zero, q.kv_head);
+        let (n_blocks, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
+
+        b.comment("-- shared memory: Q tile, then `stages` K tiles, then `stages` V tiles --");
+        let smem = b.smem_base();
+        let q_tile = SmemTile::from(plan.smem.fixed[0]);
+        let copies = match t.layout.exchange() {
+            true => CopyPlan::AtIssue,
+            false => CopyPlan::Once,
+        };
+        let strides = ["k_row_stride", "v_row_stride"];
+        let kv = BlockStream::new(&mut b, plan, &p, (q.tid, copies), strides);
+        let ex = t
+            .layout
+            .exchange()
+            .then(|| FwdExchange::new(&mut b, plan, &q));
+
+        b.comment("-- issue Q and the first K/V block --");
+        let stride = p.u32("q_row_stride");
+        let q_copy = TileCopy::new(&mut b, &q_tile, d, t.threads(), q.tid, stride, head_dim);
+        q_copy.issue(&mut b, smem, q_tile.base, q_base, q.q_rows);
+        if t.layout.resident() {
+            b.cp_async_commit(); // Q lands first, then its fragments move to registers
+        }
+        kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
+        b.cp_async_commit();
+        let f = QueryBlock {
+            plan,
+            t,
+            fmt: half_fmt(spec.dtype),
+            p,
+            q,
+            zero,
+            seqlen_q,
+            seqlen_k,
+            head_dim,
+            n_blocks,
+            diag,
+            smem,
+            q_tile,
+            kv,
+            ex,
+        };
+        (b, ir_params, f)
+    }
+
+    /// The main loop over the key blocks: S = Q K^T, the mask where a block needs it,
+    /// the online softmax step, O += P V.
+    fn key_blocks(
+        &self,
+        b: &mut Builder,
+        q_operand: &AOperand,
+        mask: &KeyMask,
+        softmax: &mut OnlineSoftmax,
+        o: &mut AccTile,
+    ) {
+        let (q, kv, ex, fmt, smem) = (&self.q, &self.kv, &self.ex, self.fmt, self.smem);
+        let d = self.plan.spec.head_dim;
+        let (n0, kv_smem, lp) = kv.begin(b, smem, self.seqlen_k, (self.zero, self.n_blocks));
+        b.comment("-- S = Q K^T --");
+        let mut s = q.acc_zeros(b, ex.as_ref().map_or(self.t.block_n, |e| e.keys()));
+        let (k_smem, s_n0) = match ex {
+            Some(e) => e.warp_keys(b, kv_smem, n0),
+            None => (kv_smem, n0),
+        };
+        q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], k_smem), d);
+        b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
+        let (seqlen_k, diag) = (self.seqlen_k, self.diag);
+        mask_block(b, self.plan, mask, &mut s, (n0, s_n0), seqlen_k, diag);
+        b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
+        match ex {
+            None => softmax.step(b, &mut s, o),
+            Some(e) => {
+                // the warps sharing the rows agree on the maxima, then publish their P
+                let m = softmax.block_max(b, &s);
+                let m = e.combine(b, q, smem, &m, |b, x, y| b.max_f32(x, y));
+                softmax.step_to(b, &mut s, o, &m);
+                e.share_p(b, fmt, q, &s, smem);
+            }
+        }
+        // (one stage: the barrier here also makes P visible; more: the group's barrier does)
+        kv.mid(b, smem, self.seqlen_k, self.n_blocks);
+        if let Some(e) = ex.as_ref().filter(|_| !kv.syncs_mid()) {
+            e.sync(b);
+        }
+        b.comment("-- O += P V --");
+        let v = (&kv.tiles[1], kv_smem);
+        match ex {
+            Some(e) => e.pv(b, fmt, q, o, smem, v),
+            // one m-tile at a time (V fragments reloaded per m-tile): faster at d128 than
+            // sharing each V fragment between the m-tiles, which keeps both P operands
+            // live (docs/performance.md)
+            None => {
+                for mt in 0..s.m_tiles() {
+                    let pa = s.as_a(b, fmt, mt);
+                    q.mma_a_b(b, fmt, &mut o.m_tile(mt), &[pa], v, 0);
+                }
+            }
+        }
+        kv.end(b, lp);
+    }
+
+    /// O /= l_i, O written through the warp's own Q rows, and the LSE.
+    fn epilogue(&self, b: &mut Builder, softmax: &OnlineSoftmax, o: &mut AccTile) {
+        let (p, q, ex, smem) = (&self.p, &self.q, &self.ex, self.smem);
+        b.comment("-- epilogue: O /= l_i, write O (through the warp's own Q rows) and LSE --");
+        let lse = match ex {
+            None => softmax.finish(b, o),
+            Some(e) => {
+                let l = softmax.row_sums(b);
+                let l = e.combine(b, q, smem, &l, |b, x, y| b.add_f32(x, y));
+                softmax.finish_with(b, o, &l)
+            }
+        };
+        let o_base = p.tensor(b, "o", q.batch, q.m0, q.head);
+        // every warp reads only its own rows of Q, so once its last S = Q K^T is done they
+        // are free for staging O without a CTA barrier (exchange: the pair shares its rows,
+        // but the row sums' combine above is a pair barrier after both warps' last S, and
+        // each warp stages only its own columns); but with no key block at all (causal rows
+        // before the first key) no barrier has ordered the other threads' Q copies (landed:
+        // the stream's exit waits for every copy) before this warp's staging writes
+        let no_blocks = b.setp_u32(Cmp::Eq, self.n_blocks, 0u32);
+        b.if_uniform(no_blocks, Builder::bar_sync);
+        let cols = match ex {
+            Some(e) => {
+                let c0 = e.col0(b);
+                Cols::At(b.shr_u32(c0, 3u32))
+            }
+            None => Cols::Fixed(0),
+        };
+        let stride = p.u32("o_row_stride");
+        let staging = (&self.q_tile, smem, cols);
+        q.store_rows_staged(
+            b,
+            self.fmt,
+            o,
+            staging,
+            o_base,
+            stride,
+            self.head_dim,
+            q.q_rows,
+        );
+        let not_lse_writer = ex.as_ref().map(|e| e.not_lse_writer(b));
+        store_lse(b, p, q, &lse, not_lse_writer);
+    }
 }
 
 /// Lane t = 0 of each quad writes its rows' LSE, when the lse pointer is non-null and
