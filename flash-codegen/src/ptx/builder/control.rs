@@ -372,12 +372,11 @@ mod tests {
         });
         assert_eq!(skip, ["    @%p0 bra L0;", "    mov.b32 %r1, 1;", "L0:"]);
         let lp = text(|b| {
-            let lp = b.loop_start_divergent();
             let p = pred(b);
+            let lp = b.loop_start_divergent();
             b.loop_exit_unless(&lp, p);
             b.loop_end(lp);
         });
-        assert_eq!(lp[2], "    @!%p0 bra L1;");
-        assert_eq!(lp[3], "    bra L0;");
+        assert_eq!(lp, ["L0:", "    @!%p0 bra L1;", "    bra L0;", "L1:"]);
     }
 }

@@ -3,8 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::super::{KernelSpec, Pass, Tiling};
+use crate::spec::{KernelSpec, Pass, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, Resident, Streamed};
+use table::{
+    BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMPACT_TILES, FWD_TILES,
+};
+
+mod table;
 
 /// Geometry of one sm_80 kernel: every choice the kernel body reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,108 +70,6 @@ impl Sm80Layout {
         self == ExchangeLatePrefetch
     }
 }
-
-/// The forward tile table (sm_80 path). Rows: head_dim -> (block_m, block_n, warps, stages).
-/// Each warp owns block_m / warps query rows (one or two m16 tiles): two tiles share every
-/// K/V fragment loaded from shared memory, halving ldmatrix traffic per mma; above d160
-/// the O accumulator (d/2 f32 per m-tile per thread) only fits with one. d224/d256 take
-/// FA2's 64x64 with one K and one V buffer taking turns (stages = 1), measured 5-11% faster
-/// than 64x32 double-buffered (docs/performance.md). Shared memory stays <= 96 KiB so
-/// every variant also runs on RTX 30/40 (99 KiB per block).
-/// d256 splits each key block and the head dim between pairs of warps (`exchange`, see
-/// `kernels::sm80::fwd_exchange`): 21% fewer shared-memory bytes per mma, +5-9% non-causal and
-/// up to +6% causal (session 8, gpu_tune bf16: 16K 329 -> 350 TFLOP/s), for 104.5 KiB
-/// of shared memory; GPUs with less per block run [`FWD_COMPACT_TILES`].
-#[rustfmt::skip]
-pub(crate) const FWD_TILES: [(u32, Sm80Tiles); 8] = [
-    (32, tc(128, 64, 4, 2, 1).with(Resident)),
-    (64, tc(128, 64, 4, 2, 1).with(Resident)),
-    (96, tc(128, 64, 4, 2, 1)),
-    (128, tc(128, 32, 4, 2, 1)),
-    (160, tc(128, 16, 4, 2, 1)),
-    (192, tc(64, 32, 4, 2, 1).with(Resident)),
-    (224, tc(64, 64, 4, 1, 1)),
-    (256, tc(64, 64, 4, 1, 1).with(Exchange)),
-];
-
-/// The forward's rows for GPUs whose shared memory per block is below the standard
-/// row's ([`super::Tiling::Compact`]; RTX 30/40 allow 99 KiB): the same block_m and
-/// warps (so the same grid), 96 KiB.
-#[rustfmt::skip]
-pub(crate) const FWD_COMPACT_TILES: [(u32, Sm80Tiles); 1] = [
-    (256, tc(64, 64, 4, 1, 1)),
-];
-
-/// Backward main pass (one CTA per key block): block_n keys per CTA (16 per warp; with
-/// `exchange`, 32-key row blocks times column groups),
-/// block_m queries per inner step; for dQ the warps split into query tiles times column
-/// groups of whole 64-column panels (`kernels::sm80::bwd_atomic_dq::dq_split`). Q, dO, LSE and D are
-/// double buffered; K, V and two dS^T tiles stay resident. d160-d224 take two sweeps (dV,
-/// then dK and dQ); d128 and d256 run FA2's warp layouts (`exchange`: each warp 32 keys
-/// x half (d128, 4 warps) or a quarter (d256, 8 warps) of the head dim for dV and dK,
-/// P^T and dS^T through shared memory). d128 on 64x64 with 4 warps leaves room for two
-/// CTAs per SM (255 registers, 115 KB): session 5 measured 0.91-1.00x FA2 against
-/// 0.85-0.88x for 64x128 on 8 warps (the previous row, kept buildable with `--tile
-/// bwd:128=64,128,8,2,1`, tests/ptxas_variants.rs), 0.90-0.95x for 64x64 without
-/// exchange and 0.88-0.92x for 64x128 with it (`docs/performance.md`). Session 6 (dP^T in
-/// one piece): 0.98-1.01x at 16K. From 8192 query rows on, d128 runs its long row
-/// ([`BWD_LONG_TILES`]) in atomic mode. d64 runs 128 keys on 4 warps, 32 keys (two
-/// m-tiles) per warp, K and V read from shared memory: every Q and dO fragment feeds two
-/// mma and the dQ atomics per FLOP halve; session 8 (gpu_tune, bf16): 1.15-1.17x FA2
-/// against 0.99-1.03x for the 64-key resident row at 4K-16K.
-#[rustfmt::skip]
-pub(crate) const BWD_TILES: [(u32, Sm80Tiles); 8] = [
-    (32, tc(64, 64, 4, 2, 1).with(Resident)),
-    (64, tc(64, 128, 4, 2, 1)),
-    (96, tc(64, 64, 4, 2, 1).with(Resident)),
-    (128, tc(64, 64, 4, 2, 1).with(Exchange)),
-    (160, tc(64, 64, 4, 2, 2)),
-    (192, tc(64, 64, 4, 2, 2)),
-    (224, tc(64, 64, 4, 2, 2)),
-    (256, tc(64, 64, 8, 2, 1).with(Exchange)),
-];
-
-/// The backward main pass's rows for long sequences ([`super::Tiling::Long`]): (head
-/// dim, the fewest query rows it is chosen for, tiles). d128: FA2's 128 keys on 8 warps
-/// with the late prefetch, half the dQ atomics per FLOP of the 64-key row but one CTA per
-/// SM instead of two. Session 7 (gpu_tune, bf16, ratio to FA2, 64-key -> 128-key):
-/// 2K 1.00 -> 0.98, causal 1.02 -> 0.97; 4K 1.00 -> 0.99, causal 1.02 -> 0.99; 8K 0.99
-/// -> 1.00, causal 1.00 -> 1.00; 12K 0.99 -> 1.00; 16K 0.97-0.99 -> 1.00-1.01
-/// (`docs/bench/tune_session7.txt`). Atomic mode only: the deterministic mode's main
-/// pass has no atomics to halve.
-#[rustfmt::skip]
-pub(crate) const BWD_LONG_TILES: [(u32, u32, Sm80Tiles); 1] = [
-    (128, 8192, tc(64, 128, 8, 2, 1).with(ExchangeLatePrefetch)),
-];
-
-/// Deterministic dQ pass (one CTA per query block, like the forward): one m16 tile per
-/// warp with Q and dO fragments resident, or (d128) two m-tiles sharing every K and V
-/// fragment (measured up to 4% faster than 64x64 resident).
-#[rustfmt::skip]
-pub(crate) const BWD_DQ_TILES: [(u32, Sm80Tiles); 8] = [
-    (32, tc(64, 64, 4, 2, 1).with(Resident)),
-    (64, tc(64, 64, 4, 2, 1).with(Resident)),
-    (96, tc(64, 64, 4, 2, 1).with(Resident)),
-    (128, tc(128, 32, 4, 2, 1)),
-    (160, tc(64, 32, 4, 2, 1).with(Resident)),
-    (192, tc(64, 32, 4, 2, 1)),
-    (224, tc(64, 32, 4, 2, 1)),
-    (256, tc(64, 32, 4, 2, 1)),
-];
-
-/// Elementwise passes (preprocess, postprocess): block_m rows per CTA, one warp per row.
-#[rustfmt::skip]
-pub(crate) const ELEMENTWISE_TILES: [(u32, Sm80Tiles); 8] = [
-    (32, ELEMENTWISE),
-    (64, ELEMENTWISE),
-    (96, ELEMENTWISE),
-    (128, ELEMENTWISE),
-    (160, ELEMENTWISE),
-    (192, ELEMENTWISE),
-    (224, ELEMENTWISE),
-    (256, ELEMENTWISE),
-];
-const ELEMENTWISE: Sm80Tiles = tc(64, 0, 4, 1, 1);
 
 /// A table row: (block_m, block_n, warps, stages, sweeps), streamed layout.
 const fn tc(block_m: u32, block_n: u32, warps: u32, stages: u32, sweeps: u32) -> Sm80Tiles {
@@ -370,8 +273,8 @@ pub(super) fn parse_row(s: &str) -> Result<(Pass, u32, Sm80Tiles), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{TileConfig, check, parse_override};
     use super::*;
+    use crate::spec::tiles::{TileConfig, check, parse_override};
 
     /// Every row of the table (standard, long, compact) satisfies the layout rules.
     #[test]

@@ -1,0 +1,104 @@
+//! Spec layer: the sm_80 tile table, one row per (pass, head dim) and the long and
+//! compact rows. Each row says why it is shaped as it is; the measurements behind the
+//! choices are in docs/performance.md ("Ideas tried").
+
+use super::Sm80Layout::{Exchange, ExchangeLatePrefetch, Resident};
+use super::{Sm80Tiles, tc};
+
+/// The forward rows: head dim -> (block_m, block_n, warps, stages, sweeps). Each warp
+/// owns block_m / warps query rows (one or two m16 tiles): two tiles share every K/V
+/// fragment read from shared memory, halving ldmatrix traffic per mma; above d160 the O
+/// accumulator (d/2 f32 per m-tile per thread) only fits with one. Resident Q fragments
+/// where the registers allow it (d32, d64, d192). d224 and d256 take FA2's 64x64 with one
+/// K and one V buffer taking turns (stages = 1), which beats 64x32 double-buffered.
+/// d256 runs the exchange layout (`kernels::sm80::fwd_exchange`): pairs of warps split
+/// each key block and the head dim, so every K, V and Q fragment feeds two m-tiles (21%
+/// fewer shared-memory bytes per mma), for 104.5 KiB of shared memory, two CTAs per SM
+/// on H100/H200; GPUs with less per block run [`FWD_COMPACT_TILES`]. The others stay at
+/// or below 96 KiB, so they run on RTX 30/40 (99 KiB per block).
+#[rustfmt::skip]
+pub(crate) const FWD_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, tc(128, 64, 4, 2, 1).with(Resident)),
+    (64, tc(128, 64, 4, 2, 1).with(Resident)),
+    (96, tc(128, 64, 4, 2, 1)),
+    (128, tc(128, 32, 4, 2, 1)),
+    (160, tc(128, 16, 4, 2, 1)),
+    (192, tc(64, 32, 4, 2, 1).with(Resident)),
+    (224, tc(64, 64, 4, 1, 1)),
+    (256, tc(64, 64, 4, 1, 1).with(Exchange)),
+];
+
+/// The forward's rows for GPUs whose shared memory per block is below the standard
+/// row's ([`crate::spec::Tiling::Compact`]; RTX 30/40 allow 99 KiB): the same block_m and
+/// warps (so the same grid), 96 KiB.
+#[rustfmt::skip]
+pub(crate) const FWD_COMPACT_TILES: [(u32, Sm80Tiles); 1] = [
+    (256, tc(64, 64, 4, 1, 1)),
+];
+
+/// The backward main pass (one CTA per key block): block_n keys per CTA (16 per warp;
+/// exchange: 32-key row blocks times column groups), block_m queries per inner step;
+/// for dQ the warps split into query tiles times column groups of whole 64-column panels
+/// (`kernels::sm80::bwd_atomic_dq::dq_split`). Q, dO, LSE and D are double buffered; K,
+/// V and two dS^T tiles stay for the CTA. d160-d224 take two sweeps (dV, then dK and dQ),
+/// as both accumulators do not fit at once. d128 and d256 run FA2's warp layouts
+/// (exchange: each warp 32 keys x half (d128, 4 warps) or a quarter (d256, 8 warps) of
+/// the head dim for dV and dK, P^T and dS^T through shared memory): every B fragment
+/// feeds two mma; d128 on 64x64 with 4 warps leaves room for two CTAs per SM (255
+/// registers, 115 KB). d64 runs 128 keys on 4 warps, 32 keys (two m-tiles) per warp with
+/// K and V read from shared memory: every Q and dO fragment feeds two mma and the dQ
+/// atomics per FLOP halve. From 8192 query rows on, d128 runs its long row
+/// ([`BWD_LONG_TILES`]) in atomic mode. (64x128 on 8 warps, the d128 row before the
+/// exchange layout, stays buildable for tuning: `--tile bwd:128=64,128,8,2,1`,
+/// tests/ptxas_variants.rs.)
+#[rustfmt::skip]
+pub(crate) const BWD_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, tc(64, 64, 4, 2, 1).with(Resident)),
+    (64, tc(64, 128, 4, 2, 1)),
+    (96, tc(64, 64, 4, 2, 1).with(Resident)),
+    (128, tc(64, 64, 4, 2, 1).with(Exchange)),
+    (160, tc(64, 64, 4, 2, 2)),
+    (192, tc(64, 64, 4, 2, 2)),
+    (224, tc(64, 64, 4, 2, 2)),
+    (256, tc(64, 64, 8, 2, 1).with(Exchange)),
+];
+
+/// The backward main pass's rows for long sequences ([`crate::spec::Tiling::Long`]):
+/// (head dim, the fewest query rows it is chosen for, tiles). d128: FA2's 128 keys on 8
+/// warps with the late prefetch: half the dQ atomics per FLOP of the 64-key row, but one
+/// CTA per SM instead of two, which only pays once the sequence is long enough to keep
+/// the atomics the bottleneck (from 8192 query rows). Atomic mode only: the
+/// deterministic mode's main pass has no atomics to halve.
+#[rustfmt::skip]
+pub(crate) const BWD_LONG_TILES: [(u32, u32, Sm80Tiles); 1] = [
+    (128, 8192, tc(64, 128, 8, 2, 1).with(ExchangeLatePrefetch)),
+];
+
+/// The deterministic dQ pass (one CTA per query block, like the forward): one m16 tile
+/// per warp with Q and dO fragments resident, or (d128) two m-tiles sharing every K and
+/// V fragment, which beats 64x64 resident there.
+#[rustfmt::skip]
+pub(crate) const BWD_DQ_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, tc(64, 64, 4, 2, 1).with(Resident)),
+    (64, tc(64, 64, 4, 2, 1).with(Resident)),
+    (96, tc(64, 64, 4, 2, 1).with(Resident)),
+    (128, tc(128, 32, 4, 2, 1)),
+    (160, tc(64, 32, 4, 2, 1).with(Resident)),
+    (192, tc(64, 32, 4, 2, 1)),
+    (224, tc(64, 32, 4, 2, 1)),
+    (256, tc(64, 32, 4, 2, 1)),
+];
+
+/// Elementwise passes (preprocess, postprocess): block_m rows per CTA, one warp per row.
+#[rustfmt::skip]
+pub(crate) const ELEMENTWISE_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, ELEMENTWISE),
+    (64, ELEMENTWISE),
+    (96, ELEMENTWISE),
+    (128, ELEMENTWISE),
+    (160, ELEMENTWISE),
+    (192, ELEMENTWISE),
+    (224, ELEMENTWISE),
+    (256, ELEMENTWISE),
+];
+const ELEMENTWISE: Sm80Tiles = tc(64, 0, 4, 1, 1);
