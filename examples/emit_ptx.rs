@@ -69,7 +69,7 @@ fn describe(spec: &KernelSpec) -> String {
     );
     let _ = writeln!(s, "params   {} in launch order:", info.params.len());
     for p in abi::params(spec.pass) {
-        let _ = writeln!(s, "  {:<16} .{:<4} {}", p.name, p.ty, p.meaning);
+        let _ = writeln!(s, "  {:<16} .{:<4} {}", p.name, p.ty.name(), p.meaning);
     }
     s
 }

@@ -115,10 +115,12 @@ pub struct ParamInfo {
     pub index: usize,
     /// The parameter's name (see [`crate::abi`]).
     pub name: String,
-    /// The PTX `.param` type: `u64` (pointers and 64-bit strides), `u32` or `f32`.
+    /// The PTX `.param` type ([`abi::AbiTy::name`]): `u64` (pointers and 64-bit strides),
+    /// `u32`, `f32`, or `b8[128]` (a `CUtensorMap` by value, 64-byte aligned).
     #[serde(rename = "type")]
     pub ty: String,
-    /// The numpy scalar type to pass it as (`uint64`, `uint32`, `float32`).
+    /// The numpy dtype to pass it as (`uint64`, `uint32`, `float32`; `V128`, 128 raw bytes,
+    /// for a tensor map).
     pub numpy: String,
     /// Bytes the argument occupies; it must match exactly.
     pub size: u32,
@@ -209,17 +211,7 @@ pub fn kernel(plan: &KernelPlan) -> KernelInfo {
         params: abi::params(spec.pass)
             .iter()
             .enumerate()
-            .map(|(index, p)| {
-                let (numpy, size) = scalar(p.ty);
-                ParamInfo {
-                    index,
-                    name: p.name.to_string(),
-                    ty: p.ty.to_string(),
-                    numpy: numpy.to_string(),
-                    size,
-                    meaning: p.meaning.to_string(),
-                }
-            })
+            .map(|(index, p)| param_info(index, p))
             .collect(),
         launch: LaunchInfo {
             block: launch.block,
@@ -231,13 +223,16 @@ pub fn kernel(plan: &KernelPlan) -> KernelInfo {
     }
 }
 
-/// The numpy type and byte size of an ABI parameter type.
-fn scalar(ty: &str) -> (&'static str, u32) {
-    match ty {
-        "u64" => ("uint64", 8),
-        "u32" => ("uint32", 4),
-        "f32" => ("float32", 4),
-        t => panic!("generator bug: ABI parameter type {t} has no numpy type"),
+/// The manifest row of parameter `p`, the `index`-th of its pass: its type, numpy type and
+/// size are those of its [`abi::AbiTy`].
+pub fn param_info(index: usize, p: &abi::ParamDesc) -> ParamInfo {
+    ParamInfo {
+        index,
+        name: p.name.to_string(),
+        ty: p.ty.name().to_string(),
+        numpy: p.ty.numpy().to_string(),
+        size: p.ty.size(),
+        meaning: p.meaning.to_string(),
     }
 }
 
@@ -371,6 +366,24 @@ mod tests {
                 _ => assert_eq!(k.smem_optin_below, None, "{s}"),
             }
         }
+    }
+
+    /// A row's type, numpy type and size are its `AbiTy`'s, a tensor map's included.
+    #[test]
+    fn param_rows_follow_their_type() {
+        let row = |ty| param_info(3, &abi::ParamDesc::new("tm", ty, "m"));
+        let cols = |r: ParamInfo| (r.index, r.ty, r.numpy, r.size);
+        let want = |t: &str, n: &str, size| (3, t.to_string(), n.to_string(), size);
+        assert_eq!(cols(row(abi::AbiTy::Ptr)), want("u64", "uint64", 8));
+        assert_eq!(
+            cols(row(abi::AbiTy::TensorMap)),
+            want("b8[128]", "V128", 128)
+        );
+        let json = serde_json::to_string(&row(abi::AbiTy::TensorMap)).unwrap();
+        assert!(
+            json.contains(r#""type":"b8[128]","numpy":"V128","size":128"#),
+            "{json}"
+        );
     }
 
     #[test]

@@ -2,16 +2,14 @@
 //! the last dim of every tensor is contiguous. Scratch buffers (D, dq_accum) are
 //! contiguous f32.
 
-use super::{ParamDesc, cat, p};
+use super::args::{
+    DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2,
+    SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, V,
+};
+use super::{ParamDesc, cat};
 
-const DVEC: ParamDesc = p(
-    "dvec",
-    "u64",
-    "D = rowsum(dO * O), f32 [batch, heads, seqlen_q]",
-);
-const DQ_ACCUM: ParamDesc = p(
-    "dq_accum",
-    "u64",
+const DVEC_DESC: ParamDesc = DVEC.desc("D = rowsum(dO * O), f32 [batch, heads, seqlen_q]");
+const DQ_ACCUM_DESC: ParamDesc = DQ_ACCUM.desc(
     "f32 dQ accumulator (unscaled), batch * heads * 16 ceil(seqlen_q / 16) * head_dim elements in MMA-fragment order (opaque scratch: zeroed by bwdpre, read by bwdpost), or 0 (deterministic mode: no dQ here)",
 );
 
@@ -19,60 +17,38 @@ const DQ_ACCUM: ParamDesc = p(
 /// Grid: [ceil(seqlen_q / block_m), heads, batch].
 pub const BWD_PRE_PARAMS: [ParamDesc; 12] = cat(
     [
-        p(
-            "o",
-            "u64",
-            "forward output o [batch, seqlen_q, heads, head_dim]",
-        ),
-        p("do", "u64", "gradient dO, like o"),
-        DVEC,
-        DQ_ACCUM,
-        p("seqlen_q", "u32", "query sequence length"),
-        p("head_dim", "u32", "the problem's head dim"),
+        O.ptr
+            .desc("forward output o [batch, seqlen_q, heads, head_dim]"),
+        DO.ptr.desc("gradient dO, like o"),
+        DVEC_DESC,
+        DQ_ACCUM_DESC,
+        SEQLEN_Q.desc("query sequence length"),
+        HEAD_DIM.desc("the problem's head dim"),
     ],
-    cat::<3, 3, 6>(strides!("o"), strides!("do")),
+    cat::<3, 3, 6>(O.strides(), DO.strides()),
 );
 
 const BWD_HEAD: [ParamDesc; 15] = [
-    p("q", "u64", "q [batch, seqlen_q, heads, head_dim]"),
-    p("k", "u64", "k [batch, seqlen_k, heads_k, head_dim]"),
-    p("v", "u64", "v [batch, seqlen_k, heads_k, head_dim]"),
-    p(
-        "do",
-        "u64",
-        "gradient dO [batch, seqlen_q, heads, head_dim]",
-    ),
-    p(
-        "lse",
-        "u64",
-        "forward LSE, f32 [batch, heads, seqlen_q] (natural log; -inf = fully masked row)",
-    ),
-    DVEC,
-    DQ_ACCUM,
-    p(
-        "dk",
-        "u64",
+    Q.ptr.desc("q [batch, seqlen_q, heads, head_dim]"),
+    K.ptr.desc("k [batch, seqlen_k, heads_k, head_dim]"),
+    V.ptr.desc("v [batch, seqlen_k, heads_k, head_dim]"),
+    DO.ptr
+        .desc("gradient dO [batch, seqlen_q, heads, head_dim]"),
+    LSE.desc("forward LSE, f32 [batch, heads, seqlen_q] (natural log; -inf = fully masked row)"),
+    DVEC_DESC,
+    DQ_ACCUM_DESC,
+    DK.ptr.desc(
         "dK [batch, seqlen_k, heads_k, head_dim] (written; summed over the heads of a group)",
     ),
-    p(
-        "dv",
-        "u64",
+    DV.ptr.desc(
         "dV [batch, seqlen_k, heads_k, head_dim] (written; summed over the heads of a group)",
     ),
-    p("seqlen_q", "u32", "query sequence length"),
-    p("seqlen_k", "u32", "key/value sequence length"),
-    p(
-        "head_dim",
-        "u32",
-        "the problem's head dim: a multiple of 8, at most the kernel's",
-    ),
-    p("heads_per_kv", "u32", "heads / heads_k"),
-    p("scale_log2", "f32", "softmax scale times log2(e)"),
-    p(
-        "softmax_scale",
-        "f32",
-        "softmax scale (dK = scale * dS^T Q)",
-    ),
+    SEQLEN_Q.desc("query sequence length"),
+    SEQLEN_K.desc("key/value sequence length"),
+    HEAD_DIM.desc("the problem's head dim: a multiple of 8, at most the kernel's"),
+    HEADS_PER_KV.desc("heads / heads_k"),
+    SCALE_LOG2.desc("softmax scale times log2(e)"),
+    SOFTMAX_SCALE.desc("softmax scale (dK = scale * dS^T Q)"),
 ];
 
 /// Main backward pass: one CTA per (key block, kv head, batch).
@@ -80,11 +56,8 @@ const BWD_HEAD: [ParamDesc; 15] = [
 pub const BWD_PARAMS: [ParamDesc; 33] = cat(
     BWD_HEAD,
     cat::<9, 9, 18>(
-        cat::<3, 6, 9>(strides!("q"), cat::<3, 3, 6>(strides!("k"), strides!("v"))),
-        cat::<3, 6, 9>(
-            strides!("do"),
-            cat::<3, 3, 6>(strides!("dk"), strides!("dv")),
-        ),
+        cat::<3, 6, 9>(Q.strides(), cat::<3, 3, 6>(K.strides(), V.strides())),
+        cat::<3, 6, 9>(DO.strides(), cat::<3, 3, 6>(DK.strides(), DV.strides())),
     ),
 );
 
@@ -92,32 +65,26 @@ pub const BWD_PARAMS: [ParamDesc; 33] = cat(
 /// Grid: [ceil(seqlen_q / block_m), heads, batch].
 pub const BWD_DQ_PARAMS: [ParamDesc; 29] = cat(
     [
-        p("q", "u64", "q [batch, seqlen_q, heads, head_dim]"),
-        p("k", "u64", "k [batch, seqlen_k, heads_k, head_dim]"),
-        p("v", "u64", "v [batch, seqlen_k, heads_k, head_dim]"),
-        p(
-            "do",
-            "u64",
-            "gradient dO [batch, seqlen_q, heads, head_dim]",
-        ),
-        p("lse", "u64", "forward LSE, f32 [batch, heads, seqlen_q]"),
-        DVEC,
-        p(
-            "dq",
-            "u64",
-            "dQ [batch, seqlen_q, heads, head_dim] (written)",
-        ),
-        p("seqlen_q", "u32", "query sequence length"),
-        p("seqlen_k", "u32", "key/value sequence length"),
-        p("head_dim", "u32", "the problem's head dim"),
-        p("heads_per_kv", "u32", "heads / heads_k"),
-        p("scale_log2", "f32", "softmax scale times log2(e)"),
-        p("softmax_scale", "f32", "softmax scale (dQ = scale * dS K)"),
-        p("heads", "u32", "number of query heads"),
+        Q.ptr.desc("q [batch, seqlen_q, heads, head_dim]"),
+        K.ptr.desc("k [batch, seqlen_k, heads_k, head_dim]"),
+        V.ptr.desc("v [batch, seqlen_k, heads_k, head_dim]"),
+        DO.ptr
+            .desc("gradient dO [batch, seqlen_q, heads, head_dim]"),
+        LSE.desc("forward LSE, f32 [batch, heads, seqlen_q]"),
+        DVEC_DESC,
+        DQ.ptr
+            .desc("dQ [batch, seqlen_q, heads, head_dim] (written)"),
+        SEQLEN_Q.desc("query sequence length"),
+        SEQLEN_K.desc("key/value sequence length"),
+        HEAD_DIM.desc("the problem's head dim"),
+        HEADS_PER_KV.desc("heads / heads_k"),
+        SCALE_LOG2.desc("softmax scale times log2(e)"),
+        SOFTMAX_SCALE.desc("softmax scale (dQ = scale * dS K)"),
+        HEADS.desc("number of query heads"),
     ],
     cat::<9, 6, 15>(
-        cat::<3, 6, 9>(strides!("q"), cat::<3, 3, 6>(strides!("k"), strides!("v"))),
-        cat::<3, 3, 6>(strides!("do"), strides!("dq")),
+        cat::<3, 6, 9>(Q.strides(), cat::<3, 3, 6>(K.strides(), V.strides())),
+        cat::<3, 3, 6>(DO.strides(), DQ.strides()),
     ),
 );
 
@@ -125,15 +92,12 @@ pub const BWD_DQ_PARAMS: [ParamDesc; 29] = cat(
 /// Grid: [ceil(seqlen_q / block_m), heads, batch].
 pub const BWD_POST_PARAMS: [ParamDesc; 8] = cat(
     [
-        DQ_ACCUM,
-        p(
-            "dq",
-            "u64",
-            "dQ [batch, seqlen_q, heads, head_dim] (written)",
-        ),
-        p("seqlen_q", "u32", "query sequence length"),
-        p("head_dim", "u32", "the problem's head dim"),
-        p("softmax_scale", "f32", "softmax scale"),
+        DQ_ACCUM_DESC,
+        DQ.ptr
+            .desc("dQ [batch, seqlen_q, heads, head_dim] (written)"),
+        SEQLEN_Q.desc("query sequence length"),
+        HEAD_DIM.desc("the problem's head dim"),
+        SOFTMAX_SCALE.desc("softmax scale"),
     ],
-    strides!("dq"),
+    DQ.strides(),
 );

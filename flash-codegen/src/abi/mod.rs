@@ -1,51 +1,54 @@
-//! ABI layer: each pass's kernel parameters (name, PTX type, meaning) and launch geometry,
+//! ABI layer: each pass's kernel parameters (name, type, meaning) and launch geometry,
 //! written once and read by the kernels, the printer, the manifest and the runtime.
+//!
+//! A parameter's name is written once, in its handle ([`args`]: [`SEQLEN_Q`], [`Q`], ...);
+//! the pass tables ([`FWD_PARAMS`], ...) are built from the handles, and a parameter's PTX,
+//! manifest and numpy types and size all follow from its [`AbiTy`].
 
 use serde::Serialize;
 
-use crate::ptx::{Param, Ty};
+use crate::ptx::{Param, ParamTy};
 use crate::spec::{KernelPlan, KernelSpec, Pass};
 
-/// The three stride parameters of tensor `$t`: batch (u64), row and head (u32).
-macro_rules! strides {
-    ($t:literal) => {
-        [
-            p(
-                concat!($t, "_batch_stride"),
-                "u64",
-                concat!("elements between batches of ", $t),
-            ),
-            p(
-                concat!($t, "_row_stride"),
-                "u32",
-                concat!("elements between sequence positions of ", $t),
-            ),
-            p(
-                concat!($t, "_head_stride"),
-                "u32",
-                concat!("elements between heads of ", $t),
-            ),
-        ]
-    };
-}
-
+pub mod args;
 mod bwd;
+mod fwd;
+#[cfg(test)]
+mod tests;
+mod types;
+pub use args::{
+    DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2,
+    SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, TENSORS, V,
+};
 pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
+pub use fwd::FWD_PARAMS;
+pub use types::{AbiTy, Arg, ArgKind, TensorArgs};
 
-/// One kernel parameter. `ty` is the PTX type: `u64` pointers, `u32`, `f32`.
+/// One kernel parameter: a row of a pass's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct ParamDesc {
     /// The parameter's name in the PTX entry and in the manifest (`q`, `seqlen_q`, `q_row_stride`, ...).
     pub name: &'static str,
+    /// Its type (serialized as the manifest name: `u64`, `u32`, `f32`).
     #[serde(rename = "type")]
-    /// The PTX type: `u64` (pointers, batch strides), `u32` or `f32`.
-    pub ty: &'static str,
+    pub ty: AbiTy,
     /// What the caller passes, in words (shape, units, optionality).
     pub meaning: &'static str,
 }
 
-pub(crate) const fn p(name: &'static str, ty: &'static str, meaning: &'static str) -> ParamDesc {
-    ParamDesc { name, ty, meaning }
+impl ParamDesc {
+    /// A parameter row. The pass tables build theirs from handles ([`Arg::desc`],
+    /// [`TensorArgs::strides`]) so that each name is written once.
+    pub const fn new(name: &'static str, ty: AbiTy, meaning: &'static str) -> Self {
+        ParamDesc { name, ty, meaning }
+    }
+    /// What the entry declares for it (`.param .u64 q`, `.param .align 64 .b8 tm[128]`).
+    pub fn ir(&self) -> Param<ParamTy> {
+        Param {
+            name: self.name.to_string(),
+            ty: self.ty.param_ty(),
+        }
+    }
 }
 
 /// `a` then `b`, in a const context.
@@ -54,7 +57,7 @@ const fn cat<const A: usize, const B: usize, const C: usize>(
     b: [ParamDesc; B],
 ) -> [ParamDesc; C] {
     assert!(A + B == C);
-    let mut out = [p("", "", ""); C];
+    let mut out = [ParamDesc::new("", AbiTy::U32, ""); C];
     let mut i = 0;
     while i < A {
         out[i] = a[i];
@@ -67,87 +70,57 @@ const fn cat<const A: usize, const B: usize, const C: usize>(
     out
 }
 
-/// Forward parameters, in launch order. Strides are in elements; the last dim of every
-/// tensor is contiguous.
-pub const FWD_PARAMS: [ParamDesc; 23] = cat(
-    FWD_HEAD,
-    cat::<6, 6, 12>(
-        cat::<3, 3, 6>(strides!("q"), strides!("k")),
-        cat::<3, 3, 6>(strides!("v"), strides!("o")),
-    ),
-);
-
-/// The forward's pointers and scalars (its strides follow).
-const FWD_HEAD: [ParamDesc; 11] = [
-    p(
-        "q",
-        "u64",
-        "device pointer to q [batch, seqlen_q, heads, head_dim], 16-byte aligned",
-    ),
-    p(
-        "k",
-        "u64",
-        "device pointer to k [batch, seqlen_k, heads_k, head_dim], 16-byte aligned",
-    ),
-    p(
-        "v",
-        "u64",
-        "device pointer to v [batch, seqlen_k, heads_k, head_dim], 16-byte aligned",
-    ),
-    p(
-        "o",
-        "u64",
-        "device pointer to o [batch, seqlen_q, heads, head_dim] (written), 16-byte aligned",
-    ),
-    p(
-        "lse",
-        "u64",
-        "device pointer to lse f32 [batch, heads, seqlen_q] (written, natural log), or 0 to skip",
-    ),
-    p("seqlen_q", "u32", "query sequence length"),
-    p("seqlen_k", "u32", "key/value sequence length"),
-    p(
-        "head_dim",
-        "u32",
-        "the problem's head dim: a multiple of 8, at most the kernel's",
-    ),
-    p("heads", "u32", "number of query heads"),
-    p(
-        "heads_per_kv",
-        "u32",
-        "heads / heads_k (1 = MHA, heads = MQA)",
-    ),
-    p(
-        "scale_log2",
-        "f32",
-        "softmax scale times log2(e) (default 1/sqrt(head_dim) * 1.4426950408889634)",
-    ),
-];
-
 /// The parameter list of a pass.
 pub fn params(pass: Pass) -> &'static [ParamDesc] {
     match pass {
         Pass::Fwd => &FWD_PARAMS,
-        Pass::BwdPre => &bwd::BWD_PRE_PARAMS,
-        Pass::Bwd => &bwd::BWD_PARAMS,
-        Pass::BwdDq => &bwd::BWD_DQ_PARAMS,
-        Pass::BwdPost => &bwd::BWD_POST_PARAMS,
+        Pass::BwdPre => &BWD_PRE_PARAMS,
+        Pass::Bwd => &BWD_PARAMS,
+        Pass::BwdDq => &BWD_DQ_PARAMS,
+        Pass::BwdPost => &BWD_POST_PARAMS,
     }
 }
 
-/// The IR parameters of a pass (what the entry declares).
+/// The IR parameters of `descs`, in order: what an entry taking them declares.
+pub fn ir_params_of(descs: &[ParamDesc]) -> Vec<Param<ParamTy>> {
+    descs.iter().map(ParamDesc::ir).collect()
+}
+
+/// The IR parameters of a pass, scalar or not: what its entry declares.
+pub fn entry_params(pass: Pass) -> Vec<Param<ParamTy>> {
+    ir_params_of(params(pass))
+}
+
+/// Whether every parameter of `descs` is a scalar (read with `ld.param`).
+const fn all_scalar(descs: &[ParamDesc]) -> bool {
+    let mut i = 0;
+    while i < descs.len() {
+        if descs[i].ty.scalar().is_none() {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+// [`ir_params`] holds scalars only: a by-value parameter in a pass table must wait until
+// the kernels take [`entry_params`].
+const _: () = assert!(
+    all_scalar(&FWD_PARAMS)
+        && all_scalar(&BWD_PRE_PARAMS)
+        && all_scalar(&BWD_PARAMS)
+        && all_scalar(&BWD_DQ_PARAMS)
+        && all_scalar(&BWD_POST_PARAMS),
+    "a pass takes a by-value parameter: its kernels must use abi::entry_params, not ir_params"
+);
+
+/// The IR parameters of a pass as scalars ([`Param`]), for the kernels that still hold a
+/// `Vec<Param>`. Transitional: every pass table is scalar (asserted at compile time above),
+/// so nothing is left out; it goes once the kernels take [`entry_params`].
 pub fn ir_params(pass: Pass) -> Vec<Param> {
     params(pass)
         .iter()
-        .map(|d| Param {
-            name: d.name.to_string(),
-            ty: match d.ty {
-                "u64" => Ty::U64,
-                "u32" => Ty::U32,
-                "f32" => Ty::F32,
-                t => panic!("generator bug: parameter type {t}"),
-            },
-        })
+        .filter_map(|d| d.ty.scalar().map(|ty| Param::scalar(d.name, ty)))
         .collect()
 }
 

@@ -5,7 +5,7 @@
 //! [`plan_fwd`] checks a forward call, [`plan_bwd`] a backward call; both fill each kernel's
 //! parameters by name, in the order of `flash_codegen::abi::params(pass)`.
 
-use flash_codegen::abi::params as abi_params;
+use flash_codegen::abi::{AbiTy, params as abi_params};
 use flash_codegen::{DType, KernelSpec, Pass};
 use std::f64::consts::LOG2_E;
 
@@ -71,12 +71,33 @@ pub enum ParamValue {
 }
 
 impl ParamValue {
-    /// The PTX type name (`u64`, `u32`, `f32`), as in `flash_codegen::abi::ParamDesc::ty`.
+    /// The PTX type name (`u64`, `u32`, `f32`): the manifest name ([`AbiTy::name`]) of the
+    /// parameter types it [`fits`](ParamValue::fits).
     pub fn ty(&self) -> &'static str {
         match self {
             ParamValue::U64(_) => "u64",
             ParamValue::U32(_) => "u32",
             ParamValue::F32(_) => "f32",
+        }
+    }
+
+    /// Whether this value is an argument of ABI type `ty`: a `U64` for a pointer or a
+    /// `u64`, a `U32` for a `u32`, an `F32` for an `f32` (the runtime passes no tensor map).
+    pub fn fits(&self, ty: AbiTy) -> bool {
+        matches!(
+            (self, ty),
+            (ParamValue::U64(_), AbiTy::Ptr | AbiTy::U64)
+                | (ParamValue::U32(_), AbiTy::U32)
+                | (ParamValue::F32(_), AbiTy::F32)
+        )
+    }
+
+    /// The value's type in words, for messages (`a u64`, `a u32`, `an f32`).
+    pub fn what(&self) -> &'static str {
+        match self {
+            ParamValue::U64(_) => "a u64",
+            ParamValue::U32(_) => "a u32",
+            ParamValue::F32(_) => "an f32",
         }
     }
 }
@@ -262,13 +283,13 @@ pub(crate) fn bind_params(
                 p.name
             ))
         })?;
-        if v.ty() != p.ty {
+        if !v.fits(p.ty) {
             return Err(FlashError::Internal(format!(
                 "{} ABI parameter `{}` is {} in flash-codegen but {} in the runtime",
                 pass.name(),
                 p.name,
-                p.ty,
-                v.ty()
+                p.ty.what(),
+                v.what()
             )));
         }
         out.push((p.name, v));
@@ -286,5 +307,47 @@ pub(crate) fn launch(
         grid,
         params,
         ..LaunchPlan::noop(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each value fits the ABI types of its width and class, and no value fits a tensor map.
+    #[test]
+    fn values_fit_their_abi_types() {
+        let values = [ParamValue::U64(1), ParamValue::U32(1), ParamValue::F32(1.0)];
+        for v in values {
+            let fits: Vec<AbiTy> = AbiTy::ALL.into_iter().filter(|&t| v.fits(t)).collect();
+            for t in &fits {
+                assert_eq!(v.ty(), t.name(), "{v:?}");
+            }
+            let want = match v {
+                ParamValue::U64(_) => vec![AbiTy::Ptr, AbiTy::U64],
+                ParamValue::U32(_) => vec![AbiTy::U32],
+                ParamValue::F32(_) => vec![AbiTy::F32],
+            };
+            assert_eq!(fits, want);
+        }
+    }
+
+    /// A value of the wrong type is an internal error naming the parameter and both types.
+    #[test]
+    fn a_mistyped_parameter_is_named() {
+        let err = bind_params(Pass::BwdPost, |name| {
+            Some(match name {
+                "seqlen_q" => ParamValue::F32(1.0),
+                _ => ParamValue::U64(0),
+            })
+        })
+        .unwrap_err();
+        let FlashError::Internal(msg) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            msg,
+            "bwdpost ABI parameter `seqlen_q` is a u32 in flash-codegen but an f32 in the runtime"
+        );
     }
 }

@@ -1,0 +1,71 @@
+//! ABI layer: one handle per kernel parameter, the only place its name is written. The
+//! pass tables ([`super::FWD_PARAMS`], ...) are built from these, and kernels read a
+//! parameter through its handle (`Params::get(SEQLEN_Q)`, `Params::tensor(b, &Q, ..)`).
+
+use super::types::{Arg, TensorArgs};
+use crate::ptx::{B32, B64, F32};
+
+/// The handle of tensor `$t`: its pointer and its three strides.
+macro_rules! tensor {
+    ($t:literal) => {
+        TensorArgs::new(
+            $t,
+            [
+                concat!($t, "_batch_stride"),
+                concat!($t, "_row_stride"),
+                concat!($t, "_head_stride"),
+            ],
+            [
+                concat!("elements between batches of ", $t),
+                concat!("elements between sequence positions of ", $t),
+                concat!("elements between heads of ", $t),
+            ],
+        )
+    };
+}
+
+/// Queries `q [batch, seqlen_q, heads, head_dim]`.
+pub const Q: TensorArgs = tensor!("q");
+/// Keys `k [batch, seqlen_k, heads_k, head_dim]`.
+pub const K: TensorArgs = tensor!("k");
+/// Values `v [batch, seqlen_k, heads_k, head_dim]`.
+pub const V: TensorArgs = tensor!("v");
+/// The forward output `o [batch, seqlen_q, heads, head_dim]`.
+pub const O: TensorArgs = tensor!("o");
+/// The output gradient `do`, like `o`.
+pub const DO: TensorArgs = tensor!("do");
+/// The key gradient `dk`, like `k`.
+pub const DK: TensorArgs = tensor!("dk");
+/// The value gradient `dv`, like `v`.
+pub const DV: TensorArgs = tensor!("dv");
+/// The query gradient `dq`, like `q`.
+pub const DQ: TensorArgs = tensor!("dq");
+
+/// The log-sum-exp `lse`, f32 `[batch, heads, seqlen_q]`.
+pub const LSE: Arg<B64> = Arg::ptr("lse");
+/// D = rowsum(dO * O), f32 `[batch, heads, seqlen_q]`.
+pub const DVEC: Arg<B64> = Arg::ptr("dvec");
+/// The f32 dQ accumulator (opaque scratch), or 0.
+pub const DQ_ACCUM: Arg<B64> = Arg::ptr("dq_accum");
+/// Query sequence length.
+pub const SEQLEN_Q: Arg<B32> = Arg::u32("seqlen_q");
+/// Key/value sequence length.
+pub const SEQLEN_K: Arg<B32> = Arg::u32("seqlen_k");
+/// The problem's head dim (at most the kernel's).
+pub const HEAD_DIM: Arg<B32> = Arg::u32("head_dim");
+/// Number of query heads.
+pub const HEADS: Arg<B32> = Arg::u32("heads");
+/// heads / heads_k.
+pub const HEADS_PER_KV: Arg<B32> = Arg::u32("heads_per_kv");
+/// Softmax scale times log2(e).
+pub const SCALE_LOG2: Arg<F32> = Arg::f32("scale_log2");
+/// Softmax scale.
+pub const SOFTMAX_SCALE: Arg<F32> = Arg::f32("softmax_scale");
+
+/// Every tensor handle.
+pub const TENSORS: [TensorArgs; 8] = [Q, K, V, O, DO, DK, DV, DQ];
+
+/// The tensor handle named `name` (`q`, `do`, ...).
+pub fn tensor(name: &str) -> Option<&'static TensorArgs> {
+    TENSORS.iter().find(|t| t.name() == name)
+}

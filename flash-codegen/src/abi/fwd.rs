@@ -1,0 +1,36 @@
+//! ABI layer: the forward pass's parameters, in launch order. Strides are in elements; the
+//! last dim of every tensor is contiguous.
+
+use super::args::{HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, V};
+use super::{ParamDesc, cat};
+
+/// Forward parameters, in launch order. Strides are in elements; the last dim of every
+/// tensor is contiguous.
+pub const FWD_PARAMS: [ParamDesc; 23] = cat(
+    FWD_HEAD,
+    cat::<6, 6, 12>(
+        cat::<3, 3, 6>(Q.strides(), K.strides()),
+        cat::<3, 3, 6>(V.strides(), O.strides()),
+    ),
+);
+
+/// The forward's pointers and scalars (its strides follow).
+const FWD_HEAD: [ParamDesc; 11] = [
+    Q.ptr
+        .desc("device pointer to q [batch, seqlen_q, heads, head_dim], 16-byte aligned"),
+    K.ptr
+        .desc("device pointer to k [batch, seqlen_k, heads_k, head_dim], 16-byte aligned"),
+    V.ptr
+        .desc("device pointer to v [batch, seqlen_k, heads_k, head_dim], 16-byte aligned"),
+    O.ptr
+        .desc("device pointer to o [batch, seqlen_q, heads, head_dim] (written), 16-byte aligned"),
+    LSE.desc(
+        "device pointer to lse f32 [batch, heads, seqlen_q] (written, natural log), or 0 to skip",
+    ),
+    SEQLEN_Q.desc("query sequence length"),
+    SEQLEN_K.desc("key/value sequence length"),
+    HEAD_DIM.desc("the problem's head dim: a multiple of 8, at most the kernel's"),
+    HEADS.desc("number of query heads"),
+    HEADS_PER_KV.desc("heads / heads_k (1 = MHA, heads = MQA)"),
+    SCALE_LOG2.desc("softmax scale times log2(e) (default 1/sqrt(head_dim) * 1.4426950408889634)"),
+];
