@@ -91,39 +91,6 @@ pub fn entry_params(pass: Pass) -> Vec<Param<ParamTy>> {
     ir_params_of(params(pass))
 }
 
-/// Whether every parameter of `descs` is a scalar (read with `ld.param`).
-const fn all_scalar(descs: &[ParamDesc]) -> bool {
-    let mut i = 0;
-    while i < descs.len() {
-        if descs[i].ty.scalar().is_none() {
-            return false;
-        }
-        i += 1;
-    }
-    true
-}
-
-// [`ir_params`] holds scalars only: a by-value parameter in a pass table must wait until
-// the kernels take [`entry_params`].
-const _: () = assert!(
-    all_scalar(&FWD_PARAMS)
-        && all_scalar(&BWD_PRE_PARAMS)
-        && all_scalar(&BWD_PARAMS)
-        && all_scalar(&BWD_DQ_PARAMS)
-        && all_scalar(&BWD_POST_PARAMS),
-    "a pass takes a by-value parameter: its kernels must use abi::entry_params, not ir_params"
-);
-
-/// The IR parameters of a pass as scalars ([`Param`]), for the kernels that still hold a
-/// `Vec<Param>`. Transitional: every pass table is scalar (asserted at compile time above),
-/// so nothing is left out; it goes once the kernels take [`entry_params`].
-pub fn ir_params(pass: Pass) -> Vec<Param> {
-    params(pass)
-        .iter()
-        .filter_map(|d| d.ty.scalar().map(|ty| Param::scalar(d.name, ty)))
-        .collect()
-}
-
 /// Launch geometry of a kernel: block size, dynamic shared memory and the grid formula.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Launch {

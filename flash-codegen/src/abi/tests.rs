@@ -104,16 +104,6 @@ fn types_name_and_size() {
     assert_eq!(serde_json::to_string(&AbiTy::U32).unwrap(), r#""u32""#);
 }
 
-/// The scalar view the kernels still hold is the entry's parameter list.
-#[test]
-fn ir_params_are_the_entry_params() {
-    for pass in Pass::ALL {
-        let scalar: Vec<Param<ParamTy>> = ir_params(pass).into_iter().map(Into::into).collect();
-        assert_eq!(scalar, entry_params(pass), "{}", pass.name());
-        assert_eq!(scalar.len(), params(pass).len(), "{}", pass.name());
-    }
-}
-
 /// A tensor map parameter is declared `.param .align 64 .b8 NAME[128]` next to the
 /// scalars, in order.
 #[test]

@@ -7,7 +7,7 @@
 //! `block_m / warps` rows per warp.
 
 use super::params::Params;
-use crate::abi;
+use crate::abi::{DO, DQ, DQ_ACCUM, DVEC, HEAD_DIM, O, SEQLEN_Q, SOFTMAX_SCALE};
 use crate::kernels::half_fmt;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
@@ -43,10 +43,10 @@ fn rows(b: &mut Builder, plan: &KernelPlan, p: &Params) -> Rows {
     let heads = b.special(Special::NCtaIdY);
     let m0 = b.mul_lo_u32(m_block, plan.tiles.block_m());
     let col = b.shl_b32(lane, 3u32);
-    let chunk_ok = b.setp_u32(Cmp::Lt, col, p.u32("head_dim"));
+    let chunk_ok = b.setp_u32(Cmp::Lt, col, p.get(HEAD_DIM));
     let bh = b.mad_lo_u32(batch, heads, head);
-    let grid = AccumGrid::new(b, p.u32("seqlen_q"), p.u32("head_dim"));
-    let accum = b.cvta_global(p.u64("dq_accum"));
+    let grid = AccumGrid::new(b, p.get(SEQLEN_Q), p.get(HEAD_DIM));
+    let accum = b.cvta_global(p.get(DQ_ACCUM));
     Rows {
         tid,
         warp,
@@ -84,7 +84,7 @@ fn for_rows(
 /// of tiles, the last one clipped at seqlen_q), 16-byte stores by every thread in turn.
 fn zero_accum(b: &mut Builder, plan: &KernelPlan, p: &Params, r: &Rows) {
     let t = plan.tiles.sm80();
-    let on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
+    let on = b.setp_u64(Cmp::Ne, p.get(DQ_ACCUM), 0i64);
     let r16 = b.shr_u32(r.m0, 4u32);
     let left = b.sub_u32(r.grid.row_tiles, r16);
     let n16 = b.min_u32(left, t.block_m / 16);
@@ -125,22 +125,22 @@ pub fn build_pre(plan: &KernelPlan) -> Entry {
     let spec = &plan.spec;
     assert_eq!(spec.pass, Pass::BwdPre);
     let fmt = half_fmt(spec.dtype);
-    let ir_params = abi::ir_params(spec.pass);
+
     let mut b = Builder::new();
     b.comment(format!("{}: D = rowsum(dO * O); dq_accum = 0", spec.name()));
-    let p = Params::load(&mut b, &ir_params);
+    let p = Params::load(&mut b, spec.pass);
     let r = rows(&mut b, plan, &p);
-    let o_base = p.tensor(&mut b, "o", r.batch, r.m0, r.head);
-    let do_base = p.tensor(&mut b, "do", r.batch, r.m0, r.head);
-    let sq_left = b.sub_u32(p.u32("seqlen_q"), r.m0);
+    let o_base = p.tensor(&mut b, &O, r.batch, r.m0, r.head);
+    let do_base = p.tensor(&mut b, &DO, r.batch, r.m0, r.head);
+    let sq_left = b.sub_u32(p.get(SEQLEN_Q), r.m0);
     let lane16 = b.mul_wide_u32(r.lane, 16u32);
-    let o_rb = b.shl_b32(p.u32("o_row_stride"), 1u32);
-    let do_rb = b.shl_b32(p.u32("do_row_stride"), 1u32);
+    let o_rb = b.shl_b32(p.row_stride(&O), 1u32);
+    let do_rb = b.shl_b32(p.row_stride(&DO), 1u32);
     // dvec[(batch * heads + head) * seqlen_q + m0 + row]
-    let drow0 = b.mad_wide_u32(r.bh, p.u32("seqlen_q"), 0i64);
+    let drow0 = b.mad_wide_u32(r.bh, p.get(SEQLEN_Q), 0i64);
     let m0_64 = b.cvt_u64_u32(r.m0);
     let drow0 = b.add_s64(drow0, m0_64);
-    let dvec = b.cvta_global(p.u64("dvec"));
+    let dvec = b.cvta_global(p.get(DVEC));
     let lane0 = b.setp_u32(Cmp::Eq, r.lane, 0u32);
     for_rows(&mut b, plan, &r, sq_left, |b, row| {
         let mut acc = b.mov(0.0f32);
@@ -185,7 +185,7 @@ pub fn build_pre(plan: &KernelPlan) -> Entry {
         });
     });
     zero_accum(&mut b, plan, &p, &r);
-    finish(b, plan, ir_params)
+    finish(b, plan, &p)
 }
 
 /// The entry of a [`Pass::BwdPost`] spec.
@@ -193,16 +193,16 @@ pub fn build_post(plan: &KernelPlan) -> Entry {
     let spec = &plan.spec;
     assert_eq!(spec.pass, Pass::BwdPost);
     let fmt = half_fmt(spec.dtype);
-    let ir_params = abi::ir_params(spec.pass);
+
     let mut b = Builder::new();
     b.comment(format!("{}: dQ = dq_accum * softmax_scale", spec.name()));
-    let p = Params::load(&mut b, &ir_params);
+    let p = Params::load(&mut b, spec.pass);
     let r = rows(&mut b, plan, &p);
-    let dq_base = p.tensor(&mut b, "dq", r.batch, r.m0, r.head);
-    let sq_left = b.sub_u32(p.u32("seqlen_q"), r.m0);
-    let scale = p.f32("softmax_scale");
+    let dq_base = p.tensor(&mut b, &DQ, r.batch, r.m0, r.head);
+    let sq_left = b.sub_u32(p.get(SEQLEN_Q), r.m0);
+    let scale = p.get(SOFTMAX_SCALE);
     let lane16 = b.mul_wide_u32(r.lane, 16u32);
-    let rb = b.shl_b32(p.u32("dq_row_stride"), 1u32);
+    let rb = b.shl_b32(p.row_stride(&DQ), 1u32);
     for_rows(&mut b, plan, &r, sq_left, |b, row| {
         let src = accum_addr(b, &r, row);
         let dst = b.mad_wide_u32(row, rb, lane16);
@@ -232,14 +232,14 @@ pub fn build_post(plan: &KernelPlan) -> Entry {
             b.st(Space::Global, Ty::B32, Addr::Global(dst, 0), &words);
         });
     });
-    finish(b, plan, ir_params)
+    finish(b, plan, &p)
 }
 
-fn finish(b: Builder, plan: &KernelPlan, params: Vec<crate::ptx::Param>) -> Entry {
+fn finish(b: Builder, plan: &KernelPlan, p: &Params) -> Entry {
     let spec = &plan.spec;
     let bounds = LaunchBounds {
         max_threads: Some(plan.tiles.threads()),
         min_ctas_per_sm: None,
     };
-    b.finish(spec.name(), params, bounds)
+    b.finish(spec.name(), p.entry(), bounds)
 }

@@ -3,6 +3,7 @@
 //! dQ += dS K into the f32 accumulator with `red.global.add.f32`.
 
 use super::warp::Warp;
+use crate::abi::{DQ_ACCUM, HEAD_DIM, SEQLEN_Q};
 use crate::kernels::half_fmt;
 use crate::kernels::params::Params;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, HalfFmt, Pred, Reg};
@@ -179,9 +180,9 @@ fn accumulate_dq(
                 .collect()
         })
         .collect();
-    let head_dim = p.u32("head_dim");
-    let seqlen_q = p.u32("seqlen_q");
-    let accum = b.cvta_global(p.u64("dq_accum"));
+    let head_dim = p.get(HEAD_DIM);
+    let seqlen_q = p.get(SEQLEN_Q);
+    let accum = b.cvta_global(p.get(DQ_ACCUM));
     // the group's first K panel and first column (compile-time 0 with one group)
     let (k_smem, col0) = match dw.grp {
         Some(grp) => (

@@ -7,6 +7,9 @@
 
 use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
+use crate::abi::{
+    DO, DQ, DVEC, HEAD_DIM, HEADS, K, LSE, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, V,
+};
 use crate::kernels::half_fmt;
 use crate::kernels::mask::mask_block;
 use crate::kernels::params::Params;
@@ -30,9 +33,9 @@ pub struct RowStats {
 impl RowStats {
     /// Loads the statistics of the thread's rows (rows past the end read as masked).
     pub fn load(b: &mut Builder, p: &Params, q: &QBlock) -> Self {
-        let heads = p.u32("heads");
-        let lse_base = q.row_stats(b, p, "lse", heads);
-        let d_base = q.row_stats(b, p, "dvec", heads);
+        let heads = p.get(HEADS);
+        let lse_base = q.row_stats(b, p, LSE, heads);
+        let d_base = q.row_stats(b, p, DVEC, heads);
         let mut stats = RowStats {
             lse_log2: vec![],
             d: vec![],
@@ -98,36 +101,22 @@ pub fn build(plan: &KernelPlan) -> Entry {
         t.warps,
         plan.smem.bytes
     );
-    let Opening {
-        mut b,
-        ir_params,
-        p,
-        q,
-        zero,
-    } = open(plan, header);
-    let (seqlen_q, seqlen_k, head_dim) = (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
-    let scale_log2 = p.f32("scale_log2");
-    let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
-    let do_base = p.tensor(&mut b, "do", q.batch, q.m0, q.head);
-    let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);
-    let v_base = p.tensor(&mut b, "v", q.batch, zero, q.kv_head);
+    let Opening { mut b, p, q, zero } = open(plan, header);
+    let (seqlen_q, seqlen_k, head_dim) = (p.get(SEQLEN_Q), p.get(SEQLEN_K), p.get(HEAD_DIM));
+    let scale_log2 = p.get(SCALE_LOG2);
+    let q_base = p.tensor(&mut b, &Q, q.batch, q.m0, q.head);
+    let do_base = p.tensor(&mut b, &DO, q.batch, q.m0, q.head);
+    let k_base = p.tensor(&mut b, &K, q.batch, zero, q.kv_head);
+    let v_base = p.tensor(&mut b, &V, q.batch, zero, q.kv_head);
     let (n_blocks, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
 
     b.comment("-- shared memory: Q, dO, then `stages` K tiles and `stages` V tiles --");
     let smem = b.smem_base();
     let [q_tile, do_tile] = [0, 1].map(|i| SmemTile::from(plan.smem.fixed[i]));
-    let kv = BlockStream::new(
-        &mut b,
-        plan,
-        &p,
-        (q.tid, CopyPlan::Once),
-        ["k_row_stride", "v_row_stride"],
-    );
-    for (tile, base, stride) in [
-        (&q_tile, q_base, "q_row_stride"),
-        (&do_tile, do_base, "do_row_stride"),
-    ] {
-        let copy = TileCopy::new(&mut b, tile, d, t.threads(), q.tid, p.u32(stride), head_dim);
+    let kv = BlockStream::new(&mut b, plan, &p, (q.tid, CopyPlan::Once), [&K, &V]);
+    for (tile, base, x) in [(&q_tile, q_base, &Q), (&do_tile, do_base, &DO)] {
+        let stride = p.row_stride(x);
+        let copy = TileCopy::new(&mut b, tile, d, t.threads(), q.tid, stride, head_dim);
         copy.issue(&mut b, smem, tile.base, base, q.q_rows);
     }
     if t.layout.resident() {
@@ -164,15 +153,15 @@ pub fn build(plan: &KernelPlan) -> Entry {
     kv.end(&mut b, lp);
 
     b.comment("-- epilogue: dQ *= softmax_scale, write dQ --");
-    let scale = p.f32("softmax_scale");
+    let scale = p.get(SOFTMAX_SCALE);
     dq.scale(&mut b, scale);
-    let dq_base = p.tensor(&mut b, "dq", q.batch, q.m0, q.head);
+    let dq_base = p.tensor(&mut b, &DQ, q.batch, q.m0, q.head);
     q.store_rows(
         &mut b,
         fmt,
         &dq,
         dq_base,
-        p.u32("dq_row_stride"),
+        p.row_stride(&DQ),
         head_dim,
         q.q_rows,
     );
@@ -180,5 +169,5 @@ pub fn build(plan: &KernelPlan) -> Entry {
         max_threads: Some(t.threads()),
         min_ctas_per_sm: None,
     };
-    b.finish(spec.name(), ir_params, bounds)
+    b.finish(spec.name(), p.entry(), bounds)
 }

@@ -13,13 +13,14 @@ use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
 use super::warp::AOperand;
 use super::warp_store::Cols;
+use crate::abi::{HEAD_DIM, HEADS, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, V};
 use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyMask, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::kv_blocks;
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{
-    Addr, B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, Param, Pred, Reg, Space, Ty,
+    Addr, B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, Pred, Reg, Space, Ty,
 };
 use crate::spec::{KernelPlan, Sm80Tiles};
 use crate::tile::acc::AccTile;
@@ -28,20 +29,20 @@ use crate::tile::smem::SmemTile;
 
 /// The entry of a [`Pass::Fwd`](crate::spec::Pass::Fwd) spec.
 pub fn build(plan: &KernelPlan) -> Entry {
-    let (mut b, ir_params, f) = QueryBlock::open(plan);
+    let (mut b, f) = QueryBlock::open(plan);
     let (d, t) = (plan.spec.head_dim, &f.t);
     let resident = t.layout.resident();
     let [q_operand] = f.q.a_operands(&mut b, resident, [&f.q_tile], f.smem, d);
     let mask = f.q.mask(&mut b, plan.spec.mask, f.seqlen_q, f.seqlen_k);
     let mut o = f.q.acc_zeros(&mut b, f.ex.as_ref().map_or(d, |e| e.cols()));
-    let mut softmax = OnlineSoftmax::new(&mut b, f.q.rows.len(), f.p.f32("scale_log2"));
+    let mut softmax = OnlineSoftmax::new(&mut b, f.q.rows.len(), f.p.get(SCALE_LOG2));
     f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
     f.epilogue(&mut b, &softmax, &mut o);
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
         min_ctas_per_sm: Some(plan.ctas_per_sm_hint()),
     };
-    b.finish(plan.spec.name(), ir_params, bounds)
+    b.finish(plan.spec.name(), f.p.entry(), bounds)
 }
 
 /// The CTA's query block and what the forward's phases share.
@@ -67,7 +68,7 @@ struct QueryBlock<'a> {
 impl<'a> QueryBlock<'a> {
     /// The opening: parameters, the CTA's query block and key blocks, its shared memory,
     /// Q and the first K/V block issued.
-    fn open(plan: &'a KernelPlan) -> (Builder, Vec<Param>, Self) {
+    fn open(plan: &'a KernelPlan) -> (Builder, Self) {
         let spec = &plan.spec;
         let t = *plan.tiles.sm80();
         let d = spec.head_dim;
@@ -80,18 +81,12 @@ impl<'a> QueryBlock<'a> {
             t.stages,
             plan.smem.bytes
         );
-        let Opening {
-            mut b,
-            ir_params,
-            p,
-            q,
-            zero,
-        } = open(plan, header);
-        let (seqlen_q, seqlen_k) = (p.u32("seqlen_q"), p.u32("seqlen_k"));
-        let head_dim = p.u32("head_dim");
-        let q_base = p.tensor(&mut b, "q", q.batch, q.m0, q.head);
-        let k_base = p.tensor(&mut b, "k", q.batch, zero, q.kv_head);
-        let v_base = p.tensor(&mut b, "v", q.batch, zero, q.kv_head);
+        let Opening { mut b, p, q, zero } = open(plan, header);
+        let (seqlen_q, seqlen_k) = (p.get(SEQLEN_Q), p.get(SEQLEN_K));
+        let head_dim = p.get(HEAD_DIM);
+        let q_base = p.tensor(&mut b, &Q, q.batch, q.m0, q.head);
+        let k_base = p.tensor(&mut b, &K, q.batch, zero, q.kv_head);
+        let v_base = p.tensor(&mut b, &V, q.batch, zero, q.kv_head);
         let (n_blocks, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
 
         b.comment("-- shared memory: Q tile, then `stages` K tiles, then `stages` V tiles --");
@@ -101,15 +96,14 @@ impl<'a> QueryBlock<'a> {
             true => CopyPlan::AtIssue,
             false => CopyPlan::Once,
         };
-        let strides = ["k_row_stride", "v_row_stride"];
-        let kv = BlockStream::new(&mut b, plan, &p, (q.tid, copies), strides);
+        let kv = BlockStream::new(&mut b, plan, &p, (q.tid, copies), [&K, &V]);
         let ex = t
             .layout
             .exchange()
             .then(|| FwdExchange::new(&mut b, plan, &q));
 
         b.comment("-- issue Q and the first K/V block --");
-        let stride = p.u32("q_row_stride");
+        let stride = p.row_stride(&Q);
         let q_copy = TileCopy::new(&mut b, &q_tile, d, t.threads(), q.tid, stride, head_dim);
         q_copy.issue(&mut b, smem, q_tile.base, q_base, q.q_rows);
         if t.layout.resident() {
@@ -134,7 +128,7 @@ impl<'a> QueryBlock<'a> {
             kv,
             ex,
         };
-        (b, ir_params, f)
+        (b, f)
     }
 
     /// The main loop over the key blocks: S = Q K^T, the mask where a block needs it,
@@ -205,7 +199,7 @@ impl<'a> QueryBlock<'a> {
                 softmax.finish_with(b, o, &l)
             }
         };
-        let o_base = p.tensor(b, "o", q.batch, q.m0, q.head);
+        let o_base = p.tensor(b, &O, q.batch, q.m0, q.head);
         // every warp reads only its own rows of Q, so once its last S = Q K^T is done they
         // are free for staging O without a CTA barrier (exchange: the pair shares its rows,
         // but the row sums' combine above is a pair barrier after both warps' last S, and
@@ -221,7 +215,7 @@ impl<'a> QueryBlock<'a> {
             }
             None => Cols::Fixed(0),
         };
-        let stride = p.u32("o_row_stride");
+        let stride = p.row_stride(&O);
         let staging = (&self.q_tile, smem, cols);
         q.store_rows_staged(
             b,
@@ -247,7 +241,7 @@ fn store_lse(
     lse: &[Reg<F32>],
     not_writer: Option<Reg<Pred>>,
 ) {
-    let null = b.setp_u64(Cmp::Eq, p.u64("lse"), 0i64);
+    let null = b.setp_u64(Cmp::Eq, p.get(LSE), 0i64);
     let other_lane = b.setp_u32(Cmp::Ne, q.t2, 0u32);
     let skip_all = b.or_pred(null, other_lane);
     let skip_all = match not_writer {
@@ -255,8 +249,8 @@ fn store_lse(
         None => skip_all,
     };
     b.unless(skip_all, |b| {
-        let heads = p.u32("heads");
-        let base = q.row_stats(b, p, "lse", heads);
+        let heads = p.get(HEADS);
+        let base = q.row_stats(b, p, LSE, heads);
         for (r, &row) in q.rows.iter().enumerate() {
             let row_ok = b.setp_s32(Cmp::Lt, row, q.q_rows);
             let addr = b.mad_wide_u32(row, 4u32, base);

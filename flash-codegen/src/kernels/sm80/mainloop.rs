@@ -5,12 +5,12 @@
 use std::ops::Deref;
 
 use super::warp::Warp;
-use crate::abi;
+use crate::abi::{Arg, HEADS_PER_KV, SEQLEN_Q};
 use crate::kernels::mask::KeyMask;
 use crate::kernels::params::Params;
 use crate::kernels::params::row_stats_base;
 use crate::kernels::schedule::heaviest_first;
-use crate::ptx::{B32, B64, Builder, Param, Reg, Special};
+use crate::ptx::{B32, B64, Builder, Reg, Special};
 use crate::spec::{KernelPlan, Mask, Pass};
 
 /// The opening every query-block kernel shares: the builder with the kernel's `header`
@@ -18,8 +18,6 @@ use crate::spec::{KernelPlan, Mask, Pass};
 pub struct Opening {
     /// The kernel's builder.
     pub b: Builder,
-    /// The IR parameters, for [`Builder::finish`].
-    pub ir_params: Vec<Param>,
     /// The loaded parameters.
     pub p: Params,
     /// The CTA's query block and the warp's share.
@@ -31,19 +29,12 @@ pub struct Opening {
 /// Opens a query-block kernel (see [`Opening`]).
 pub fn open(plan: &KernelPlan, header: String) -> Opening {
     let spec = &plan.spec;
-    let ir_params = abi::ir_params(spec.pass);
     let mut b = Builder::new();
     b.comment(header);
-    let p = Params::load(&mut b, &ir_params);
+    let p = Params::load(&mut b, spec.pass);
     let q = QBlock::new(&mut b, plan, &p);
     let zero = b.mov(0u32);
-    Opening {
-        b,
-        ir_params,
-        p,
-        q,
-        zero,
-    }
+    Opening { b, p, q, zero }
 }
 
 /// Per-CTA coordinates of a query-block kernel, plus its warp's share.
@@ -108,8 +99,8 @@ impl QBlock {
             )
         };
         let m0 = b.mul_lo_u32(m_block, t.block_m);
-        let kv_head = b.div_u32(head, p.u32("heads_per_kv"));
-        let q_rows = b.sub_u32(p.u32("seqlen_q"), m0);
+        let kv_head = b.div_u32(head, p.get(HEADS_PER_KV));
+        let q_rows = b.sub_u32(p.get(SEQLEN_Q), m0);
         QBlock {
             w,
             m0,
@@ -134,7 +125,13 @@ impl QBlock {
 
     /// Global address of `stat[batch, head, m0]` for a per-row f32 statistic laid out
     /// `[batch, heads, seqlen_q]` (the LSE, D) whose pointer is the parameter `name`.
-    pub fn row_stats(&self, b: &mut Builder, p: &Params, name: &str, heads: Reg<B32>) -> Reg<B64> {
-        row_stats_base(b, p, name, heads, self.batch, self.head, self.m0)
+    pub fn row_stats(
+        &self,
+        b: &mut Builder,
+        p: &Params,
+        stat: Arg<B64>,
+        heads: Reg<B32>,
+    ) -> Reg<B64> {
+        row_stats_base(b, p, stat, heads, self.batch, self.head, self.m0)
     }
 }

@@ -2,6 +2,7 @@
 //! and the stores of dV and dK.
 
 use super::{KeyBlock, Sweep};
+use crate::abi::{DK, DV, SOFTMAX_SCALE};
 use crate::kernels::sm80::bwd_exchange::{ColStats, StepTiles};
 use crate::kernels::sm80::warp::AOperand;
 use crate::kernels::sm80::warp_store::Cols;
@@ -91,16 +92,16 @@ impl KeyBlock<'_> {
             None => (base, self.head_dim),
         };
         if sw.dv {
-            let base = p.tensor(b, "dv", batch, n0, kv_head);
+            let base = p.tensor(b, &DV, batch, n0, kv_head);
             let (base, hd) = cols(b, base);
-            w.store_rows(b, fmt, dv, base, p.u32("dv_row_stride"), hd, k_rows);
+            w.store_rows(b, fmt, dv, base, p.row_stride(&DV), hd, k_rows);
         }
         if sw.dk {
-            let scale = p.f32("softmax_scale");
+            let scale = p.get(SOFTMAX_SCALE);
             dk.scale(b, scale);
-            let base = p.tensor(b, "dk", batch, n0, kv_head);
+            let base = p.tensor(b, &DK, batch, n0, kv_head);
             let (base, hd) = cols(b, base);
-            w.store_rows(b, fmt, dk, base, p.u32("dk_row_stride"), hd, k_rows);
+            w.store_rows(b, fmt, dk, base, p.row_stride(&DK), hd, k_rows);
         }
     }
 }

@@ -28,7 +28,7 @@ use super::bwd_atomic_dq::DqWarp;
 use super::bwd_exchange::{ColStats, Exchange, StepTiles};
 use super::stream::BlockStream;
 use super::warp::Warp;
-use crate::abi;
+use crate::abi::{DO, DVEC, LSE, Q};
 use crate::kernels::mask::QueryMask;
 use crate::kernels::params::{Params, row_stats_base};
 use crate::ptx::{B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, Pred, Reg};
@@ -39,9 +39,8 @@ use crate::tile::smem::SmemTile;
 /// The entry of a [`Pass::Bwd`] spec.
 pub fn build(plan: &KernelPlan) -> Entry {
     assert_eq!(plan.spec.pass, Pass::Bwd);
-    let ir_params = abi::ir_params(Pass::Bwd);
     let mut b = Builder::new();
-    let kb = KeyBlock::open(&mut b, plan, &ir_params);
+    let kb = KeyBlock::open(&mut b, plan);
     for sweep in Sweep::all(kb.t.sweeps) {
         kb.sweep(&mut b, sweep);
     }
@@ -49,7 +48,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
         max_threads: Some(kb.t.threads()),
         min_ctas_per_sm: None,
     };
-    b.finish(plan.spec.name(), ir_params, bounds)
+    b.finish(plan.spec.name(), kb.p.entry(), bounds)
 }
 
 /// What one pass over the query blocks computes: with two sweeps (large head dims) the
@@ -151,10 +150,10 @@ impl KeyBlock<'_> {
         let (p, qs, smem, zero) = (&self.p, &self.qs, self.smem, self.zero);
         let (d, bm) = (self.plan.spec.head_dim, self.t.block_m);
         let range = (self.m_first, self.n_qblocks);
-        let q_base = p.tensor(b, "q", self.batch, zero, head);
-        let do_base = p.tensor(b, "do", self.batch, zero, head);
-        let lse = row_stats_base(b, p, "lse", self.heads, self.batch, head, zero);
-        let dvec = row_stats_base(b, p, "dvec", self.heads, self.batch, head, zero);
+        let q_base = p.tensor(b, &Q, self.batch, zero, head);
+        let do_base = p.tensor(b, &DO, self.batch, zero, head);
+        let lse = row_stats_base(b, p, LSE, self.heads, self.batch, head, zero);
+        let dvec = row_stats_base(b, p, DVEC, self.heads, self.batch, head, zero);
         qs.start_vectors(b, &[lse, dvec]);
         qs.start(
             b,

@@ -2,6 +2,7 @@
 //! the helpers its phases share (the atomic dQ, the causal bound, the dS^T stages).
 
 use super::KeyBlock;
+use crate::abi::{DO, DQ_ACCUM, HEAD_DIM, HEADS_PER_KV, K, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, V};
 use crate::kernels::half_fmt;
 use crate::kernels::mask::QueryMask;
 use crate::kernels::params::Params;
@@ -9,15 +10,15 @@ use crate::kernels::sm80::bwd_atomic_dq::{AtomicDq, dq_warp};
 use crate::kernels::sm80::bwd_exchange::Exchange;
 use crate::kernels::sm80::stream::{BlockStream, CopyPlan};
 use crate::kernels::sm80::warp::Warp;
-use crate::ptx::{B32, Builder, Cmp, Param, Pred, Reg, Special};
-use crate::spec::KernelPlan;
+use crate::ptx::{B32, Builder, Cmp, Pred, Reg, Special};
+use crate::spec::{KernelPlan, Pass};
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
 impl<'a> KeyBlock<'a> {
     /// The kernel's opening: parameters, the warp's keys, the CTA's key block, its shared
     /// memory, K and V issued, the range of query blocks and the causal mask.
-    pub(super) fn open(b: &mut Builder, plan: &'a KernelPlan, ir_params: &[Param]) -> Self {
+    pub(super) fn open(b: &mut Builder, plan: &'a KernelPlan) -> Self {
         let spec = &plan.spec;
         let t = *plan.tiles.sm80();
         let (d, bm, bn) = (spec.head_dim, t.block_m, t.block_n);
@@ -28,10 +29,9 @@ impl<'a> KeyBlock<'a> {
             t.sweeps,
             plan.smem.bytes
         ));
-        let p = Params::load(b, ir_params);
-        let (seqlen_q, seqlen_k, head_dim) =
-            (p.u32("seqlen_q"), p.u32("seqlen_k"), p.u32("head_dim"));
-        let (group, scale_log2) = (p.u32("heads_per_kv"), p.f32("scale_log2"));
+        let p = Params::load(b, Pass::Bwd);
+        let (seqlen_q, seqlen_k, head_dim) = (p.get(SEQLEN_Q), p.get(SEQLEN_K), p.get(HEAD_DIM));
+        let (group, scale_log2) = (p.get(HEADS_PER_KV), p.get(SCALE_LOG2));
         // every warp owns bn / warps keys (m16 tiles); exchange: 32 keys (two m-tiles) per
         // warp, the warps repeating over bn / 32 row blocks
         let w = if t.layout.exchange() {
@@ -58,15 +58,9 @@ impl<'a> KeyBlock<'a> {
             true => CopyPlan::AtIssue,
             false => CopyPlan::Once,
         };
-        let qs = BlockStream::new(
-            b,
-            plan,
-            &p,
-            (w.tid, copies),
-            ["q_row_stride", "do_row_stride"],
-        )
-        .with_vectors(b, 2)
-        .downward();
+        let qs = BlockStream::new(b, plan, &p, (w.tid, copies), [&Q, &DO])
+            .with_vectors(b, 2)
+            .downward();
         // (late: the next block's copies go out after the step's S^T, not right behind the
         // previous block's dQ atomics)
         let qs = match t.layout.late_prefetch() {
@@ -80,9 +74,9 @@ impl<'a> KeyBlock<'a> {
             group: b.div_u32(w.warp, bn / 32),
             pt_tile: second,
         });
-        for (tile, name) in [(&k_tile, "k"), (&v_tile, "v")] {
-            let base = p.tensor(b, name, batch, n0, kv_head);
-            let stride = p.u32(&format!("{name}_row_stride"));
+        for (tile, x) in [(&k_tile, &K), (&v_tile, &V)] {
+            let base = p.tensor(b, x, batch, n0, kv_head);
+            let stride = p.row_stride(x);
             let copy = TileCopy::new(b, tile, d, t.threads(), w.tid, stride, head_dim);
             copy.issue(b, smem, tile.base, base, k_rows);
         }
@@ -104,7 +98,7 @@ impl<'a> KeyBlock<'a> {
         };
         let key0 = b.add_u32(w.rows[0], n0);
         let qmask = QueryMask::new(b, key0, w.t2, seqlen_q, seqlen_k);
-        let dq_on = b.setp_u64(Cmp::Ne, p.u64("dq_accum"), 0i64);
+        let dq_on = b.setp_u64(Cmp::Ne, p.get(DQ_ACCUM), 0i64);
         // (exchange: computed where used, to keep registers for the accumulators)
         let dq_warp = (!t.layout.exchange()).then(|| dq_warp(b, plan, &w));
         KeyBlock {

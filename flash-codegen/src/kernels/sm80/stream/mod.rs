@@ -12,6 +12,7 @@ mod iter;
 
 pub use iter::StreamLoop;
 
+use crate::abi::{HEAD_DIM, TensorArgs};
 use crate::kernels::params::Params;
 use crate::ptx::inst::CpSize;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, Reg};
@@ -74,14 +75,14 @@ pub struct VecCopy {
 }
 
 impl BlockStream {
-    /// Plans the copies of the blocks of two operands with row strides named `strides`
-    /// (elements) into the plan's stream region.
+    /// Plans the copies of the blocks of two operands (`operands`: their tensors, for the
+    /// row strides) into the plan's stream region.
     pub fn new(
         b: &mut Builder,
         plan: &KernelPlan,
         p: &Params,
         (tid, copy_plan): (Reg<B32>, CopyPlan),
-        strides: [&str; 2],
+        operands: [&TensorArgs; 2],
     ) -> Self {
         let t = plan.tiles.sm80();
         let region = plan
@@ -91,8 +92,8 @@ impl BlockStream {
         let (d, rows) = (plan.spec.head_dim, region.rows);
         let stage_bytes = region.stage_bytes();
         let tiles = [0, 1].map(|i| SmemTile::from(region.tile(i)));
-        let head_dim = p.u32("head_dim");
-        let strides = strides.map(|s| p.u32(s));
+        let head_dim = p.get(HEAD_DIM);
+        let strides = operands.map(|t| p.row_stride(t));
         let copies = (copy_plan == CopyPlan::Once).then(|| {
             [0, 1].map(|i| TileCopy::new(b, &tiles[i], d, t.threads(), tid, strides[i], head_dim))
         });
