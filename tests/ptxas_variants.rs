@@ -1,6 +1,6 @@
 //! ptxas on tile variants that are not in the table but are kept buildable for tuning
 //! (`flash-codegen emit --tile ...`): the d128 backward main pass on 8 warps x 128 keys
-//! without `exchange` (the table's row until session 5, measured correct on the H200,
+//! without `exchange` (the table's row before the exchange layout, measured correct on the H200,
 //! docs/history/). Tuning rows are a value handed to generation: nothing else sees them.
 
 mod codegen_support;

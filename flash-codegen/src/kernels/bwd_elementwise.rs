@@ -62,9 +62,8 @@ fn rows(b: &mut Builder, plan: &KernelPlan, p: &Params) -> Rows {
 }
 
 /// Runs `body(b, row)` for each of the warp's rows below seqlen_q (row relative to m0),
-/// skipping rows past the end with a warp-uniform branch. (Straight-line rows with
-/// predicated loads measured slower in the postprocess: 142 registers, 0.07 -> 0.13-0.21
-/// ms at 16K tokens, session 4.)
+/// skipping rows past the end with a warp-uniform branch (straight-line rows with
+/// predicated loads keep every row's loads live at once: 142 registers, and slower).
 fn for_rows(
     b: &mut Builder,
     plan: &KernelPlan,

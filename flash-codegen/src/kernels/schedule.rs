@@ -41,8 +41,8 @@ const KV_SECTION_BYTES: u32 = 32 << 20;
 /// pair's heaviest query block (the last: it sees the most keys) before any lighter
 /// one. Heavy tiles first leave light ones for the grid's tail; a section at a time
 /// keeps the K and V its CTAs share in L2 (FA3's LPT scheduler; one section over the
-/// whole grid measured 2-10% slower at d64 and d128 4K, session 7). The grid's shape
-/// stays the ABI's (ceil(sq / block_m), heads, batch).
+/// whole grid loses that reuse and is slower). The grid's shape stays the ABI's
+/// (ceil(sq / block_m), heads, batch).
 pub fn heaviest_first(
     b: &mut Builder,
     plan: &KernelPlan,

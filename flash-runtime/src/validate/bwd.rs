@@ -31,10 +31,8 @@ pub struct BwdParams {
     pub softmax_scale: Option<f32>,
     /// Bitwise reproducible gradients: dQ from its own pass instead of f32 atomics (whose
     /// order of addition varies from run to run). It does about 7/5 of the atomic mode's
-    /// matmul FLOPs (S and dP are computed twice) and needs no `dq_accum` scratch. On an
-    /// H200 (bf16, session 6, `docs/performance.md`) the atomic mode is faster on every row
-    /// measured (16K non-causal: d64 289 against 250 TFLOP/s, d128 305 against 272, d256
-    /// 260 against 203) but d64 causal at 512 (147 against 149).
+    /// matmul FLOPs (S and dP are computed twice) and needs no `dq_accum` scratch, so the
+    /// atomic mode is the faster one (docs/performance.md has both modes' numbers).
     /// Default `false` (atomic).
     pub deterministic: bool,
 }

@@ -97,8 +97,9 @@ pub fn dq_warp(b: &mut Builder, plan: &KernelPlan, w: &Warp) -> DqWarp {
 /// `panels` whole 64-column panels each. Two m-tiles (32 queries, FA2's dQ warp tile) in
 /// the 8-warp exchange layout (d256) where the groups split the panels evenly: each K
 /// fragment then feeds two mma, and the accumulator (32 f32 per thread) covers 32
-/// columns per pass instead of 64; measured +0.5-1% there, but 1-2% slower on the 4-warp
-/// d128 exchange layout (255 registers either way), and d96 spills with it.
+/// columns per pass instead of 64. Not on the 4-warp d128 exchange layout, where it is
+/// slower at the same 255 registers, nor at d96, which spills with it
+/// (docs/performance.md).
 pub fn dq_split(plan: &KernelPlan) -> DqSplit {
     let spec = &plan.spec;
     let t = plan.tiles.sm80();
@@ -227,8 +228,8 @@ fn accumulate_dq(
             let chunk0 = width * part / 8;
             w.mma_a_b(b, fmt, &mut acc, &a, (&tile, k_smem), chunk0);
             // ptxas wraps every predicated red in its own BSSY/BRA/BSYNC (32 per d128 step,
-            // 3% of the cycles stalled on branch resolution, ncu session 4); the predicates
-            // are warp-uniform, so one uniform branch picks unpredicated reds for whole tiles
+            // stalls on branch resolution); the predicates are warp-uniform, so one uniform
+            // branch picks unpredicated reds for whole tiles
             let end = first + cols;
             let end = match col0 {
                 Some(c0) => b.add_u32(c0, end),

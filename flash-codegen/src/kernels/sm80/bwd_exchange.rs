@@ -158,11 +158,10 @@ impl Exchange {
         }
         stats.probabilities(b, &mut pt, 0, scale_log2);
         w.store_tile(b, fmt, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
-        // dP^T in one piece below 64 group columns (d128: V's A fragments are read once
-        // and 8 accumulators overlap the mma latency; it fits 255 registers since the
-        // stream plans its copies at issue, the causal mask keeps one register and dS^T
-        // stores share one address per chunk: +2-3% at d128, session 6 run 5); 64 or more
-        // (tile overrides only) in two halves
+        // dP^T in one piece below 64 group columns: V's A fragments are read once and 8
+        // accumulators overlap the mma latency (it fits 255 registers because the stream
+        // plans its copies at issue, the causal mask keeps one register and dS^T stores
+        // share one address per chunk); 64 or more (tile overrides only) in two halves
         let halves = if qn >= 64 { 2 } else { 1 };
         let half = qn / halves;
         for h in 0..halves {

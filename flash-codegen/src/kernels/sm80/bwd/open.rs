@@ -51,9 +51,9 @@ impl<'a> KeyBlock<'a> {
         b.comment("-- shared memory: K, V (resident), Q and dO stages, dS^T --");
         let smem = b.smem_base();
         let [k_tile, v_tile] = [0, 1].map(|i| SmemTile::from(plan.smem.fixed[i]));
-        // two m-tiles per warp (the exchange layouts, d64 on 128 keys) need the registers
-        // (d128: one-piece dP^T); measured 4-5% slower on the 64-key d64 row, which had
-        // registers to spare (docs/performance.md)
+        // copies planned at each issue free registers for two m-tiles per warp (the
+        // exchange layouts, d64 on 128 keys; d128: the one-piece dP^T); with one m-tile
+        // there are registers to spare and the extra instructions only cost time
         let copies = match w.m_tiles >= 2 {
             true => CopyPlan::AtIssue,
             false => CopyPlan::Once,

@@ -184,6 +184,16 @@ impl Sm80Tiles {
                 }
             }
         }
+        // (kernels::sm80::bwd_atomic_dq::dq_split) the atomic dQ: the warps tile the query
+        // block in m16 rows times column groups of whole 64-column panels
+        let row_tiles = bm / 16;
+        if pass == Pass::Bwd && (warps % row_tiles != 0 || (dp / 64) % (warps / row_tiles) != 0) {
+            return Err(
+                "bwd dQ: warps a multiple of block_m / 16, the quotient dividing the \
+                        head dim's 64-column panels"
+                    .into(),
+            );
+        }
         Ok(())
     }
 }
@@ -326,6 +336,8 @@ mod tests {
             "bwd:64=64,64,8,2,1",
             "bwd:128=64,64,4,2,2,exchange",
             "bwd:96=64,64,4,2,1,exchange",
+            "bwd:64=64,64,2,2,1",
+            "bwd:192=32,64,4,2,2",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
