@@ -120,15 +120,15 @@ impl OnlineSoftmax {
         let any = b.vote_any(grows.expect("a tile of one row or more"));
         b.if_uniform(any, |b| {
             b.comment("-- new reference max: l_i *= alpha, O *= alpha --");
-            for row in 0..o.rows() {
+            for (row, &m) in m_new.iter().enumerate().take(o.rows()) {
                 // alpha = 2^(m_old * scale_log2 - max_scaled): 0 while m_old = -inf
-                let ms = self.scaled_max(b, m_new[row]);
+                let ms = self.scaled_max(b, m);
                 let neg_ms = b.neg_f32(ms);
                 let x = b.fma_f32(self.m_i[row], self.scale_log2, neg_ms);
                 let alpha = b.ex2(x);
                 let l = b.mul_f32(self.l_i[row], alpha);
                 b.assign(self.l_i[row], l);
-                b.assign(self.m_i[row], m_new[row]);
+                b.assign(self.m_i[row], m);
                 o.scale_row(b, row, alpha);
             }
         });
