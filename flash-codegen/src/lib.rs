@@ -1,10 +1,10 @@
 //! flash-codegen: FlashAttention-2 as a kernel compiler. Pure Rust, no CUDA.
 //!
 //! Layers, bottom up: [`spec`] (the key naming every variant, its tile table and plan;
-//! no PTX), [`ptx`] (typed IR and the printer, the only place with PTX syntax), [`tile`]
-//! (fragment, accumulator and shared-memory layouts), [`kernels`] (the passes: what every
-//! architecture shares, then `kernels::sm80`), [`abi`] (parameter lists), [`manifest`]
-//! (what the offline generator writes next to the PTX).
+//! no PTX), [`ptx`] (typed IR and the printer, the only place with PTX syntax), [`abi`]
+//! (parameter types, handles and lists), [`tile`] (fragment, accumulator and
+//! shared-memory layouts), [`kernels`] (the passes: what every architecture shares, then
+//! `kernels::sm80`), [`manifest`] (what the offline generator writes next to the PTX).
 
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]

@@ -64,8 +64,3 @@ pub const SOFTMAX_SCALE: Arg<F32> = Arg::f32("softmax_scale");
 
 /// Every tensor handle.
 pub const TENSORS: [TensorArgs; 8] = [Q, K, V, O, DO, DK, DV, DQ];
-
-/// The tensor handle named `name` (`q`, `do`, ...).
-pub fn tensor(name: &str) -> Option<&'static TensorArgs> {
-    TENSORS.iter().find(|t| t.name() == name)
-}

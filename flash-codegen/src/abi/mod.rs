@@ -86,11 +86,6 @@ pub fn ir_params_of(descs: &[ParamDesc]) -> Vec<Param<ParamTy>> {
     descs.iter().map(ParamDesc::ir).collect()
 }
 
-/// The IR parameters of a pass, scalar or not: what its entry declares.
-pub fn entry_params(pass: Pass) -> Vec<Param<ParamTy>> {
-    ir_params_of(params(pass))
-}
-
 /// Launch geometry of a kernel: block size, dynamic shared memory and the grid formula.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Launch {
@@ -99,7 +94,7 @@ pub struct Launch {
     /// The grid per dimension as a formula over problem sizes and tiles, e.g.
     /// `ceil(seqlen_q / block_m)`, `heads`, `batch`.
     pub grid: [&'static str; 3],
-    /// Dynamic shared memory bytes of the launch ([`KernelSpec::smem_bytes`]).
+    /// Dynamic shared memory bytes of the launch (the plan's `smem.bytes`).
     pub dynamic_smem_bytes: u32,
 }
 

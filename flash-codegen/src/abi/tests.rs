@@ -72,7 +72,6 @@ fn handles_fit_their_register_class() {
         assert_eq!(t.batch_stride.name(), format!("{n}_batch_stride"));
         assert_eq!(t.row_stride.name(), format!("{n}_row_stride"));
         assert_eq!(t.head_stride.name(), format!("{n}_head_stride"));
-        assert_eq!(args::tensor(n), Some(&t));
     }
 }
 

@@ -71,9 +71,9 @@ fn for_rows(
     sq_left: Reg<B32>,
     mut body: impl FnMut(&mut Builder, Reg<B32>),
 ) {
-    let t = plan.tiles.sm80();
-    for i in 0..t.block_m / t.warps {
-        let row = b.add_u32(r.warp, i * t.warps);
+    let t = &plan.tiles;
+    for i in 0..t.block_m() / t.warps() {
+        let row = b.add_u32(r.warp, i * t.warps());
         let past = b.setp_u32(Cmp::Ge, row, sq_left);
         b.unless_uniform(past, |b| body(b, row));
     }
@@ -82,11 +82,11 @@ fn for_rows(
 /// Zeroes the CTA's rows of dq_accum: whole tiles, one contiguous range (the CTA's rows
 /// of tiles, the last one clipped at seqlen_q), 16-byte stores by every thread in turn.
 fn zero_accum(b: &mut Builder, plan: &KernelPlan, p: &Params, r: &Rows) {
-    let t = plan.tiles.sm80();
+    let t = &plan.tiles;
     let on = b.setp_u64(Cmp::Ne, p.get(DQ_ACCUM), 0i64);
     let r16 = b.shr_u32(r.m0, 4u32);
     let left = b.sub_u32(r.grid.row_tiles, r16);
-    let n16 = b.min_u32(left, t.block_m / 16);
+    let n16 = b.min_u32(left, t.block_m() / 16);
     let tiles = b.mul_lo_u32(n16, r.grid.col_tiles);
     let bytes = b.mul_lo_u32(tiles, 4 * ACCUM_TILE_FLOATS);
     let bytes = b.selp_b32(bytes, 0u32, on);

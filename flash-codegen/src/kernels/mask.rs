@@ -57,7 +57,7 @@ pub struct QueryMask {
 
 impl QueryMask {
     /// `key0` is the absolute key index of the thread's first row (its later rows are
-    /// 8, 16, 24 keys further, as [`Warp::rows`](super::warp::Warp::rows) lays them out);
+    /// 8, 16, 24 keys further, as [`Warp::rows`](super::sm80::warp::Warp::rows) lays them out);
     /// `t2 = 2 * (lane & 3)`.
     pub fn new(
         b: &mut Builder,

@@ -16,17 +16,17 @@ pub fn kv_blocks(
     m0: Reg<B32>,
 ) -> (Reg<B32>, Reg<B32>) {
     let spec = &plan.spec;
-    let t = plan.tiles.sm80();
-    let n = b.add_u32(seqlen_k, t.block_n - 1);
-    let n = b.div_u32(n, t.block_n);
+    let t = &plan.tiles;
+    let n = b.add_u32(seqlen_k, t.block_n() - 1);
+    let n = b.div_u32(n, t.block_n());
     let diag = b.sub_s32(seqlen_k, seqlen_q);
     let diag = b.add_s32(diag, m0);
     if !spec.mask.is_causal() {
         return (n, diag);
     }
-    let lim = b.add_s32(diag, (t.block_m + t.block_n - 1) as i32); // ceil((diag + block_m) / block_n)
+    let lim = b.add_s32(diag, (t.block_m() + t.block_n() - 1) as i32); // ceil((diag + block_m) / block_n)
     let lim = b.max_s32(lim, 0i32);
-    let lim = b.div_u32(lim, t.block_n);
+    let lim = b.div_u32(lim, t.block_n());
     (b.min_u32(n, lim), diag)
 }
 
@@ -37,7 +37,7 @@ const KV_SECTION_BYTES: u32 = 32 << 20;
 /// The causal forward's CTA order: (query block, head, batch) of this CTA. The hardware
 /// hands out CTAs in the order x + nx (y + ny z); the CTA at place L of it works on the
 /// L-th tile of this order: the (head, batch) pairs in sections whose K and V fit
-/// [`KV_SECTION_BYTES`] (seqlen_k * d * 4 bytes a pair), and inside a section every
+/// `KV_SECTION_BYTES` (seqlen_k * d * 4 bytes a pair), and inside a section every
 /// pair's heaviest query block (the last: it sees the most keys) before any lighter
 /// one. Heavy tiles first leave light ones for the grid's tail; a section at a time
 /// keeps the K and V its CTAs share in L2 (FA3's LPT scheduler; one section over the

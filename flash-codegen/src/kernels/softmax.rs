@@ -117,10 +117,17 @@ impl OnlineSoftmax {
         m_new: &[Reg<F32>],
         grows: Option<Reg<Pred>>,
     ) {
+        assert!(
+            m_new.len() == o.rows() && s.rows() == o.rows(),
+            "generator bug: {} maxima for {} score rows and {} output rows",
+            m_new.len(),
+            s.rows(),
+            o.rows()
+        );
         let any = b.vote_any(grows.expect("a tile of one row or more"));
         b.if_uniform(any, |b| {
             b.comment("-- new reference max: l_i *= alpha, O *= alpha --");
-            for (row, &m) in m_new.iter().enumerate().take(o.rows()) {
+            for (row, &m) in m_new.iter().enumerate() {
                 // alpha = 2^(m_old * scale_log2 - max_scaled): 0 while m_old = -inf
                 let ms = self.scaled_max(b, m);
                 let neg_ms = b.neg_f32(ms);

@@ -44,6 +44,7 @@ impl KernelPlan {
     /// H100/H200 (228 KiB per SM, 1 KiB of it reserved per CTA) and registers allow at the
     /// full 255 per thread, at least 1. Emitted as `.minnctapersm`, so that ptxas does not
     /// trade spills for an occupancy the plan does not count on.
+    #[must_use]
     pub fn ctas_per_sm_hint(&self) -> u32 {
         let by_smem = 228 * 1024 / (self.smem.bytes + 1024);
         let by_regs = 65536 / (self.tiles.threads() * 256);

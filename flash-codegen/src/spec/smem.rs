@@ -1,8 +1,8 @@
 //! Spec layer: where a kernel's shared-memory regions start, computed once from its tile
 //! row. The kernels place their tiles at these offsets; the launch asks for `bytes`.
 
-use super::tiles::{Sm80Tiles, TileConfig};
-use super::{KernelSpec, Pass};
+use super::KernelSpec;
+use super::tiles::TileConfig;
 
 /// A `[rows][cols]` tile of 2-byte elements (cols a multiple of 64) at byte `base` of the
 /// dynamic shared memory.
@@ -88,70 +88,7 @@ impl SmemLayout {
     /// The layout of `spec` built on `tiles`.
     pub fn new(spec: &KernelSpec, tiles: &TileConfig) -> Self {
         match tiles {
-            TileConfig::Sm80(t) => sm80(spec, t),
+            TileConfig::Sm80(t) => super::tiles::sm80::smem::layout(spec, t),
         }
-    }
-}
-
-/// The sm_80 kernels' layouts.
-fn sm80(spec: &KernelSpec, t: &Sm80Tiles) -> SmemLayout {
-    let dp = spec.smem_head_dim();
-    let tile = |base, rows, cols| TileRegion { base, rows, cols };
-    let stream = |base, rows, vectors| StreamRegion {
-        base,
-        rows,
-        cols: dp,
-        stages: t.stages,
-        vectors,
-    };
-    let (fixed, stream, exchange, stats) = match spec.pass {
-        // Q, then `stages` K and V tiles; exchange: P [block_m][block_n, in whole panels]
-        // and the row statistics of every warp, [G][block_m] f32 = 32 rows a warp
-        Pass::Fwd => {
-            let q = tile(0, t.block_m, dp);
-            let kv = stream(q.end(), t.block_n, 0);
-            let p = tile(kv.base + kv.bytes(), t.block_m, t.block_n.div_ceil(64) * 64);
-            match t.layout.exchange() {
-                true => (vec![q], Some(kv), vec![p], Some(p.end())),
-                false => (vec![q], Some(kv), vec![], None),
-            }
-        }
-        // K, V once; Q, dO, LSE and D per stage; two [block_n][block_m, in whole panels]
-        // tiles: dS^T of two successive query blocks (the atomic dQ of a block runs in
-        // the next iteration), or with exchange dS^T and P^T
-        Pass::Bwd => {
-            let k = tile(0, t.block_n, dp);
-            let v = tile(k.end(), t.block_n, dp);
-            let qs = stream(v.end(), t.block_m, 2);
-            let ds = tile(qs.base + qs.bytes(), t.block_n, t.block_m.div_ceil(64) * 64);
-            let second = tile(ds.end(), ds.rows, ds.cols);
-            (vec![k, v], Some(qs), vec![ds, second], None)
-        }
-        // Q, dO once; K and V per stage
-        Pass::BwdDq => {
-            let q = tile(0, t.block_m, dp);
-            let d_o = tile(q.end(), t.block_m, dp);
-            (
-                vec![q, d_o],
-                Some(stream(d_o.end(), t.block_n, 0)),
-                vec![],
-                None,
-            )
-        }
-        Pass::BwdPre | Pass::BwdPost => (vec![], None, vec![], None),
-    };
-    let groups = t.warps / (t.block_m / 32).max(1);
-    let end = [
-        fixed.last().map(TileRegion::end),
-        stream.map(|s| s.base + s.bytes()),
-        exchange.last().map(TileRegion::end),
-        stats.map(|s| s + 4 * groups * t.block_m),
-    ];
-    SmemLayout {
-        bytes: end.into_iter().flatten().max().unwrap_or(0),
-        fixed,
-        stream,
-        exchange,
-        stats,
     }
 }

@@ -59,6 +59,7 @@ impl Elem {
     }
 
     /// The m-tile the element is in.
+    #[must_use]
     pub fn m_tile(&self) -> usize {
         self.row / 2
     }
@@ -152,6 +153,7 @@ impl AccTile {
 
     /// N-tiles `nt0..nt0 + n` (columns `8 nt0..`), sharing the registers like
     /// [`AccTile::m_tile`].
+    #[must_use]
     pub fn n_tiles_from(&self, nt0: usize, n: usize) -> AccTile {
         AccTile::from_frags(
             self.frags
@@ -227,6 +229,7 @@ impl AccTile {
 
     /// The max of `init` and row `r` over the warp's columns: folded over the thread's
     /// elements in row order, then over the quad.
+    #[must_use]
     pub fn row_max(&self, b: &mut Builder, r: usize, init: Reg<F32>) -> Reg<F32> {
         let mx = self.row_regs(r).fold(init, |mx, x| b.max_f32(mx, x));
         Self::quad_max(b, mx)
@@ -244,6 +247,7 @@ impl AccTile {
 
     /// Replacing: row `r`'s elements become `2^(x * scale + neg_max)` (row order), each
     /// added to `sum` as it is made; returns the new sum.
+    #[must_use]
     pub fn exp2_row(
         &mut self,
         b: &mut Builder,
@@ -284,6 +288,7 @@ impl AccTile {
 
     /// M-tile `mt` converted to `fmt` as A fragments of a next product (P V, dS K), one per
     /// k16 step: n-tiles `2 kk` and `2 kk + 1` are step `kk`'s A fragment, no data moving.
+    #[must_use]
     pub fn as_a(&self, b: &mut Builder, fmt: HalfFmt, mt: usize) -> Vec<[Reg<B32>; 4]> {
         assert_eq!(self.n_tiles() % 2, 0, "generator bug: odd n-tile count");
         (0..self.n_tiles() / 2)
@@ -300,6 +305,7 @@ impl AccTile {
     }
 
     /// [`AccTile::as_a`] of every m-tile, `[m-tile][k step]`.
+    #[must_use]
     pub fn as_a_all(&self, b: &mut Builder, fmt: HalfFmt) -> Vec<Vec<[Reg<B32>; 4]>> {
         (0..self.m_tiles())
             .map(|mt| self.as_a(b, fmt, mt))

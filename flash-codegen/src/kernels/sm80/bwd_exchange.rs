@@ -1,5 +1,5 @@
 //! Kernel layer: one query block of the backward main pass with FA2's warp layouts
-//! ([`TileConfig::exchange`](crate::spec::TileConfig::exchange)).
+//! ([`Sm80Layout::Exchange`](crate::spec::Sm80Layout::Exchange)).
 //!
 //! Warp w owns the 32 keys of row block `w % (block_n / 32)` (two m16 tiles) and column
 //! group `g = w / (block_n / 32)`. For S^T = K Q^T and dP^T = V dO^T the group picks its
@@ -83,7 +83,7 @@ impl ColStats {
         Self::pair(b, self.d, nt)
     }
 
-    /// S^T -> P^T in place: `exp2(s * scale_log2 - LSE * log2 e)`, n-tile `nt` of `pt`
+    /// S^T -> P^T (the tile's registers replaced): `exp2(s * scale_log2 - LSE * log2 e)`, n-tile `nt` of `pt`
     /// being column n-tile `nt0 + nt`.
     pub fn probabilities(
         &self,
@@ -99,7 +99,7 @@ impl ColStats {
         });
     }
 
-    /// dP^T -> dS^T in place: `P^T * (dP^T - D)`, n-tile `nt` of `ds` being column n-tile
+    /// dP^T -> dS^T (the tile's registers replaced): `P^T * (dP^T - D)`, n-tile `nt` of `ds` being column n-tile
     /// `nt0 + nt` and n-tile `pt_nt0 + nt` of `pt`.
     pub fn ds(&self, b: &mut Builder, pt: &AccTile, ds: &mut AccTile, nt0: usize, pt_nt0: usize) {
         let p = pt.n_tiles_from(pt_nt0, ds.n_tiles());

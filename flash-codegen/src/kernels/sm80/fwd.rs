@@ -5,8 +5,8 @@
 //! the LSE is written. With the exchange layout (`fwd_exchange`) the warps split each
 //! key block for S and the head dim for O, and P passes through shared memory.
 //!
-//! Phases: [`QueryBlock::open`] (parameters, the CTA's query block, Q and the first K/V
-//! block issued), [`QueryBlock::key_blocks`] (the main loop), [`QueryBlock::epilogue`].
+//! Phases: `QueryBlock::open` (parameters, the CTA's query block, Q and the first K/V
+//! block issued), `QueryBlock::key_blocks` (the main loop), `QueryBlock::epilogue`.
 
 use super::fwd_exchange::FwdExchange;
 use super::mainloop::{Opening, QBlock, open};

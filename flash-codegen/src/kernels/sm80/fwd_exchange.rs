@@ -1,4 +1,4 @@
-//! Kernel layer: the forward's exchange layout ([`TileConfig::exchange`] on a forward
+//! Kernel layer: the forward's exchange layout ([`Sm80Layout::Exchange`] on a forward
 //! row): the warps of a CTA split each key block between them for S = Q K^T and the head
 //! dim for O += P V, so that every K, V and Q fragment read from shared memory feeds two
 //! m-tiles.
@@ -14,7 +14,7 @@
 //! (the O accumulator fills the registers), where a K or V fragment feeds one mma and the
 //! kernel waits on shared memory: split this way, it reads 21% fewer bytes per mma.
 //!
-//! [`TileConfig::exchange`]: crate::spec::TileConfig::exchange
+//! [`Sm80Layout::Exchange`]: crate::spec::Sm80Layout::Exchange
 
 use super::warp::{Warp, by_m_tile};
 use super::warp_store::Cols;

@@ -67,7 +67,7 @@ impl QBlock {
         let t = plan.tiles.sm80();
         let w = if t.layout.exchange() {
             // the forward's exchange layout: 32-row blocks shared by groups of warps
-            // (checked by `FwdExchange::new`)
+            // (checked by `Sm80Tiles::check`)
             let rows = super::fwd_exchange::ROWS_PER_WARP;
             Warp::with_row_blocks(b, (rows / 16) as usize, Some(t.block_m / rows))
         } else {

@@ -64,8 +64,11 @@ impl Tuning {
 
     /// Tuning rows, each checked against its layout's rules.
     pub fn new(rows: Vec<(Pass, u32, TileConfig)>) -> Result<Self, String> {
-        for (pass, d, t) in &rows {
+        for (i, (pass, d, t)) in rows.iter().enumerate() {
             check(*pass, *d, t)?;
+            if rows[..i].iter().any(|(p, e, _)| p == pass && e == d) {
+                return Err(format!("two tile rows for {}:{d}", pass.name()));
+            }
         }
         Ok(Tuning { rows })
     }
@@ -76,12 +79,7 @@ impl Tuning {
             .iter()
             .map(|s| parse_override(s.as_ref()))
             .collect::<Result<_, _>>()?;
-        Ok(Tuning { rows })
-    }
-
-    /// Whether no row is replaced.
-    pub fn is_empty(&self) -> bool {
-        self.rows.is_empty()
+        Tuning::new(rows)
     }
 
     /// The replacement of (pass, head dim)'s standard row, if any.

@@ -9,7 +9,7 @@ const WARP_LANES: u32 = 32;
 const WARPGROUP_WARPS: u32 = 4;
 
 /// Host-side map of an accumulator (tests and documentation): where each thread's
-/// registers sit in the product, from [`Elem`], [`AccTile::row_offset`] and [`c_frag`].
+/// registers sit in the product, from [`Elem`], [`AccTile::row_offset`] and [`c_frag`](crate::tile::frag::c_frag).
 /// Warp `w` holds product rows `16 m_tiles w..` as an [`AccTile`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AccLayout {

@@ -18,11 +18,11 @@
 //! dK is scaled by softmax_scale at the end. With two sweeps (large head dims) the first
 //! computes dV only and the second dK and dQ, so one accumulator lives at a time.
 //!
-//! Phases: [`KeyBlock::open`] (parameters, the CTA's key block, its shared-memory tiles,
-//! K and V issued, the query blocks that see it), then per sweep [`KeyBlock::sweep`]: for
-//! each query head of the group [`KeyBlock::head`] runs the query-block loop (one
-//! [`KeyBlock::streamed_block`] or exchange step per block, the atomic dQ deferred to
-//! the next iteration), and [`KeyBlock::store`] writes dV and dK.
+//! Phases: `KeyBlock::open` (parameters, the CTA's key block, its shared-memory tiles,
+//! K and V issued, the query blocks that see it), then per sweep `KeyBlock::sweep`: for
+//! each query head of the group `KeyBlock::head` runs the query-block loop (one
+//! `KeyBlock::streamed_block` or exchange step per block, the atomic dQ deferred to
+//! the next iteration), and `KeyBlock::store` writes dV and dK.
 
 use super::bwd_atomic_dq::DqWarp;
 use super::bwd_exchange::{ColStats, Exchange, StepTiles};

@@ -5,6 +5,7 @@ use super::BlockStream;
 use crate::ptx::{B32, B64, Builder, Cmp, Loop, Pred, Reg};
 
 /// One emitted loop over a stream's blocks (a stream may be looped over more than once).
+#[must_use = "a stream loop is closed with BlockStream::end"]
 pub struct StreamLoop(Loop);
 
 impl BlockStream {

@@ -9,6 +9,7 @@ use table::{
     BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMPACT_TILES, FWD_TILES,
 };
 
+pub(crate) mod smem;
 mod table;
 
 /// Geometry of one sm_80 kernel: every choice the kernel body reads.
@@ -184,6 +185,18 @@ impl Sm80Tiles {
                 }
             }
         }
+        // (tile::copy) the cp.async copies of Q, K, V (and dO): a row's 16-byte chunks,
+        // rounded up to a power of two, on consecutive threads, the CTA covering whole rows
+        // at each step
+        let chunks = (d / 8).next_power_of_two();
+        let threads = 32 * warps;
+        if threads % chunks != 0 || bm % (threads / chunks) != 0 || bn % (threads / chunks) != 0 {
+            return Err(format!(
+                "copies: {threads} threads over {chunks}-chunk rows need block_m and block_n \
+                 to be multiples of {}",
+                (threads / chunks).max(1)
+            ));
+        }
         // (kernels::sm80::bwd_atomic_dq::dq_split) the atomic dQ: the warps tile the query
         // block in m16 rows times column groups of whole 64-column panels
         let row_tiles = bm / 16;
@@ -338,6 +351,7 @@ mod tests {
             "bwd:96=64,64,4,2,1,exchange",
             "bwd:64=64,64,2,2,1",
             "bwd:192=32,64,4,2,2",
+            "fwd:32=64,16,4,2,1",
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
