@@ -5,8 +5,11 @@
 //! cargo run --release --example emit_ptx                                  # d128 bf16 causal forward, PTX to stdout
 //! cargo run --release --example emit_ptx -- fa2_bwd_d64_f16_sm80 -o bwd.ptx
 //! ```
-//! The description goes to stderr, the PTX to stdout or to `-o FILE`. `cargo test` runs
-//! this file's tests (`test = true` in Cargo.toml), so the example stays working in CI.
+//! The description goes to stderr, the PTX to stdout (by default; a reader that stops
+//! early, `| head`, is no error) or to `-o FILE`, relative to where it runs: `.ptx` files
+//! at the top of the checkout are git-ignored. Its tests write under the system temp dir
+//! only. `cargo test` runs this file's tests (`test = true` in Cargo.toml), so the example
+//! stays working in CI.
 
 use std::error::Error;
 use std::fmt::Write as _;
@@ -34,7 +37,7 @@ fn describe(spec: &KernelSpec) -> String {
     let plan = spec.plan(&Tuning::NONE); // the spec, its tile row and shared-memory layout
     let t = plan.tiles.sm80();
     let launch = abi::launch(&plan);
-    let info = manifest::kernel(&plan); // what manifest.json says about this kernel
+    let info = manifest::kernel(spec, &Tuning::NONE); // what manifest.json says about it
     let mut s = String::new();
     let _ = writeln!(
         s,

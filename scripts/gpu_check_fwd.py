@@ -35,7 +35,9 @@ def manifest_entry(name):
     global _manifest
     path = os.path.join(PTX_DIR, "manifest.json")
     if _manifest is None and os.path.exists(path):
-        _manifest = {k["name"]: k for k in json.load(open(path))["kernels"]}
+        man = json.load(open(path))
+        assert man.get("format") == 2, f"manifest.json format {man.get('format')}, expected 2"
+        _manifest = {k["name"]: k for k in man["kernels"]}
     return (_manifest or {}).get(name)
 
 

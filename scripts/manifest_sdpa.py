@@ -39,7 +39,10 @@ class Manifest:
     def __init__(self, ptx_dir):
         self.dir = ptx_dir
         with open(os.path.join(ptx_dir, "manifest.json")) as f:
-            self.kernels = json.load(f)["kernels"]
+            man = json.load(f)
+        if man.get("format") != 2:
+            raise SystemExit(f"manifest.json has format {man.get('format')}; this script reads format 2")
+        self.kernels = man["kernels"]
         self.fns = {}
 
     def pick(self, pass_, d, dtype, causal, seqlen_q=0, atomic=False):

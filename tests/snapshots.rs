@@ -1,6 +1,7 @@
 //! insta snapshots: small op-level snippets a reviewer can read, the full PTX of the probe
-//! and of two representative forward kernels, and one compact summary of EVERY kernel
-//! (instruction counts by opcode, declared registers, dynamic shared memory).
+//! and of two representative forward kernels, one compact summary of EVERY kernel
+//! (instruction counts by opcode, declared registers, dynamic shared memory), and the
+//! layout of `manifest.json` for three representative kernels.
 //!
 //! When a kernel changes on purpose, re-accept everything with one command:
 //!     INSTA_UPDATE=always cargo test --release --test snapshots
@@ -298,4 +299,21 @@ fn module_header_for_sm80() {
     };
     let ptx = stable(&print::module(&m));
     assert_snapshot!(ptx);
+}
+
+/// The layout of `manifest.json` (its fields, their order and values): a causal forward,
+/// the long-sequence backward (`min_seqlen_q` set) and an elementwise pass (`block_n` 0),
+/// with the generator version redacted.
+#[test]
+fn manifest_layout() {
+    let specs = [
+        "fa2_fwd_d128_bf16_causal_sm80",
+        "fa2_bwd_d128_bf16_long_sm80",
+        "fa2_bwdpre_d64_f16_sm80",
+    ]
+    .map(|name| name.parse::<KernelSpec>().unwrap());
+    let mut m = flash_codegen::manifest::manifest(&specs);
+    m.generator.version = "[VERSION]".to_string();
+    let manifest_json = m.to_json();
+    assert_snapshot!(manifest_json);
 }

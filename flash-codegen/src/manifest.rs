@@ -9,10 +9,25 @@
 use serde::{Deserialize, Serialize};
 
 use crate::abi;
-use crate::spec::{KernelPlan, KernelSpec, TileConfig, Tiling, Tuning};
+use crate::spec::{KernelSpec, TileConfig, Tiling, Tuning};
+
+mod notes;
+
+use notes::notes;
 
 /// Version of the manifest's own layout; bumped when a field changes meaning or goes away.
 pub const FORMAT: u32 = 2;
+
+/// The file name of the manifest, next to the `.ptx` files.
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// The JSON Schema (draft 2020-12) of `manifest.json`'s layout, [`FORMAT`] 2: every object
+/// with its required fields and no others, the known string values as enums. Written next
+/// to the manifest as [`SCHEMA_FILE`] by `flash-codegen emit --all`.
+pub const SCHEMA: &str = include_str!("../manifest.schema.json");
+
+/// The file name of [`SCHEMA`], next to the manifest.
+pub const SCHEMA_FILE: &str = "manifest.schema.json";
 
 /// Dynamic shared memory a kernel may use without opting in (48 KiB).
 pub const SMEM_DEFAULT_LIMIT: u32 = 48 * 1024;
@@ -168,11 +183,28 @@ pub fn manifest_tuned(specs: &[KernelSpec], tuning: &Tuning) -> Manifest {
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
         notes: notes(),
-        kernels: specs.iter().map(|s| kernel(&s.plan(tuning))).collect(),
+        kernels: specs.iter().map(|s| kernel(s, tuning)).collect(),
     }
 }
 
 impl Manifest {
+    /// Reads a `manifest.json`, refusing another layout version than [`FORMAT`] with a
+    /// message that says which it is (instead of a missing-field error).
+    pub fn from_json(json: &str) -> Result<Manifest, String> {
+        let v: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| format!("manifest.json: {e}"))?;
+        match v.get("format").and_then(serde_json::Value::as_u64) {
+            Some(f) if f == u64::from(FORMAT) => {
+                serde_json::from_value(v).map_err(|e| format!("manifest.json: {e}"))
+            }
+            Some(f) => Err(format!(
+                "manifest.json has layout format {f}; this flash-ptx reads format {FORMAT} \
+                 (regenerate it with this version's `flash-codegen emit --all`)"
+            )),
+            None => Err("manifest.json: no `format` field: not a flash-ptx manifest".into()),
+        }
+    }
+
     /// Pretty JSON with a final newline: the bytes of `manifest.json`.
     pub fn to_json(&self) -> String {
         let mut s = serde_json::to_string_pretty(self).expect("the manifest always serializes");
@@ -186,9 +218,9 @@ pub fn file_name(spec: &KernelSpec) -> String {
     format!("{}.ptx", spec.name())
 }
 
-/// The manifest entry of one planned kernel.
-pub fn kernel(plan: &KernelPlan) -> KernelInfo {
-    let spec = &plan.spec;
+/// The manifest entry of one kernel, built on its table row or `tuning`'s replacement.
+pub fn kernel(spec: &KernelSpec, tuning: &Tuning) -> KernelInfo {
+    let plan = &spec.plan(tuning);
     let target = crate::kernels::target(spec.arch);
     let (major, minor) = target.ptx_version();
     let (cc_major, cc_minor) = spec.arch.min_compute_capability();
@@ -202,7 +234,7 @@ pub fn kernel(plan: &KernelPlan) -> KernelInfo {
             _ => None,
         },
         smem_optin_below: match spec.tiling {
-            Tiling::Compact => Some(spec.with_tiling(Tiling::Standard).smem_bytes()),
+            Tiling::Compact => Some(spec.with_tiling(Tiling::Standard).plan(tuning).smem.bytes),
             _ => None,
         },
         target: target.name().to_string(),
@@ -236,103 +268,6 @@ pub fn param_info(index: usize, p: &abi::ParamDesc) -> ParamInfo {
     }
 }
 
-fn tensor(name: &str, shape: &[&str], dtype: &str, access: &str) -> TensorNote {
-    TensorNote {
-        name: name.to_string(),
-        shape: shape.iter().map(|s| s.to_string()).collect(),
-        dtype: dtype.to_string(),
-        access: access.to_string(),
-    }
-}
-
-fn lines(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
-}
-
-const SEMANTICS: &[&str] = &[
-    "o[b, i, h, :] = sum_j softmax_j(q[b, i, h, :] . k[b, j, h / heads_per_kv, :] * softmax_scale) * v[b, j, h / heads_per_kv, :] (FlashAttention-2 forward)",
-    "heads % heads_k == 0; heads_per_kv = heads / heads_k (1 = multi-head, heads = multi-query, otherwise grouped-query)",
-    "causal kernels mask key j for query i when j > i + seqlen_k - seqlen_q (bottom-right aligned, as FlashAttention >= 2.1)",
-    "lse[b, h, i] = natural log of sum_j exp(scores[i, j] * softmax_scale) over the unmasked keys",
-    "a query row with no unmasked key gets o = 0 and lse = -inf, never NaN",
-    "accumulation is in f32; o is rounded once to the kernel's dtype",
-];
-
-const STRIDES: &str = "All strides are in elements, not bytes. The last dimension (head_dim) of q, k, v and o must be contiguous (stride 1); batch, sequence and head strides are free, so views and non-contiguous layouts work. lse is contiguous [batch, heads, seqlen_q] f32. Batch strides are u64, row and head strides u32.";
-
-const ALIGNMENT: &str = "q, k, v and o base pointers must be 16-byte aligned, and every row start (batch, row and head strides times 2 bytes) a multiple of 16 bytes, i.e. strides are multiples of 8 elements; the kernels load and store 16 bytes at a time. lse needs 4-byte alignment.";
-
-const SCALE_LOG2: &str = "scale_log2 = softmax_scale * log2(e) = softmax_scale * 1.4426950408889634, as an f32; softmax_scale must be positive and scale_log2 finite (the kernels track the max of the raw scores). The default softmax_scale is 1 / sqrt(d) with d the problem's head dim (the head_dim parameter, not the kernel's).";
-
-const KERNEL_CHOICE: &str = "Pick the kernel with the problem's dtype and mask (spec.mask: none, or causal) and the smallest spec.head_dim >= d, where d is a multiple of 8 (at most 256), and spec.tiling = standard; pass d as the head_dim parameter (the kernel zero-fills the columns past d). A backward main pass (bwd) may instead run on its kernel with spec.tiling = long, same parameters and grid formula (with its own tiles), when seqlen_q >= min_seqlen_q and dq_accum is non-null: it computes the same, faster there. A forward (fwd) whose standard kernel needs more dynamic shared memory than the GPU allows per block (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN below its dynamic_smem_bytes: d256 on RTX 30/40, 99 KiB) runs on its kernel with spec.tiling = compact instead (smem_optin_below), same parameters and grid.";
-
-const SHARED_MEMORY: &str = "Pass launch.dynamic_smem_bytes as the launch's dynamic shared memory. When needs_smem_opt_in is true (more than 48 KiB), first set the function attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES (cuFuncSetAttribute attribute 8; CuPy: Function.max_dynamic_shared_size_bytes) to at least that many bytes, once per loaded function.";
-
-const LAUNCH: &[&str] = &[
-    "Load the .ptx file with cuModuleLoadData(Ex) (CuPy: cupy.RawModule(path=...)); the driver JIT-compiles it for the GPU at hand (compute capability >= min_compute_capability, driver supporting ptx_version).",
-    "Get the function by the kernel's name, block = launch.block, grid = launch.grid evaluated with block_m = tiles.block_m (ceil = round up), shared memory = launch.dynamic_smem_bytes.",
-    "Pass params in order, each exactly `size` bytes of its `numpy` type: device pointers as uint64, lse = 0 to skip writing it.",
-];
-
-const CUPY_EXAMPLE: &[&str] = &[
-    "import json, math, cupy as cp, numpy as np",
-    "man = json.load(open('ptx-out/manifest.json'))",
-    "kern = next(k for k in man['kernels'] if k['name'] == 'fa2_fwd_d128_bf16_causal_sm80')",
-    "fn = cp.RawModule(path='ptx-out/' + kern['file']).get_function(kern['name'])",
-    "smem = kern['launch']['dynamic_smem_bytes']",
-    "if kern['launch']['needs_smem_opt_in']: fn.max_dynamic_shared_size_bytes = smem",
-    "# q, o: [b, sq, h, d]; k, v: [b, sk, hk, d] (2-byte elements, e.g. torch bf16 tensors); lse: f32 [b, h, sq]",
-    "vals = dict(q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(), seqlen_q=sq, seqlen_k=sk, head_dim=d, heads=h, heads_per_kv=h // hk, scale_log2=d ** -0.5 * 1.4426950408889634, q_batch_stride=q.stride(0), q_row_stride=q.stride(1), q_head_stride=q.stride(2), k_batch_stride=k.stride(0), k_row_stride=k.stride(1), k_head_stride=k.stride(2), v_batch_stride=v.stride(0), v_row_stride=v.stride(1), v_head_stride=v.stride(2), o_batch_stride=o.stride(0), o_row_stride=o.stride(1), o_head_stride=o.stride(2))",
-    "args = tuple(getattr(np, p['numpy'])(vals[p['name']]) for p in kern['params'])",
-    "grid = (math.ceil(sq / kern['tiles']['block_m']), h, b)",
-    "fn(grid, tuple(kern['launch']['block']), args, shared_mem=smem)",
-];
-
-fn notes() -> Notes {
-    Notes {
-        tensors: vec![
-            tensor(
-                "q",
-                &["batch", "seqlen_q", "heads", "head_dim"],
-                "kernel dtype",
-                "read",
-            ),
-            tensor(
-                "k",
-                &["batch", "seqlen_k", "heads_k", "head_dim"],
-                "kernel dtype",
-                "read",
-            ),
-            tensor(
-                "v",
-                &["batch", "seqlen_k", "heads_k", "head_dim"],
-                "kernel dtype",
-                "read",
-            ),
-            tensor(
-                "o",
-                &["batch", "seqlen_q", "heads", "head_dim"],
-                "kernel dtype",
-                "write",
-            ),
-            tensor(
-                "lse",
-                &["batch", "heads", "seqlen_q"],
-                "f32",
-                "write (optional: pass 0 to skip)",
-            ),
-        ],
-        semantics: lines(SEMANTICS),
-        strides: STRIDES.to_string(),
-        alignment: ALIGNMENT.to_string(),
-        scale_log2: SCALE_LOG2.to_string(),
-        kernel_choice: KERNEL_CHOICE.to_string(),
-        shared_memory: SHARED_MEMORY.to_string(),
-        launch: lines(LAUNCH),
-        cupy_example: lines(CUPY_EXAMPLE),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,7 +291,7 @@ mod tests {
     #[test]
     fn compact_entries_name_the_standard_kernels_shared_memory() {
         for s in KernelSpec::all() {
-            let k = kernel(&s.plan(&Tuning::NONE));
+            let k = kernel(&s, &Tuning::NONE);
             match s.tiling {
                 Tiling::Compact => {
                     let standard = s.with_tiling(Tiling::Standard);
@@ -389,7 +324,19 @@ mod tests {
     #[test]
     fn json_round_trips() {
         let m = manifest(&KernelSpec::all());
-        let back: Manifest = serde_json::from_str(&m.to_json()).unwrap();
-        assert_eq!(back, m);
+        assert_eq!(Manifest::from_json(&m.to_json()), Ok(m.clone()));
+        let old = m.to_json().replacen("\"format\": 2", "\"format\": 1", 1);
+        let e = Manifest::from_json(&old).unwrap_err();
+        assert!(e.contains("format 1") && e.contains("emit --all"), "{e}");
+    }
+
+    /// A tuned standard row moves the compact kernel's threshold with it.
+    #[test]
+    fn a_tuned_standard_row_moves_the_compact_threshold() {
+        let tuning = Tuning::parse(&["fwd:256=64,64,4,2,1"]).unwrap();
+        let compact: KernelSpec = "fa2_fwd_d256_bf16_compact_sm80".parse().unwrap();
+        let standard = compact.with_tiling(Tiling::Standard).plan(&tuning).smem.bytes;
+        assert_ne!(standard, compact.with_tiling(Tiling::Standard).smem_bytes());
+        assert_eq!(kernel(&compact, &tuning).smem_optin_below, Some(standard));
     }
 }

@@ -1,45 +1,16 @@
-//! The flash-codegen command, run as users run it: list, emit one, emit --all with its
-//! manifest, and a bad name that gets a suggestion and a non-zero exit.
+//! CLI layer, tests: the flash-codegen command run as users run it: list, emit one, emit
+//! --all with its manifest and schema, a reader that stops early, every wrong flag
+//! combination, and a bad name that gets a suggestion and a non-zero exit. (What --all
+//! leaves behind on a failure: cli_out_dir.rs.)
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use common::{BIN, TempDir, cli, stderr, stdout};
 use flash_codegen::KernelSpec;
-use flash_codegen::manifest::Manifest;
-
-fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_flash-codegen"))
-        .args(args)
-        .output()
-        .expect("the flash-codegen binary runs")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).expect("utf-8 stdout")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8(o.stderr.clone()).expect("utf-8 stderr")
-}
-
-/// A fresh directory under the system temp dir, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        let p =
-            std::env::temp_dir().join(format!("flash-codegen-cli-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use flash_codegen::manifest::{self, Manifest};
 
 #[test]
 fn list_prints_every_kernel_name() {
@@ -89,8 +60,18 @@ fn emit_all_writes_every_kernel_and_the_manifest() {
         assert!(ptx.contains(&format!(".target {}", k.target)));
         assert!(ptx.contains(&format!(".version {}", k.ptx_version)));
     }
+    assert_eq!(
+        std::fs::read_to_string(out.join("manifest.schema.json")).unwrap(),
+        manifest::SCHEMA
+    );
     let files = std::fs::read_dir(&out).unwrap().count();
-    assert_eq!(files, specs.len() + 1, "only the kernels and manifest.json");
+    assert_eq!(
+        files,
+        specs.len() + 2,
+        "only the kernels, manifest.json and manifest.schema.json"
+    );
+    let nested = std::fs::read_dir(dir.0.join("nested")).unwrap().count();
+    assert_eq!(nested, 1, "no temporary directory left next to the output");
     // Deterministic: a second run writes the same bytes.
     let again = dir.0.join("again");
     assert!(
@@ -124,18 +105,69 @@ fn bad_name_suggests_the_closest_and_fails() {
     );
 }
 
+/// Each way to combine emit's flags other than its two forms is a usage error (exit 2)
+/// that names both forms, and writes nothing.
+#[test]
+fn wrong_flag_combinations_name_both_forms() {
+    let dir = TempDir::new("flags");
+    let (x, f) = (dir.arg("x"), dir.arg("f.ptx"));
+    let name = "fa2_fwd_d64_f16_sm80";
+    for (args, why) in [
+        (
+            vec!["emit", name, "--out-dir", &x],
+            "--out-dir is only for --all",
+        ),
+        (
+            vec!["emit", name, "-o", &f, "--out-dir", &x],
+            "--out-dir is only for --all",
+        ),
+        (vec!["emit", "--all"], "--all needs --out-dir DIR"),
+        (vec!["emit", "--all", "-o", &f], "-o FILE writes one kernel"),
+        (
+            vec!["emit", "--all", "--out-dir", &x, "-o", &f],
+            "-o FILE writes one kernel",
+        ),
+        (
+            vec!["emit", name, "--all", "--out-dir", &x],
+            "a kernel NAME and --all exclude each other",
+        ),
+        (vec!["emit", name, "--all"], "a kernel NAME and --all"),
+        (
+            vec!["emit", "--out-dir", &x],
+            "--out-dir DIR is only for --all",
+        ),
+        (vec!["emit", "-o", &f], "-o FILE needs the kernel NAME"),
+        (
+            vec!["emit"],
+            "emit needs a kernel NAME or --all --out-dir DIR",
+        ),
+    ] {
+        let o = cli(&args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.starts_with(&format!("error: {why}")), "{args:?}: {e}");
+        for form in ["emit NAME [-o FILE]", "emit --all --out-dir DIR", "Usage:"] {
+            assert!(e.contains(form), "{args:?} does not name `{form}`: {e}");
+        }
+        assert!(stdout(&o).is_empty(), "{args:?} printed PTX");
+        assert!(common::tree(&dir.0).is_empty(), "{args:?} wrote a file");
+    }
+}
+
 #[test]
 fn bad_options_fail_with_a_message() {
     for args in [
-        &["emit"][..],
-        &["emit", "--all"],
-        &["emit", "--out-dir", "x"],
-        &["emit", "fa2_fwd_d64_f16_sm80", "--all", "--out-dir", "x"],
-        &["emit", "fa2_fwd_d64_f16_sm80", "--frobnicate"],
+        &["emit", "fa2_fwd_d64_f16_sm80", "--frobnicate"][..],
+        &[
+            "emit",
+            "fa2_fwd_d64_f16_sm80",
+            "--tile",
+            "fwd:64=64,64,4,2,2",
+        ],
         &["frobnicate"],
     ] {
         let o = cli(args);
-        assert!(!o.status.success(), "{args:?} succeeded");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains("error"), "{args:?}: {}", stderr(&o));
     }
     let o = cli(&[
@@ -146,4 +178,62 @@ fn bad_options_fail_with_a_message() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("cannot write /nonexistent-dir/x.ptx"));
+}
+
+/// `emit NAME | head -1`: the reader closes the pipe long before the PTX (hundreds of KiB,
+/// more than a pipe holds) is written; the command ends quietly, with success.
+#[test]
+fn a_reader_that_stops_early_is_no_error() {
+    for args in [&["emit", "fa2_bwd_d256_f16_sm80"][..], &["list"]] {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        drop(out);
+        let o = child.wait_with_output().unwrap();
+        let e = stderr(&o);
+        assert!(!line.is_empty(), "{args:?}: no first line");
+        assert_ne!(o.status.code(), Some(101), "{args:?} panicked: {e}");
+        assert!(!e.contains("panicked"), "{args:?}: {e}");
+        assert!(o.status.success(), "{args:?}: {:?} {e}", o.status);
+        assert!(e.is_empty(), "{args:?}: {e}");
+    }
+    let o = cli(&["emit", "fa2_bwd_d256_f16_sm80"]);
+    assert!(o.status.success() && stdout(&o).starts_with("// Generated by flash-ptx"));
+}
+
+/// The top-level help describes the command (its subcommands, what --all writes, --tile),
+/// not the library, with examples.
+#[test]
+fn help_describes_the_command() {
+    let o = cli(&["--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let help = stdout(&o);
+    for want in [
+        "list",
+        "emit NAME [-o FILE]",
+        "emit --all --out-dir DIR",
+        "manifest.json",
+        "manifest.schema.json",
+        "--tile",
+        "Examples:",
+    ] {
+        assert!(help.contains(want), "--help lacks `{want}`:\n{help}");
+    }
+    assert!(
+        !help.contains("typed PTX IR"),
+        "the library's description:\n{help}"
+    );
+    let short = stdout(&cli(&["-h"]));
+    assert!(
+        short.contains("emit") && short.contains("manifest.json"),
+        "{short}"
+    );
+    let emit = stdout(&cli(&["emit", "--help"]));
+    assert!(emit.contains("all or nothing") || emit.contains("leaves DIR as it was"));
 }
