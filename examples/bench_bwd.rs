@@ -21,14 +21,22 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use flash_runtime::rng::Rng;
 use flash_runtime::{
-    BwdParams, BwdScratch, Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut,
+    BwdInputs, BwdOptions, BwdScratch, Element, FlashAttention, GradsMut, Tensor4, Tensor4Mut,
 };
 
 mod bench_common;
-use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, env_flag, median};
+use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, attn_params, env_flag, median};
 const GIB: f64 = (1u64 << 30) as f64;
 
 type Res<T> = Result<T, Box<dyn Error>>;
+
+/// The backward's mode: deterministic, or atomic dQ.
+fn bwd_opts(deterministic: bool) -> BwdOptions {
+    match deterministic {
+        true => BwdOptions::deterministic(),
+        false => BwdOptions::default(),
+    }
+}
 
 fn randn<T: Element>(stream: &Arc<CudaStream>, rng: &mut Rng, n: usize) -> Res<CudaSlice<T>> {
     let x: Vec<T> = (0..n).map(|_| T::from_f32(rng.normal())).collect();
@@ -78,30 +86,32 @@ fn time_row<T: Element>(
     iters: usize,
     flush: &mut Flush,
 ) -> Res<(f64, f64)> {
-    let fwd = FwdParams {
-        causal,
-        softmax_scale: None,
-    };
+    let params = attn_params(causal);
     let c = |x| Tensor4::contiguous(x, shape);
-    rt.forward(
+    rt.forward_into(
         stream,
         &c(&bu.q),
         &c(&bu.k),
         &c(&bu.v),
         &mut Tensor4Mut::contiguous(&mut bu.o, shape),
-        Some(&mut bu.lse),
-        &fwd,
+        Some(bu.lse.as_view_mut()),
+        &params,
     )?;
     for g in [&mut bu.dq, &mut bu.dk, &mut bu.dv] {
         stream.memcpy_dtod(&bu.nan, g)?; // poison: every call must overwrite the gradients
     }
     let mut scratch = BwdScratch::new(stream, shape, deterministic)?;
-    let params = BwdParams {
-        causal,
-        softmax_scale: None,
-        deterministic,
-    };
+    let opts = bwd_opts(deterministic);
     let (q, k, v, o, d_o) = (c(&bu.q), c(&bu.k), c(&bu.v), c(&bu.o), c(&bu.d_o));
+    let lse = bu.lse.as_view();
+    let inputs = BwdInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        o: &o,
+        lse: &lse,
+        d_o: &d_o,
+    };
     let mut dq = Tensor4Mut::contiguous(&mut bu.dq, shape);
     let mut dk = Tensor4Mut::contiguous(&mut bu.dk, shape);
     let mut dv = Tensor4Mut::contiguous(&mut bu.dv, shape);
@@ -112,20 +122,13 @@ fn time_row<T: Element>(
     for i in 0..WARMUP + iters {
         flush.run(stream)?;
         start.record(stream)?;
-        rt.backward(
-            stream,
-            &q,
-            &k,
-            &v,
-            &o,
-            &bu.lse,
-            &d_o,
-            &mut dq,
-            &mut dk,
-            &mut dv,
-            &params,
-            Some(&mut scratch),
-        )?;
+        // preallocated gradients and scratch: no allocation inside the events
+        let grads = GradsMut {
+            dq: &mut dq,
+            dk: &mut dk,
+            dv: &mut dv,
+        };
+        rt.backward_into(stream, inputs, grads, &params, &opts, Some(&mut scratch))?;
         end.record(stream)?;
         let ms = start.elapsed_ms(&end)? as f64;
         if i >= WARMUP {
@@ -232,19 +235,16 @@ fn extra_memory<T: Element>(
     let mut o = stream.alloc_zeros::<T>(len)?;
     let mut lse = stream.alloc_zeros::<f32>(b * h * n)?;
     let c = |x| Tensor4::contiguous(x, shape);
-    let fwd = FwdParams {
-        causal: true,
-        softmax_scale: None,
-    };
+    let params = attn_params(true);
     let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
-    rt.forward(
+    rt.forward_into(
         stream,
         &c(&q),
         &c(&k),
         &c(&v),
         &mut o_t,
-        Some(&mut lse),
-        &fwd,
+        Some(lse.as_view_mut()),
+        &params,
     )?;
     let (mut dq, mut dk, mut dv) = (
         stream.alloc_zeros::<T>(len)?,
@@ -252,23 +252,25 @@ fn extra_memory<T: Element>(
         stream.alloc_zeros::<T>(len)?,
     );
     let mut scratch = BwdScratch::new(stream, shape, deterministic)?;
-    let params = BwdParams {
-        causal: true,
-        softmax_scale: None,
-        deterministic,
-    };
-    rt.backward(
+    // everything preallocated between the two readings (the allocating calls would free
+    // their scratch before the second one)
+    rt.backward_into(
         stream,
-        &c(&q),
-        &c(&k),
-        &c(&v),
-        &c(&o),
-        &lse,
-        &c(&d_o),
-        &mut Tensor4Mut::contiguous(&mut dq, shape),
-        &mut Tensor4Mut::contiguous(&mut dk, shape),
-        &mut Tensor4Mut::contiguous(&mut dv, shape),
+        BwdInputs {
+            q: &c(&q),
+            k: &c(&k),
+            v: &c(&v),
+            o: &c(&o),
+            lse: &lse.as_view(),
+            d_o: &c(&d_o),
+        },
+        GradsMut {
+            dq: &mut Tensor4Mut::contiguous(&mut dq, shape),
+            dk: &mut Tensor4Mut::contiguous(&mut dk, shape),
+            dv: &mut Tensor4Mut::contiguous(&mut dv, shape),
+        },
         &params,
+        &bwd_opts(deterministic),
         Some(&mut scratch),
     )?;
     let after = used(rt, stream)?;
@@ -327,7 +329,7 @@ fn run() -> Res<()> {
         let sw = Sweep::from_env();
         let deterministic = match std::env::var("BENCH_DET") {
             Ok(_) => env_flag("BENCH_DET"),
-            Err(_) => flash_runtime::BwdParams::default().deterministic,
+            Err(_) => BwdOptions::default().deterministic,
         };
         let mode = if deterministic {
             "deterministic"

@@ -14,10 +14,10 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
+use flash_runtime::{Element, FlashAttention, Tensor4, Tensor4Mut};
 
 mod bench_common;
-use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, median};
+use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, attn_params, median};
 
 #[derive(Debug)]
 struct Row {
@@ -82,10 +82,7 @@ fn time_row<T: Element>(
     let (b, h) = (TOKENS / n, HIDDEN / d);
     let shape = [b, n, h, d];
     stream.memcpy_dtod(&bu.nan, &mut bu.o)?; // poison: every launch must overwrite o
-    let params = FwdParams {
-        causal,
-        softmax_scale: None,
-    };
+    let params = attn_params(causal);
     let (q, k, v) = (
         Tensor4::contiguous(&bu.q, shape),
         Tensor4::contiguous(&bu.k, shape),
@@ -101,7 +98,16 @@ fn time_row<T: Element>(
     for i in 0..WARMUP + iters {
         flush.run(stream)?;
         start.record(stream)?;
-        rt.forward(stream, &q, &k, &v, &mut o, Some(&mut bu.lse), &params)?;
+        // preallocated outputs: no allocation inside the events
+        rt.forward_into(
+            stream,
+            &q,
+            &k,
+            &v,
+            &mut o,
+            Some(bu.lse.as_view_mut()),
+            &params,
+        )?;
         end.record(stream)?;
         let ms = start.elapsed_ms(&end)? as f64;
         if i >= WARMUP {

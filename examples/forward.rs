@@ -1,8 +1,10 @@
 //! Attention forward on the GPU, checked against the CPU float64 reference, then timed.
 //!
 //! Random q, k, v (GQA: 16 query heads share 4 kv heads), one forward through
-//! [`FlashAttention::forward`], o and lse compared with [`reference::forward`], then the
-//! forward timed with CUDA events. Exits non-zero if the error is above tolerance.
+//! [`FlashAttention::forward`] (which allocates o and lse), o and lse compared with
+//! [`reference::forward`], then [`FlashAttention::forward_into`] (preallocated outputs, so
+//! no allocation is timed) timed with CUDA events. Exits non-zero if the error is above
+//! tolerance.
 //!
 //! ```sh
 //! cargo run --release --features gpu --example forward                  # bf16, d128, 1024
@@ -14,12 +16,11 @@
 use std::error::Error;
 use std::time::Instant;
 
-use cudarc::driver::CudaSlice;
 use cudarc::driver::sys::CUevent_flags;
 use flash_runtime::flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 use flash_runtime::reference::{self, Shape, rel_l2};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
+use flash_runtime::{AttnParams, Element, FlashAttention, Tensor4, Tensor4Mut};
 
 /// Where the kernels come from, the one line to change: `(kernel name, PTX)` pairs embedded
 /// at compile time (e.g. by `flash_kernel!`) are registered before the first launch; every
@@ -125,7 +126,7 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
         spec.smem_bytes()
     );
 
-    // Random inputs on the host, copied to the device; o and lse poisoned with NaN.
+    // Random inputs on the host, copied to the device.
     let (qs, ks) = ([b, s, h, d], [b, s, hk, d]);
     let mut rng = Rng::new(42);
     let mut rand = |n: usize| -> Vec<T> { (0..n).map(|_| T::from_f32(rng.normal())).collect() };
@@ -139,24 +140,20 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
         stream.clone_htod(&kh)?,
         stream.clone_htod(&vh)?,
     );
-    let mut o = stream.clone_htod(&vec![T::from_f32(f32::NAN); qh.len()])?;
-    let mut lse = stream.clone_htod(&vec![f32::NAN; b * h * s])?;
 
-    let params = FwdParams {
-        causal: p.causal,
-        softmax_scale: None, // 1 / sqrt(d)
+    // scale 1 / sqrt(d)
+    let params = match p.causal {
+        true => AttnParams::causal(),
+        false => AttnParams::new(),
     };
     let (tq, tk, tv) = (
         Tensor4::contiguous(&q, qs),
         Tensor4::contiguous(&k, ks),
         Tensor4::contiguous(&v, ks),
     );
-    let forward = |o: &mut CudaSlice<T>, lse: &mut CudaSlice<f32>| {
-        let mut o = Tensor4Mut::contiguous(o, qs);
-        rt.forward(&stream, &tq, &tk, &tv, &mut o, Some(lse), &params)
-    };
-    forward(&mut o, &mut lse)?;
-    let (o_gpu, lse_gpu) = (stream.clone_dtoh(&o)?, stream.clone_dtoh(&lse)?);
+    // o (contiguous, like q) and lse (f32 [b, h, s]), allocated by the call
+    let out = rt.forward(&stream, &tq, &tk, &tv, &params)?;
+    let (o_gpu, lse_gpu) = (stream.clone_dtoh(&out.o)?, stream.clone_dtoh(&out.lse)?);
 
     // The CPU float64 reference of the same (rounded) inputs.
     let shape = Shape {
@@ -193,16 +190,30 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
          (CPU reference took {ref_s:.1} s)"
     );
 
-    // Timing: CUDA events around ITERS launches after WARMUP.
+    // Timing: CUDA events around ITERS launches after WARMUP, into the outputs of the
+    // first call (`forward_into` writes preallocated buffers: no allocation is timed).
+    let (mut o, mut lse) = (out.o, out.lse);
+    let mut forward = || {
+        let mut o = Tensor4Mut::contiguous(&mut o, qs);
+        rt.forward_into(
+            &stream,
+            &tq,
+            &tk,
+            &tv,
+            &mut o,
+            Some(lse.as_view_mut()),
+            &params,
+        )
+    };
     let ctx = rt.context();
     let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
     let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
     for _ in 0..WARMUP {
-        forward(&mut o, &mut lse)?;
+        forward()?;
     }
     start.record(&stream)?;
     for _ in 0..ITERS {
-        forward(&mut o, &mut lse)?;
+        forward()?;
     }
     end.record(&stream)?;
     let ms = start.elapsed_ms(&end)? as f64 / ITERS as f64;

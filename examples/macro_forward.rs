@@ -14,7 +14,7 @@ use std::error::Error;
 
 use flash_ptx::runtime::reference::{self, Shape, rel_l2};
 use flash_ptx::runtime::rng::Rng;
-use flash_ptx::runtime::{BwdParams, FlashAttention, FlashError, FwdParams, Tensor4, Tensor4Mut};
+use flash_ptx::runtime::{AttnParams, BwdInputs, BwdOptions, FlashAttention, FlashError, Tensor4};
 use half::bf16;
 
 flash_ptx::flash_kernel! {
@@ -75,49 +75,32 @@ fn run() -> Result<(), Box<dyn Error>> {
         stream.clone_htod(&d_o)?,
     );
     let (qs, ks) = ([b, sq, h, d], [b, sk, hk, d]);
-    let mut o_d = stream.alloc_zeros::<bf16>(shape.q_len())?;
-    let mut lse_d = stream.alloc_zeros::<f32>(shape.lse_len())?;
-    let fwd = FwdParams {
-        causal: true,
-        ..Default::default()
-    };
-    rt.forward(
-        &stream,
-        &Tensor4::contiguous(&q_d, qs),
-        &Tensor4::contiguous(&k_d, ks),
-        &Tensor4::contiguous(&v_d, ks),
-        &mut Tensor4Mut::contiguous(&mut o_d, qs),
-        Some(&mut lse_d),
-        &fwd,
-    )?;
+    let (tq, tk, tv, tdo) = (
+        Tensor4::contiguous(&q_d, qs),
+        Tensor4::contiguous(&k_d, ks),
+        Tensor4::contiguous(&v_d, ks),
+        Tensor4::contiguous(&do_d, qs),
+    );
+    let params = AttnParams::causal(); // the forward's and the backward's
+    let fwd = rt.forward(&stream, &tq, &tk, &tv, &params)?;
     let (want_o, _) = reference::forward(&shape, &q, &k, &v, true, None);
-    let err_o = rel_l2(&stream.clone_dtoh(&o_d)?, &want_o);
+    let err_o = rel_l2(&stream.clone_dtoh(&fwd.o)?, &want_o);
     println!("forward  d{d} causal: rel_l2(o) = {err_o:.2e}");
 
-    let zeros = |n| stream.alloc_zeros::<bf16>(n);
-    let (mut dq, mut dk, mut dv) = (zeros(q.len())?, zeros(k.len())?, zeros(v.len())?);
-    rt.backward(
-        &stream,
-        &Tensor4::contiguous(&q_d, qs),
-        &Tensor4::contiguous(&k_d, ks),
-        &Tensor4::contiguous(&v_d, ks),
-        &Tensor4::contiguous(&o_d, qs),
-        &lse_d,
-        &Tensor4::contiguous(&do_d, qs),
-        &mut Tensor4Mut::contiguous(&mut dq, qs),
-        &mut Tensor4Mut::contiguous(&mut dk, ks),
-        &mut Tensor4Mut::contiguous(&mut dv, ks),
-        &BwdParams {
-            causal: true,
-            ..Default::default()
-        },
-        None,
-    )?;
+    let inputs = BwdInputs {
+        q: &tq,
+        k: &tk,
+        v: &tv,
+        o: &fwd.o(),
+        lse: &fwd.lse(),
+        d_o: &tdo,
+    };
+    let grads = rt.backward(&stream, inputs, &params, &BwdOptions::default())?;
     let want = reference::backward(&shape, &q, &k, &v, &d_o, true, None);
     let errs = [
-        ("dq", rel_l2(&stream.clone_dtoh(&dq)?, &want.dq)),
-        ("dk", rel_l2(&stream.clone_dtoh(&dk)?, &want.dk)),
-        ("dv", rel_l2(&stream.clone_dtoh(&dv)?, &want.dv)),
+        ("dq", rel_l2(&stream.clone_dtoh(&grads.dq)?, &want.dq)),
+        ("dk", rel_l2(&stream.clone_dtoh(&grads.dk)?, &want.dk)),
+        ("dv", rel_l2(&stream.clone_dtoh(&grads.dv)?, &want.dv)),
     ];
     for (name, e) in errs {
         println!("backward d{d} causal: rel_l2({name}) = {e:.2e}");
@@ -138,17 +121,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     // Head dim 128 is not in `attn`: a typed error that says what to add, no launch.
     let big = [1, 16, 1, 128];
     let x = stream.alloc_zeros::<bf16>(16 * 128)?;
-    let mut y = stream.alloc_zeros::<bf16>(16 * 128)?;
     let t = Tensor4::contiguous(&x, big);
-    let res = rt.forward(
-        &stream,
-        &t,
-        &t,
-        &t,
-        &mut Tensor4Mut::contiguous(&mut y, big),
-        None,
-        &fwd,
-    );
+    let res = rt.forward(&stream, &t, &t, &t, &params);
     match res {
         Err(e @ FlashError::KernelNotEmbedded { .. }) => println!("d128 refused: {e}"),
         other => return Err(format!("expected KernelNotEmbedded, got {other:?}").into()),

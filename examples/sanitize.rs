@@ -6,7 +6,9 @@
 
 use flash_runtime::reference::{self, Shape, rel_l2};
 use flash_runtime::rng::Rng;
-use flash_runtime::{BwdParams, Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
+use flash_runtime::{
+    AttnParams, BwdInputs, BwdOptions, Element, FlashAttention, GradsMut, Mask, Tensor4, Tensor4Mut,
+};
 use half::{bf16, f16};
 
 struct Case {
@@ -55,39 +57,43 @@ fn run<T: Element>(
         Tensor4::contiguous(&k, ks),
         Tensor4::contiguous(&v, ks),
     );
-    rt.forward(
+    let params = AttnParams::new().with_mask(if c.causal { Mask::Causal } else { Mask::None });
+    // NaN-poisoned outputs (an unwritten element fails the check): the preallocated calls
+    rt.forward_into(
         &stream,
         &tq,
         &tk,
         &tv,
         &mut Tensor4Mut::contiguous(&mut o, qs),
-        Some(&mut lse),
-        &FwdParams {
-            causal: c.causal,
-            ..Default::default()
-        },
+        Some(lse.as_view_mut()),
+        &params,
     )?;
     let (mut dq, mut dk, mut dv) = (
         stream.clone_htod(&nan(qh.len()))?,
         stream.clone_htod(&nan(kh.len()))?,
         stream.clone_htod(&nan(vh.len()))?,
     );
-    rt.backward(
+    let opts = match deterministic {
+        true => BwdOptions::deterministic(),
+        false => BwdOptions::default(),
+    };
+    rt.backward_into(
         &stream,
-        &tq,
-        &tk,
-        &tv,
-        &Tensor4::contiguous(&o, qs),
-        &lse,
-        &Tensor4::contiguous(&d_o, qs),
-        &mut Tensor4Mut::contiguous(&mut dq, qs),
-        &mut Tensor4Mut::contiguous(&mut dk, ks),
-        &mut Tensor4Mut::contiguous(&mut dv, ks),
-        &BwdParams {
-            causal: c.causal,
-            deterministic,
-            ..Default::default()
+        BwdInputs {
+            q: &tq,
+            k: &tk,
+            v: &tv,
+            o: &Tensor4::contiguous(&o, qs),
+            lse: &lse.as_view(),
+            d_o: &Tensor4::contiguous(&d_o, qs),
         },
+        GradsMut {
+            dq: &mut Tensor4Mut::contiguous(&mut dq, qs),
+            dk: &mut Tensor4Mut::contiguous(&mut dk, ks),
+            dv: &mut Tensor4Mut::contiguous(&mut dv, ks),
+        },
+        &params,
+        &opts,
         None,
     )?;
     let f = |x: Vec<T>| -> Vec<f64> { x.into_iter().map(|v| v.to_f32() as f64).collect() };

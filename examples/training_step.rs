@@ -21,7 +21,8 @@ use flash_runtime::flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 use flash_runtime::reference::{self, Shape, rel_l2};
 use flash_runtime::rng::Rng;
 use flash_runtime::{
-    BwdParams, BwdScratch, Element, FlashAttention, FwdParams, Tensor4, Tensor4Mut,
+    AttnParams, BwdInputs, BwdOptions, BwdScratch, Element, FlashAttention, GradsMut, Tensor4,
+    Tensor4Mut,
 };
 
 /// Where the kernels come from, the one line to change: `(kernel name, PTX)` pairs embedded
@@ -204,14 +205,24 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
         Tensor4::contiguous(&d_o, qs),
     );
 
-    // Forward: o and the lse the backward needs.
-    let fwd = FwdParams {
-        causal: p.causal,
-        softmax_scale: None,
+    // What the attention computes (mask, scale 1 / sqrt(d)): one value for both passes.
+    let params = match p.causal {
+        true => AttnParams::causal(),
+        false => AttnParams::new(),
     };
+    // Forward: o and the lse the backward needs, into the buffers above (a training loop
+    // reuses its buffers: `forward_into`; `forward` would allocate them per call).
     let fwd_ms = time_ms(&rt, &stream, || {
         let mut to = Tensor4Mut::contiguous(&mut o, qs);
-        rt.forward(&stream, &tq, &tk, &tv, &mut to, Some(&mut lse), &fwd)
+        rt.forward_into(
+            &stream,
+            &tq,
+            &tk,
+            &tv,
+            &mut to,
+            Some(lse.as_view_mut()),
+            &params,
+        )
     })?;
 
     // One scratch (D and the f32 dQ accumulator) for every backward call below.
@@ -236,26 +247,26 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
     let mut ok = true;
     let mut grads = [dq, dk, dv];
     for deterministic in [false, true] {
-        let params = BwdParams {
-            causal: p.causal,
-            softmax_scale: None,
-            deterministic,
+        let opts = match deterministic {
+            true => BwdOptions::deterministic(),
+            false => BwdOptions::default(),
+        };
+        let (to, lse) = (Tensor4::contiguous(&o, qs), lse.as_view());
+        let inputs = BwdInputs {
+            q: &tq,
+            k: &tk,
+            v: &tv,
+            o: &to,
+            lse: &lse,
+            d_o: &tdo,
         };
         let backward = |[dq, dk, dv]: &mut [CudaSlice<T>; 3], scratch: &mut BwdScratch| {
-            rt.backward(
-                &stream,
-                &tq,
-                &tk,
-                &tv,
-                &Tensor4::contiguous(&o, qs),
-                &lse,
-                &tdo,
-                &mut Tensor4Mut::contiguous(dq, qs),
-                &mut Tensor4Mut::contiguous(dk, ks),
-                &mut Tensor4Mut::contiguous(dv, ks),
-                &params,
-                Some(scratch),
-            )
+            let grads = GradsMut {
+                dq: &mut Tensor4Mut::contiguous(dq, qs),
+                dk: &mut Tensor4Mut::contiguous(dk, ks),
+                dv: &mut Tensor4Mut::contiguous(dv, ks),
+            };
+            rt.backward_into(&stream, inputs, grads, &params, &opts, Some(scratch))
         };
         backward(&mut grads, &mut scratch)?;
         let got = download(&stream, &grads)?;

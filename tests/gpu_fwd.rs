@@ -5,17 +5,21 @@
 //! element of the view must be written (no NaN) and every padding element left untouched.
 //! `GPU_FWD_D=64,128` limits the head dims. The cases the d256 kernel serves run a second
 //! time under a 99 KiB shared-memory limit, on its compact tiling (RTX 30/40).
+//! Those run the preallocated `forward_into`; the allocating `forward` is checked against
+//! the reference on a few cases, and `[b, h, s, d]` (PyTorch) tensors through
+//! `Tensor4::from_bhsd` / `Tensor4Mut::from_bhsd` against the same `[b, s, h, d]` ones.
 #![cfg(feature = "gpu")]
 
 use cudarc::driver::{CudaSlice, CudaStream};
 use flash_codegen::{DType, KernelSpec, Tiling};
 use flash_runtime::reference::{Shape, attention_forward, rel_l2};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, FwdParams, Tensor4};
+use flash_runtime::tensor::contiguous_strides;
+use flash_runtime::{Element, FlashAttention, Tensor4, Tensor4Mut};
 use std::sync::Arc;
 
 mod gpu_support;
-use gpu_support::{Placed, rounded, upload};
+use gpu_support::{Placed, attn_params, bhsd_to_bshd, bshd_to_bhsd, rounded, upload};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Layout {
@@ -86,11 +90,12 @@ fn run_case<T: Element>(
     let mut o_buf: CudaSlice<T> = stream.clone_htod(&vec![T::from_f32(f32::NAN); o_len])?;
     let lse_n = c.b * c.h * c.sq;
     let mut lse_buf = stream.clone_htod(&vec![f32::NAN; lse_n + 32])?;
-    let params = FwdParams {
-        causal: c.causal,
-        softmax_scale: None,
+    let params = attn_params(c.causal, None);
+    let lse_arg = if c.lse {
+        Some(lse_buf.as_view_mut())
+    } else {
+        None
     };
-    let lse_arg = if c.lse { Some(&mut lse_buf) } else { None };
     let mut o_t = po.view_mut(&mut o_buf);
     if c.layout == Layout::Packed {
         let (s, h, d) = (c.sq, c.h, c.d);
@@ -108,7 +113,7 @@ fn run_case<T: Element>(
         }
         let buf = stream.clone_htod(&host)?;
         let view = |i: usize| Tensor4::strided(buf.slice(i * h * d..), qs, pq.strides);
-        rt.forward(
+        rt.forward_into(
             stream,
             &view(0),
             &view(1),
@@ -124,7 +129,7 @@ fn run_case<T: Element>(
         let k_d = upload(stream, &pk, &k)?;
         let v_d = upload(stream, &pk, &v)?;
 
-        rt.forward(
+        rt.forward_into(
             stream,
             &pq.view(&q_d),
             &pk.view(&k_d),
@@ -161,7 +166,7 @@ fn run_case<T: Element>(
         problems.push(format!("{nan} of {} o elements NaN (unwritten?)", o.len()));
     }
     let masked_nonzero = (0..o.len())
-        .filter(|&i| r.lse[lse_index(c, i)] == f64::NEG_INFINITY && o[i] != 0.0)
+        .filter(|&i| r.lse[lse_index(qs, i)] == f64::NEG_INFINITY && o[i] != 0.0)
         .count();
     if masked_nonzero > 0 {
         problems.push(format!(
@@ -209,11 +214,11 @@ fn run_case<T: Element>(
     })
 }
 
-/// Index into lse `[b, h, sq]` of logical o element `i` (`[b, sq, h, d]`).
-fn lse_index(c: &Case, i: usize) -> usize {
-    let row = i / c.d;
-    let (bi, si, hi) = (row / (c.sq * c.h), (row / c.h) % c.sq, row % c.h);
-    (bi * c.h + hi) * c.sq + si
+/// Index into lse `[b, h, sq]` of logical o element `i` (o's shape `[b, sq, h, d]`).
+fn lse_index([_, sq, h, d]: [usize; 4], i: usize) -> usize {
+    let row = i / d;
+    let (bi, si, hi) = (row / (sq * h), (row / h) % sq, row % h);
+    (bi * h + hi) * sq + si
 }
 
 fn cases() -> Vec<Case> {
@@ -341,5 +346,313 @@ fn forward_matches_f64_reference() {
         "{} failing cases:\n{}",
         failures.len(),
         failures.join("\n")
+    );
+}
+
+/// Largest `|got - want|` over an lse, where the same infinity counts as equal (NaN and a
+/// length mismatch: infinite).
+fn lse_max_err(got: &[f32], want: &[f64]) -> f64 {
+    if got.len() != want.len() {
+        return f64::INFINITY;
+    }
+    got.iter()
+        .zip(want)
+        .map(|(&g, &w)| match (g as f64 - w).abs() {
+            _ if g as f64 == w => 0.0,
+            e if e.is_nan() => f64::INFINITY,
+            e => e,
+        })
+        .fold(0.0, f64::max)
+}
+
+/// The o rel-L2 tolerance of `dtype`.
+fn o_tol(dtype: DType) -> f64 {
+    if dtype == DType::Bf16 { 3e-3 } else { 4e-4 }
+}
+
+/// A problem: (head_dim, dtype, causal, batch, seqlen_q, seqlen_k, heads, heads_k, scale).
+type Problem = (
+    usize,
+    DType,
+    bool,
+    usize,
+    usize,
+    usize,
+    usize,
+    usize,
+    Option<f32>,
+);
+
+/// The allocating forward of `pr` (inputs contiguous, NaN after their ends) against the
+/// reference: the shapes and lengths of what it returns, o (fully masked rows exactly 0)
+/// and lse. The problems found.
+fn allocating_case<T: Element>(
+    rt: &FlashAttention,
+    stream: &Arc<CudaStream>,
+    pr: &Problem,
+    seed: u64,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let &(d, dtype, causal, b, sq, sk, h, hk, scale) = pr;
+    let (qs, ks) = ([b, sq, h, d], [b, sk, hk, d]);
+    let mut rng = Rng::new(seed);
+    let (q, qf) = rounded::<T>(&mut rng, qs.iter().product());
+    let (k, kf) = rounded::<T>(&mut rng, ks.iter().product());
+    let (v, vf) = rounded::<T>(&mut rng, ks.iter().product());
+    let (pq, pk) = (Placed::new(qs, false), Placed::new(ks, false));
+    let (q_d, k_d, v_d) = (
+        upload(stream, &pq, &q)?,
+        upload(stream, &pk, &k)?,
+        upload(stream, &pk, &v)?,
+    );
+    let params = attn_params(causal, scale);
+    let out = rt.forward(
+        stream,
+        &pq.view(&q_d),
+        &pk.view(&k_d),
+        &pk.view(&v_d),
+        &params,
+    )?;
+    let mut problems = Vec::new();
+    let (n, lse_n) = (q.len(), b * h * sq);
+    let o_view = out.o();
+    if out.shape != qs || o_view.shape() != qs || o_view.strides() != contiguous_strides(qs) {
+        problems.push(format!(
+            "o shape {:?} / view {:?} strides {:?}, want {qs:?} contiguous",
+            out.shape,
+            o_view.shape(),
+            o_view.strides()
+        ));
+    }
+    if out.o.len() < n || out.lse.len() < lse_n || out.lse().len() != out.lse.len() {
+        problems.push(format!(
+            "o holds {} (want {n}), lse {} (want {lse_n})",
+            out.o.len(),
+            out.lse.len()
+        ));
+    }
+    let o_host: Vec<T> = stream.clone_dtoh(&out.o)?;
+    let lse_host: Vec<f32> = stream.clone_dtoh(&out.lse)?;
+    let shape = Shape {
+        batch: b,
+        seqlen_q: sq,
+        seqlen_k: sk,
+        heads: h,
+        heads_k: hk,
+        head_dim: d,
+    };
+    let r = attention_forward(&shape, &qf, &kf, &vf, causal, scale.map(f64::from))?;
+    let o: Vec<f64> = o_host[..n.min(o_host.len())]
+        .iter()
+        .map(|x| x.to_f32() as f64)
+        .collect();
+    let o_err = rel_l2(&o, &r.o);
+    let ok = o_err <= o_tol(dtype); // false for NaN
+    if !ok {
+        problems.push(format!("o rel-L2 {o_err:.3e} > {:.0e}", o_tol(dtype)));
+    }
+    let masked_nonzero = (0..o.len())
+        .filter(|&i| r.lse[lse_index(qs, i)] == f64::NEG_INFINITY && o[i] != 0.0)
+        .count();
+    if masked_nonzero > 0 {
+        problems.push(format!(
+            "{masked_nonzero} o elements of fully masked rows not 0"
+        ));
+    }
+    let lse_err = lse_max_err(&lse_host[..lse_n.min(lse_host.len())], &r.lse);
+    let ok = lse_err <= 1e-3;
+    if !ok {
+        problems.push(format!("lse max abs error {lse_err:.3e} > 1e-3"));
+    }
+    println!(
+        "allocating d={d:3} {:4} causal={causal:5} b={b} sq={sq:4} sk={sk:4} h={h} hk={hk} \
+         scale={scale:?}: o_rel_l2={o_err:.2e} lse_abs={lse_err:.2e}",
+        dtype.name()
+    );
+    Ok(problems)
+}
+
+/// Runs `f` on each problem in its dtype; panics with every failure.
+fn for_each_problem(
+    problems: &[Problem],
+    f16: impl Fn(&Problem, u64) -> Result<Vec<String>, Box<dyn std::error::Error>>,
+    bf16: impl Fn(&Problem, u64) -> Result<Vec<String>, Box<dyn std::error::Error>>,
+) {
+    let mut failures = Vec::new();
+    for (i, pr) in problems.iter().enumerate() {
+        let seed = 0xa11c ^ ((i as u64) << 20);
+        let res = match pr.1 {
+            DType::F16 => f16(pr, seed),
+            DType::Bf16 => bf16(pr, seed),
+        };
+        match res {
+            Ok(p) if p.is_empty() => {}
+            Ok(p) => failures.push(format!("{pr:?}: {}", p.join("; "))),
+            Err(e) => failures.push(format!("{pr:?}: error {e}")),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// `FlashAttention::forward` (which allocates o and lse) on a few cases: causal and not,
+/// GQA and MQA, odd lengths both ways, a head dim below its kernel's, a given scale, no
+/// keys, both dtypes.
+#[test]
+fn allocating_forward_matches_f64_reference() {
+    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let stream = rt.context().default_stream();
+    let problems: [Problem; 8] = [
+        (64, DType::F16, false, 2, 128, 128, 8, 2, None), // GQA 8/2
+        (64, DType::Bf16, true, 2, 128, 128, 8, 2, None),
+        (128, DType::Bf16, true, 1, 17, 300, 4, 1, None), // MQA, sq < sk
+        (96, DType::F16, true, 2, 333, 77, 4, 2, Some(0.2)), // sq > sk: fully masked rows
+        (40, DType::Bf16, false, 1, 1000, 1001, 2, 2, None),
+        (256, DType::F16, true, 1, 129, 129, 2, 1, None),
+        (128, DType::F16, false, 1, 1, 1000, 4, 1, None), // decode
+        (32, DType::Bf16, false, 1, 5, 0, 2, 2, None),    // no keys: o = 0, lse = -inf
+    ];
+    for_each_problem(
+        &problems,
+        |pr, seed| allocating_case::<half::f16>(&rt, &stream, pr, seed),
+        |pr, seed| allocating_case::<half::bf16>(&rt, &stream, pr, seed),
+    );
+}
+
+/// The same problem through `[b, s, h, d]` tensors (contiguous) and through `[b, h, s, d]`
+/// ones (PyTorch's layout: `Tensor4::from_bhsd` inputs into the allocating forward, and
+/// `Tensor4Mut::from_bhsd` for o in `forward_into`): the same o and lse, bit for bit (the
+/// layout changes only the addresses). The `[b, s, h, d]` o also against the reference.
+fn bhsd_case<T: Element>(
+    rt: &FlashAttention,
+    stream: &Arc<CudaStream>,
+    pr: &Problem,
+    seed: u64,
+) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    let &(d, dtype, causal, b, sq, sk, h, hk, scale) = pr;
+    let (qs, ks) = ([b, sq, h, d], [b, sk, hk, d]);
+    let (qb, kb) = ([b, h, sq, d], [b, hk, sk, d]); // the [b, h, s, d] buffers' own shapes
+    let mut rng = Rng::new(seed);
+    let (q, qf) = rounded::<T>(&mut rng, qs.iter().product());
+    let (k, kf) = rounded::<T>(&mut rng, ks.iter().product());
+    let (v, vf) = rounded::<T>(&mut rng, ks.iter().product());
+    let params = attn_params(causal, scale);
+    let (q_d, k_d, v_d) = (
+        stream.clone_htod(&q)?,
+        stream.clone_htod(&k)?,
+        stream.clone_htod(&v)?,
+    );
+    let bshd = rt.forward(
+        stream,
+        &Tensor4::contiguous(&q_d, qs),
+        &Tensor4::contiguous(&k_d, ks),
+        &Tensor4::contiguous(&v_d, ks),
+        &params,
+    )?;
+    let (qt, kt, vt) = (
+        stream.clone_htod(&bshd_to_bhsd(&q, qs))?,
+        stream.clone_htod(&bshd_to_bhsd(&k, ks))?,
+        stream.clone_htod(&bshd_to_bhsd(&v, ks))?,
+    );
+    let (tq, tk, tv) = (
+        Tensor4::from_bhsd(&qt, qb),
+        Tensor4::from_bhsd(&kt, kb),
+        Tensor4::from_bhsd(&vt, kb),
+    );
+    let mut problems = Vec::new();
+    if tq.shape() != qs || tk.shape() != ks {
+        problems.push(format!(
+            "from_bhsd shapes {:?} {:?}",
+            tq.shape(),
+            tk.shape()
+        ));
+    }
+    let bhsd = rt.forward(stream, &tq, &tk, &tv, &params)?;
+    // o in [b, h, s, d] too, written into a NaN-filled buffer
+    let mut o_t = stream.clone_htod(&vec![T::from_f32(f32::NAN); q.len()])?;
+    let mut lse_t = stream.clone_htod(&vec![f32::NAN; b * h * sq])?;
+    let mut o_view = Tensor4Mut::from_bhsd(&mut o_t, qb);
+    rt.forward_into(
+        stream,
+        &tq,
+        &tk,
+        &tv,
+        &mut o_view,
+        Some(lse_t.as_view_mut()),
+        &params,
+    )?;
+
+    let bits = |x: &[T]| -> Vec<u32> { x.iter().map(|v| v.to_f32().to_bits()).collect() };
+    let fbits = |x: &[f32]| -> Vec<u32> { x.iter().map(|v| v.to_bits()).collect() };
+    let (o_want, lse_want): (Vec<T>, Vec<f32>) =
+        (stream.clone_dtoh(&bshd.o)?, stream.clone_dtoh(&bshd.lse)?);
+    let o_got: Vec<T> = stream.clone_dtoh(&bhsd.o)?;
+    let o_t_host: Vec<T> = bhsd_to_bshd(&stream.clone_dtoh(&o_t)?, qs);
+    for (what, got) in [("from_bhsd inputs: o", &o_got), ("from_bhsd o", &o_t_host)] {
+        if bits(got) != bits(&o_want) {
+            let n = got
+                .iter()
+                .zip(&o_want)
+                .filter(|(a, b)| a.to_f32().to_bits() != b.to_f32().to_bits())
+                .count();
+            problems.push(format!(
+                "{what}: {n} elements differ from the [b, s, h, d] call's"
+            ));
+        }
+    }
+    for (what, lse) in [
+        ("from_bhsd inputs: lse", stream.clone_dtoh(&bhsd.lse)?),
+        ("from_bhsd o: lse", stream.clone_dtoh(&lse_t)?),
+    ] {
+        if fbits(&lse) != fbits(&lse_want) {
+            problems.push(format!("{what} differs from the [b, s, h, d] call's"));
+        }
+    }
+    let shape = Shape {
+        batch: b,
+        seqlen_q: sq,
+        seqlen_k: sk,
+        heads: h,
+        heads_k: hk,
+        head_dim: d,
+    };
+    let r = attention_forward(&shape, &qf, &kf, &vf, causal, scale.map(f64::from))?;
+    let o_f: Vec<f64> = o_want.iter().map(|x| x.to_f32() as f64).collect();
+    let o_err = rel_l2(&o_f, &r.o);
+    let ok = o_err <= o_tol(dtype); // false for NaN
+    if !ok {
+        problems.push(format!("o rel-L2 {o_err:.3e} > {:.0e}", o_tol(dtype)));
+    }
+    println!(
+        "bhsd d={d:3} {:4} causal={causal:5} b={b} sq={sq:4} sk={sk:4} h={h} hk={hk}: \
+         o_rel_l2={o_err:.2e} {}",
+        dtype.name(),
+        if problems.is_empty() {
+            "same bits"
+        } else {
+            "DIFFERENT"
+        }
+    );
+    Ok(problems)
+}
+
+#[test]
+fn bhsd_tensors_match_bshd_tensors() {
+    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let stream = rt.context().default_stream();
+    let problems: [Problem; 5] = [
+        (64, DType::F16, true, 2, 77, 131, 4, 2, None), // GQA, odd lengths
+        (128, DType::Bf16, false, 1, 200, 200, 8, 2, None),
+        (96, DType::Bf16, true, 2, 131, 77, 2, 1, Some(0.25)), // MQA, fully masked rows
+        (256, DType::F16, false, 1, 65, 33, 2, 2, None),
+        (40, DType::F16, false, 3, 1, 300, 2, 1, None), // one query row: s-stride unused
+    ];
+    for_each_problem(
+        &problems,
+        |pr, seed| bhsd_case::<half::f16>(&rt, &stream, pr, seed),
+        |pr, seed| bhsd_case::<half::bf16>(&rt, &stream, pr, seed),
     );
 }

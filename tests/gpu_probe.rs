@@ -4,7 +4,7 @@
 
 use flash_codegen::KernelSpec;
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, FlashError, FwdParams, Tensor4, Tensor4Mut};
+use flash_runtime::{AttnParams, Element, FlashAttention, FlashError, Tensor4, Tensor4Mut};
 
 fn runtime() -> FlashAttention {
     FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"))
@@ -123,10 +123,10 @@ fn forward_checks_real_buffers() {
         .clone_htod(&vec![half::bf16::from_f32(0.5); n])
         .unwrap();
     let mut small = stream.alloc_zeros::<half::bf16>(n - 8).unwrap();
-    let p = FwdParams::default();
+    let p = AttnParams::new();
     let t = |sh| Tensor4::contiguous(&x, sh);
     let e = rt
-        .forward(
+        .forward_into(
             &stream,
             &t([b, s, h, d]),
             &t([b, s, h, d]),
@@ -141,7 +141,7 @@ fn forward_checks_real_buffers() {
     let q_odd = Tensor4::contiguous(x.slice(1..), [b, s - 1, h, d]);
     let mut o = stream.alloc_zeros::<half::bf16>(n).unwrap();
     let e = rt
-        .forward(
+        .forward_into(
             &stream,
             &q_odd,
             &t([b, s, h, d]),
@@ -156,7 +156,7 @@ fn forward_checks_real_buffers() {
         "{e}"
     );
     // empty batch: nothing launched, Ok
-    rt.forward(
+    rt.forward_into(
         &stream,
         &t([0, s, h, d]),
         &t([0, s, h, d]),

@@ -4,10 +4,8 @@
 
 use flash_codegen::abi::FWD_PARAMS;
 use flash_codegen::{Arch, DType, Tiling};
-use flash_runtime::validate::{
-    FwdArgs, FwdParams, LseDesc, ParamValue, TensorDesc, plan_fwd, plan_fwd_on,
-};
-use flash_runtime::{FlashError, FwdPlan, tensor::contiguous_strides};
+use flash_runtime::validate::{FwdArgs, LseDesc, ParamValue, TensorDesc, plan_fwd, plan_fwd_on};
+use flash_runtime::{AttnParams, FlashError, FwdPlan, Mask, tensor::contiguous_strides};
 
 const BF: DType = DType::Bf16;
 
@@ -30,7 +28,7 @@ fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> FwdArg
         v: t([b, sk, hk, d], 0x3000_0000),
         o: t([b, sq, h, d], 0x4000_0000),
         lse: None,
-        params: FwdParams::default(),
+        params: AttnParams::new(),
     }
 }
 
@@ -69,7 +67,7 @@ fn the_gpus_shared_memory_picks_the_tiling() {
 #[test]
 fn good_plan_follows_the_abi() {
     let mut a = args(2, 100, 300, 8, 2, 128);
-    a.params.causal = true;
+    a.params.mask = Mask::Causal;
     a.lse = Some(LseDesc {
         ptr: 0x5000_0000,
         len: 2 * 8 * 100,

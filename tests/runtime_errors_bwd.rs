@@ -5,9 +5,11 @@
 use flash_codegen::abi::{grid, params};
 use flash_codegen::{Arch, DType, Pass};
 use flash_runtime::validate::{
-    BufDesc, BwdArgs, BwdParams, ParamValue, ScratchDesc, ScratchNeed, TensorDesc, plan_bwd,
+    BufDesc, BwdArgs, ParamValue, ScratchDesc, ScratchNeed, TensorDesc, plan_bwd,
 };
-use flash_runtime::{BwdPlan, FlashError, tensor::contiguous_strides};
+use flash_runtime::{
+    AttnParams, BwdOptions, BwdPlan, FlashError, Mask, tensor::contiguous_strides,
+};
 
 const BF: DType = DType::Bf16;
 const DVEC: u64 = 0xa000_0000;
@@ -50,10 +52,8 @@ fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArg
             }),
         }),
         // atomic mode: the plans below expect the dq_accum scratch and the post pass
-        params: BwdParams {
-            deterministic: false,
-            ..BwdParams::default()
-        },
+        params: AttnParams::new(),
+        opts: BwdOptions::new(),
     }
 }
 
@@ -77,7 +77,7 @@ fn f32_param(p: Option<ParamValue>) -> f64 {
 #[test]
 fn atomic_plan_follows_the_abi() {
     let mut a = args(2, 100, 300, 8, 2, 128);
-    a.params.causal = true;
+    a.params.mask = Mask::Causal;
     let p = plan(&a).unwrap();
     let names: Vec<String> = p.launches.iter().map(|l| l.spec.name()).collect();
     assert_eq!(
@@ -133,8 +133,8 @@ fn atomic_plan_follows_the_abi() {
 #[test]
 fn deterministic_plan_runs_dq_without_accumulator() {
     let mut a = args(1, 77, 77, 4, 4, 64);
-    a.params.deterministic = true;
-    a.params.causal = true;
+    a.opts.deterministic = true;
+    a.params.mask = Mask::Causal;
     a.scratch.as_mut().unwrap().dq_accum = None; // not needed in this mode
     let p = plan(&a).unwrap();
     let passes: Vec<Pass> = p.launches.iter().map(|l| l.spec.pass).collect();
@@ -165,7 +165,7 @@ fn dry_run_sizes_the_scratch() {
     assert_eq!(p.launches[1].spec.head_dim, 64);
     assert_eq!(p.launches[1].param("head_dim"), Some(ParamValue::U32(40)));
     a.params.softmax_scale = Some(0.5);
-    a.params.deterministic = true;
+    a.opts.deterministic = true;
     let p = plan(&a).unwrap();
     assert_eq!(p.scratch.dq_accum, 0);
     assert_eq!(f32_param(p.launches[2].param("softmax_scale")), 0.5);
@@ -433,9 +433,11 @@ fn grid_too_large_and_invalid_scale() {
 
 #[test]
 fn default_mode_is_atomic() {
-    // like FlashAttention-2; the deterministic mode is opt-in (see BwdParams::deterministic)
-    assert!(!BwdParams::default().deterministic);
-    assert_eq!(BwdParams::default().softmax_scale, None);
+    // like FlashAttention-2; the deterministic mode is opt-in (see BwdOptions::deterministic)
+    assert!(!BwdOptions::default().deterministic);
+    assert_eq!(BwdOptions::default(), BwdOptions::new());
+    assert_eq!(AttnParams::default().softmax_scale, None);
+    assert_eq!(AttnParams::default().mask, Mask::None);
 }
 
 #[test]
@@ -482,7 +484,7 @@ fn long_sequences_take_the_long_tiling_in_atomic_mode() {
     let short = args(1, from - 1, 1000, 2, 2, 120);
     assert_eq!(main(&short, true).0, "fa2_bwd_d128_bf16_sm80");
     let mut det = a;
-    det.params.deterministic = true;
+    det.opts.deterministic = true;
     det.scratch.as_mut().unwrap().dq_accum = None;
     assert_eq!(main(&det, true).0, "fa2_bwd_d128_bf16_sm80");
     // head dims without a long row keep the standard one

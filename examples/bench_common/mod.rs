@@ -1,10 +1,11 @@
 //! What `bench_fwd` and `bench_bwd` share: the FlashAttention-2 paper's setup, the sweep's
-//! environment filters and the median.
+//! environment filters, the median and a row's attention parameters.
 #![allow(dead_code)] // each bench uses its own subset
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
+use flash_runtime::{AttnParams, Mask};
 
 /// Tokens per row of the sweep (batch = TOKENS / seqlen).
 pub const TOKENS: usize = 16384;
@@ -35,6 +36,11 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
     } else {
         (xs[m - 1] + xs[m]) / 2.0
     }
+}
+
+/// A row's attention: the causal mask or none, scale `1 / sqrt(d)` (both passes).
+pub fn attn_params(causal: bool) -> AttnParams {
+    AttnParams::new().with_mask(if causal { Mask::Causal } else { Mask::None })
 }
 
 /// The rows to time: env BENCH_D, BENCH_SEQ, BENCH_CAUSAL (0,1) and BENCH_ITERS.

@@ -5,22 +5,43 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUfunction_attribute};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
-    DeviceSlice, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, CudaViewMut, DevicePtr,
+    DevicePtrMut, DeviceSlice, LaunchConfig, PushKernelArg, ValidAsZeroBits,
 };
 use cudarc::nvrtc::Ptx;
 use flash_codegen::{Arch, KernelSpec, Mask, Tiling};
 
 use crate::embedded::{EmbeddedKernel, ptx_source};
 use crate::error::{FlashError, Result};
+use crate::outputs::Forward;
+use crate::params::AttnParams;
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{FwdArgs, FwdParams, LaunchPlan, LseDesc, ParamValue, plan_fwd_on};
+use crate::validate::{FwdArgs, LaunchPlan, LseDesc, ParamValue, plan_fwd_on};
 
 /// True when the NVIDIA driver library can be loaded. cudarc panics on the first driver
 /// call without it, so this is checked before any.
 pub fn driver_present() -> bool {
     // SAFETY: only tries to dlopen the driver library by its known names; no driver call.
     unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// A zeroed device buffer of `n` elements (at least 1: the driver allocates no empty
+/// buffer), on `stream`.
+pub(crate) fn alloc<T: ValidAsZeroBits + cudarc::driver::DeviceRepr>(
+    stream: &Arc<CudaStream>,
+    n: usize,
+) -> Result<CudaSlice<T>> {
+    if n == usize::MAX {
+        return Err(FlashError::ShapeMismatch(
+            "the output would hold more elements than any device has".into(),
+        ));
+    }
+    Ok(stream.alloc_zeros::<T>(n.max(1))?)
+}
+
+/// The product of dims, saturating (the checks then report the tensor as too large).
+pub(crate) fn prod_of(dims: &[usize]) -> usize {
+    dims.iter().fold(1usize, |a, &d| a.saturating_mul(d))
 }
 
 /// A loaded kernel: the module (kept alive) and its entry point.
@@ -264,22 +285,44 @@ impl FlashAttention {
         }
     }
 
-    /// Attention forward: `o = softmax(q k^T * scale [+ causal mask]) v` and, if given,
-    /// `lse` (f32 `[batch, heads, seqlen_q]`, natural log), enqueued on `stream`.
+    /// Attention forward, allocating: `o = softmax(q k^T * scale + mask) v` (contiguous,
+    /// shaped like q) and `lse` (f32 `[batch, heads, seqlen_q]`, natural log), enqueued on
+    /// `stream`; see [`FlashAttention::forward_into`] for the rules and the preallocated
+    /// form.
+    pub fn forward<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        q: &Tensor4<'_, T>,
+        k: &Tensor4<'_, T>,
+        v: &Tensor4<'_, T>,
+        params: &AttnParams,
+    ) -> Result<Forward<T>> {
+        let shape = q.shape();
+        let [b, sq, h, _] = shape;
+        let mut o = alloc(stream, prod_of(&shape))?;
+        let mut lse = alloc(stream, prod_of(&[b, h, sq]))?;
+        let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
+        self.forward_into(stream, q, k, v, &mut o_t, Some(lse.as_view_mut()), params)?;
+        Ok(Forward { o, lse, shape })
+    }
+
+    /// Attention forward into preallocated outputs: `o = softmax(q k^T * scale + mask) v`
+    /// and, if given, `lse` (f32 `[batch, heads, seqlen_q]`, contiguous, natural log),
+    /// enqueued on `stream`.
     ///
     /// q `[b, sq, h, d]`, k and v `[b, sk, hk, d]`, o like q; `h % hk == 0`; `d` a multiple
     /// of 8 up to 256. Every check runs before the launch and fails with a typed
     /// [`FlashError`]; the launch itself is asynchronous.
     #[allow(clippy::too_many_arguments)]
-    pub fn forward<T: Element>(
+    pub fn forward_into<T: Element>(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         q: &Tensor4<'_, T>,
         k: &Tensor4<'_, T>,
         v: &Tensor4<'_, T>,
         o: &mut Tensor4Mut<'_, T>,
-        lse: Option<&mut CudaSlice<f32>>,
-        params: &FwdParams,
+        mut lse: Option<CudaViewMut<'_, f32>>,
+        params: &AttnParams,
     ) -> Result<()> {
         self.check_ctx("stream", stream.context())?;
         self.check_ctx("q", q.view.stream().context())?;
@@ -287,7 +330,7 @@ impl FlashAttention {
         self.check_ctx("v", v.view.stream().context())?;
         self.check_ctx("o", o.view.stream().context())?;
         if let Some(l) = &lse {
-            self.check_ctx("lse", l.context())?;
+            self.check_ctx("lse", l.stream().context())?;
         }
         // The guards make `stream` wait for earlier writes (and, for o/lse, reads) of each
         // buffer; dropped after the launch, they record this launch's read/write events.
@@ -296,7 +339,7 @@ impl FlashAttention {
         let (v_ptr, _v_guard) = v.view.device_ptr(stream);
         let o_desc = o.desc(0);
         let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
-        let (lse_desc, _lse_guard) = match lse {
+        let (lse_desc, _lse_guard) = match lse.as_mut() {
             Some(l) => {
                 let len = l.len();
                 let (ptr, guard) = l.device_ptr_mut(stream);

@@ -4,14 +4,18 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice,
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    DeviceSlice,
 };
 
 use crate::FlashAttention;
+use crate::attention::{alloc, prod_of};
 use crate::error::{FlashError, Result};
-use crate::tensor::{Element, IntoDeviceView, Tensor4, Tensor4Mut};
+use crate::outputs::Gradients;
+use crate::params::{AttnParams, BwdOptions};
+use crate::tensor::{Element, Tensor4, Tensor4Mut};
 use crate::validate::{
-    BufDesc, BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd_with,
+    BufDesc, BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd_with,
 };
 
 /// Device scratch of the backward: D = rowsum(dO * O) (f32 `[batch, heads, seqlen_q]`) and,
@@ -87,81 +91,119 @@ fn fill_zero<T: Element>(
     Ok(())
 }
 
+/// What a backward reads: the forward's inputs and outputs, and the loss gradient w.r.t. o.
+/// `lse` is the forward's f32 `[batch, heads, seqlen_q]`.
+#[derive(Clone, Copy)]
+pub struct BwdInputs<'a, 'b, T> {
+    /// Queries `[b, sq, h, d]`.
+    pub q: &'b Tensor4<'a, T>,
+    /// Keys `[b, sk, hk, d]`.
+    pub k: &'b Tensor4<'a, T>,
+    /// Values `[b, sk, hk, d]`.
+    pub v: &'b Tensor4<'a, T>,
+    /// The forward's output, like q.
+    pub o: &'b Tensor4<'a, T>,
+    /// The forward's log-sum-exp, f32 `[b, h, sq]`, contiguous.
+    pub lse: &'b CudaView<'a, f32>,
+    /// dL/do, like q.
+    pub d_o: &'b Tensor4<'a, T>,
+}
+
+/// Where a preallocated backward writes: dq like q, dk and dv like k and v (each summed
+/// over the `heads / heads_k` query heads sharing a kv head).
+pub struct GradsMut<'a, 'b, T> {
+    /// dL/dq.
+    pub dq: &'b mut Tensor4Mut<'a, T>,
+    /// dL/dk.
+    pub dk: &'b mut Tensor4Mut<'a, T>,
+    /// dL/dv.
+    pub dv: &'b mut Tensor4Mut<'a, T>,
+}
+
 impl FlashAttention {
-    /// Attention backward: from the forward's inputs, its output `o` and `lse`, and `d_o`
-    /// (the loss gradient w.r.t. o), writes dq (like q) and dk, dv (like k, v; each summed
-    /// over the `heads / heads_k` query heads sharing a kv head), enqueued on `stream`.
-    ///
-    /// `params.causal` and `params.softmax_scale` must be the forward's. Same layout rules
-    /// as [`FlashAttention::forward`]; `lse` is the forward's f32 `[batch, heads, seqlen_q]`.
-    /// Atomic mode (default) runs three kernels (D, main pass with f32 atomics for dQ, dQ
-    /// conversion); `params.deterministic` gives bitwise reproducible gradients for ~7/5 of
-    /// the matmul FLOPs. `scratch`: `None` allocates it per call (see [`BwdScratch`]).
-    /// An empty problem launches nothing and zero-fills the gradients that have elements
-    /// (e.g. dq when `seqlen_k == 0`). Every check runs before the first launch and fails
-    /// with a typed [`FlashError`]; the launches themselves are asynchronous.
+    /// Attention backward, allocating: the gradients dq (like q) and dk, dv (like k and v),
+    /// contiguous; see [`FlashAttention::backward_into`] for the rules and the
+    /// preallocated form. `params` must be the forward's.
     ///
     /// ```no_run
-    /// use flash_runtime::{BwdParams, BwdScratch, FlashAttention, FwdParams, Tensor4, Tensor4Mut};
+    /// use flash_runtime::{AttnParams, BwdInputs, BwdOptions, FlashAttention, Tensor4};
     /// # fn main() -> flash_runtime::Result<()> {
     /// let rt = FlashAttention::on_device(0)?;
     /// let stream = rt.context().default_stream();
     /// let shape = [2, 1024, 16, 128]; // [batch, seqlen, heads, head_dim]
-    /// let n: usize = shape.iter().product();
-    /// let x = vec![half::bf16::from_f32(0.5); n];
+    /// let x = vec![half::bf16::from_f32(0.5); shape.iter().product()];
     /// let (q, k, v, d_o) = (
     ///     stream.clone_htod(&x)?,
     ///     stream.clone_htod(&x)?,
     ///     stream.clone_htod(&x)?,
     ///     stream.clone_htod(&x)?,
     /// );
-    /// let mut o = stream.alloc_zeros::<half::bf16>(n)?;
-    /// let mut lse = stream.alloc_zeros::<f32>(2 * 16 * 1024)?;
     /// let t = |x| Tensor4::contiguous(x, shape);
-    /// let fwd = FwdParams { causal: true, ..Default::default() };
-    /// let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
-    /// rt.forward(&stream, &t(&q), &t(&k), &t(&v), &mut o_t, Some(&mut lse), &fwd)?;
-    ///
-    /// let (mut dq, mut dk, mut dv) = (
-    ///     stream.alloc_zeros::<half::bf16>(n)?,
-    ///     stream.alloc_zeros::<half::bf16>(n)?,
-    ///     stream.alloc_zeros::<half::bf16>(n)?,
-    /// );
-    /// let params = BwdParams { causal: true, ..Default::default() };
-    /// let mut scratch = BwdScratch::new(&stream, shape, params.deterministic)?; // reusable
-    /// rt.backward(
-    ///     &stream,
-    ///     &t(&q),
-    ///     &t(&k),
-    ///     &t(&v),
-    ///     &t(&o),
-    ///     &lse,
-    ///     &t(&d_o),
-    ///     &mut Tensor4Mut::contiguous(&mut dq, shape),
-    ///     &mut Tensor4Mut::contiguous(&mut dk, shape),
-    ///     &mut Tensor4Mut::contiguous(&mut dv, shape),
-    ///     &params,
-    ///     Some(&mut scratch),
-    /// )?;
+    /// let (q, k, v, d_o) = (t(&q), t(&k), t(&v), t(&d_o));
+    /// let params = AttnParams::causal(); // one value for both passes
+    /// let fwd = rt.forward(&stream, &q, &k, &v, &params)?;
+    /// let (o, lse) = (fwd.o(), fwd.lse());
+    /// let inputs = BwdInputs { q: &q, k: &k, v: &v, o: &o, lse: &lse, d_o: &d_o };
+    /// let grads = rt.backward(&stream, inputs, &params, &BwdOptions::default())?;
+    /// # let _ = grads.dq;
     /// # Ok(()) }
     /// ```
-    #[allow(clippy::too_many_arguments)]
-    pub fn backward<'l, T: Element>(
+    pub fn backward<T: Element>(
         &self,
         stream: &Arc<CudaStream>,
-        q: &Tensor4<'_, T>,
-        k: &Tensor4<'_, T>,
-        v: &Tensor4<'_, T>,
-        o: &Tensor4<'_, T>,
-        lse: impl IntoDeviceView<'l, f32>,
-        d_o: &Tensor4<'_, T>,
-        dq: &mut Tensor4Mut<'_, T>,
-        dk: &mut Tensor4Mut<'_, T>,
-        dv: &mut Tensor4Mut<'_, T>,
-        params: &BwdParams,
+        inputs: BwdInputs<'_, '_, T>,
+        params: &AttnParams,
+        opts: &BwdOptions,
+    ) -> Result<Gradients<T>> {
+        let (q_shape, kv_shape) = (inputs.q.shape(), inputs.k.shape());
+        let mut dq = alloc(stream, prod_of(&q_shape))?;
+        let mut dk = alloc(stream, prod_of(&kv_shape))?;
+        let mut dv = alloc(stream, prod_of(&kv_shape))?;
+        let grads = GradsMut {
+            dq: &mut Tensor4Mut::contiguous(&mut dq, q_shape),
+            dk: &mut Tensor4Mut::contiguous(&mut dk, kv_shape),
+            dv: &mut Tensor4Mut::contiguous(&mut dv, kv_shape),
+        };
+        self.backward_into(stream, inputs, grads, params, opts, None)?;
+        Ok(Gradients {
+            dq,
+            dk,
+            dv,
+            q_shape,
+            kv_shape,
+        })
+    }
+
+    /// Attention backward into preallocated gradients: from the forward's inputs, its
+    /// output `o` and `lse`, and `d_o` (the loss gradient w.r.t. o), writes dq (like q) and
+    /// dk, dv (like k, v; each summed over the `heads / heads_k` query heads sharing a kv
+    /// head), enqueued on `stream`.
+    ///
+    /// `params` must be the forward's. Same layout rules as [`FlashAttention::forward_into`].
+    /// Atomic mode (default) runs three kernels (D, main pass with f32 atomics for dQ, dQ
+    /// conversion); [`BwdOptions::deterministic`] gives bitwise reproducible gradients for
+    /// ~7/5 of the matmul FLOPs. `scratch`: `None` allocates it per call (see
+    /// [`BwdScratch`]). An empty problem launches nothing and zero-fills the gradients that
+    /// have elements (e.g. dq when `seqlen_k == 0`). Every check runs before the first
+    /// launch and fails with a typed [`FlashError`]; the launches are asynchronous.
+    pub fn backward_into<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        inputs: BwdInputs<'_, '_, T>,
+        grads: GradsMut<'_, '_, T>,
+        params: &AttnParams,
+        opts: &BwdOptions,
         scratch: Option<&mut BwdScratch>,
     ) -> Result<()> {
-        let lse = lse.into_device_view();
+        let BwdInputs {
+            q,
+            k,
+            v,
+            o,
+            lse,
+            d_o,
+        } = inputs;
+        let GradsMut { dq, dk, dv } = grads;
         for (what, ctx) in [
             ("stream", stream.context()),
             ("q", q.view.stream().context()),
@@ -209,6 +251,7 @@ impl FlashAttention {
                 },
                 scratch: None,
                 params: *params,
+                opts: *opts,
             };
             // Dry run first: every input is checked before any scratch is allocated. The
             // long-sequence tiling only where this runtime has its PTX (else the standard
@@ -265,7 +308,7 @@ impl FlashAttention {
             // - `f` is `l.spec`'s entry; `l` comes from `plan_bwd`, which bound its parameters
             //   in the order and PTX types of `abi::params(l.spec.pass)`.
             // - Every pointer comes from a live cudarc view or slice of this context (checked
-            //   in `backward`); `plan_bwd` proved that q, k, v, o, dO, dq, dk, dv stay inside
+            //   in `backward_into`); `plan_bwd` proved that q, k, v, o, dO, dq, dk, dv stay inside
             //   their views with 16-byte aligned bases and strides, that dq/dk/dv elements are
             //   disjoint, that lse holds b*h*sq f32, dvec b*h*sq f32 and (atomic mode)
             //   dq_accum b*h*16ceil(sq/16)*d f32, and passes 0 for dq_accum in deterministic mode.
@@ -273,7 +316,7 @@ impl FlashAttention {
             //   scratch are exclusive borrows (or owned), so no other live view aliases them.
             // - The launches are stream-ordered: Bwd reads the D (and zeroed dq_accum) BwdPre
             //   wrote, BwdPost reads the finished accumulator.
-            // - The guards in `backward` outlive the launches; an owned scratch is freed on
+            // - The guards in `backward_into` outlive the launches; an owned scratch is freed on
             //   this stream (stream-ordered) after them.
             unsafe { self.launch_unchecked(stream, f, l) }?;
         }

@@ -8,6 +8,7 @@ use flash_codegen::{DType, KernelSpec};
 pub type Result<T, E = FlashError> = std::result::Result<T, E>;
 
 /// Everything that can go wrong between a user's tensors and a finished kernel launch.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum FlashError {
     /// Tensor shapes disagree with each other or with the memory behind them.

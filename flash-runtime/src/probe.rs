@@ -12,6 +12,7 @@ use crate::tensor::Element;
 impl FlashAttention {
     /// Run the mma probe (`flash_codegen::kernels::sm80::probe`): `c1 = a @ bt^T`, `c2 = a @ v`,
     /// with a, bt, v 16x16 row-major `T` and c1, c2 16x16 row-major f32.
+    #[doc(hidden)]
     pub fn launch_probe<T: Element>(
         &self,
         stream: &CudaStream,

@@ -56,6 +56,15 @@ pub fn contiguous_strides(shape: [usize; 4]) -> [usize; 4] {
     [s.saturating_mul(hd), hd, d, 1]
 }
 
+/// The shape `[b, s, h, d]` and strides of a contiguous `[b, h, s, d]` buffer (PyTorch's
+/// SDPA layout: heads before the sequence) seen as the kernels' `[b, s, h, d]`.
+/// Saturates like [`contiguous_strides`].
+pub fn bhsd_layout(bhsd: [usize; 4]) -> ([usize; 4], [usize; 4]) {
+    let [b, h, s, d] = bhsd;
+    let sd = s.saturating_mul(d);
+    ([b, s, h, d], [h.saturating_mul(sd), d, sd, 1])
+}
+
 /// Something that can be read as a device view: `&CudaSlice<T>`, `CudaView<T>`, `&CudaView<T>`.
 pub trait IntoDeviceView<'a, T> {
     /// The view over the whole buffer.
@@ -113,6 +122,14 @@ impl<'a, T> Tensor4<'a, T> {
     /// A contiguous (row-major) tensor of `shape` at the start of `data`.
     pub fn contiguous(data: impl IntoDeviceView<'a, T>, shape: [usize; 4]) -> Self {
         Self::strided(data, shape, contiguous_strides(shape))
+    }
+
+    /// A contiguous `[batch, heads, seqlen, head_dim]` buffer (PyTorch's SDPA layout), seen
+    /// as the kernels' `[batch, seqlen, heads, head_dim]` through its strides
+    /// ([`bhsd_layout`]); `bhsd` is the buffer's own shape.
+    pub fn from_bhsd(data: impl IntoDeviceView<'a, T>, bhsd: [usize; 4]) -> Self {
+        let (shape, strides) = bhsd_layout(bhsd);
+        Self::strided(data, shape, strides)
     }
 
     /// A tensor with explicit strides (in elements), e.g. q sliced out of a packed
@@ -184,6 +201,13 @@ impl<'a, T> Tensor4Mut<'a, T> {
         Self::strided(data, shape, contiguous_strides(shape))
     }
 
+    /// A contiguous `[batch, heads, seqlen, head_dim]` buffer seen as `[batch, seqlen,
+    /// heads, head_dim]` (see [`Tensor4::from_bhsd`]).
+    pub fn from_bhsd(data: impl IntoDeviceViewMut<'a, T>, bhsd: [usize; 4]) -> Self {
+        let (shape, strides) = bhsd_layout(bhsd);
+        Self::strided(data, shape, strides)
+    }
+
     /// A tensor with explicit strides (in elements).
     pub fn strided(
         data: impl IntoDeviceViewMut<'a, T>,
@@ -221,6 +245,18 @@ mod tests {
     fn contiguous_strides_are_row_major() {
         assert_eq!(contiguous_strides([2, 3, 4, 8]), [96, 32, 8, 1]);
         assert_eq!(contiguous_strides([1, usize::MAX, 2, 8])[0], usize::MAX);
+    }
+
+    /// Element (b, s, h, d) of the [b, s, h, d] view sits where a contiguous [b, h, s, d]
+    /// buffer keeps it.
+    #[test]
+    fn bhsd_layout_addresses_the_pytorch_order() {
+        let (bhsd, (shape, st)) = ([2, 3, 5, 8], bhsd_layout([2, 3, 5, 8]));
+        assert_eq!(shape, [2, 5, 3, 8]);
+        for (b, s, h, d) in [(0, 0, 0, 0), (1, 4, 2, 7), (1, 0, 2, 3), (0, 3, 1, 5)] {
+            let want = ((b * bhsd[1] + h) * bhsd[2] + s) * bhsd[3] + d;
+            assert_eq!(b * st[0] + s * st[1] + h * st[2] + d * st[3], want);
+        }
     }
 
     #[test]

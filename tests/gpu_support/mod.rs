@@ -1,13 +1,14 @@
 //! Helpers shared by the GPU tests (`gpu_fwd`, `gpu_bwd`): where a logical
-//! `[b, s, h, d]` tensor sits in its (possibly padded) device buffer, NaN-poisoned uploads
-//! and bf16/f16-rounded random inputs.
+//! `[b, s, h, d]` tensor sits in its (possibly padded) device buffer, NaN-poisoned uploads,
+//! bf16/f16-rounded random inputs, the attention parameters of a case and the
+//! `[b, s, h, d]` <-> `[b, h, s, d]` (PyTorch) host transposes.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, Tensor4, Tensor4Mut};
+use flash_runtime::{AttnParams, Element, Mask, Tensor4, Tensor4Mut};
 
 /// Where a logical `[b, s, h, d]` tensor sits in its buffer.
 #[derive(Clone, Copy)]
@@ -83,4 +84,44 @@ pub fn upload<T: Element>(
         buf[i] = x;
     }
     s.clone_htod(&buf)
+}
+
+/// The causal mask or none, scale `1 / sqrt(d)` unless `scale`.
+pub fn attn_params(causal: bool, scale: Option<f32>) -> AttnParams {
+    let p = AttnParams::new().with_mask(if causal { Mask::Causal } else { Mask::None });
+    match scale {
+        Some(s) => p.with_scale(s),
+        None => p,
+    }
+}
+
+/// A contiguous `[b, s, h, d]` host tensor rewritten as contiguous `[b, h, s, d]`.
+pub fn bshd_to_bhsd<T: Copy>(x: &[T], [b, s, h, d]: [usize; 4]) -> Vec<T> {
+    assert_eq!(x.len(), b * s * h * d);
+    let mut y = Vec::with_capacity(x.len());
+    for i in 0..b {
+        for k in 0..h {
+            for j in 0..s {
+                let at = ((i * s + j) * h + k) * d;
+                y.extend_from_slice(&x[at..at + d]);
+            }
+        }
+    }
+    y
+}
+
+/// A contiguous `[b, h, s, d]` host tensor rewritten as contiguous `[b, s, h, d]` (`bshd`
+/// is the logical shape `[b, s, h, d]`).
+pub fn bhsd_to_bshd<T: Copy>(x: &[T], [b, s, h, d]: [usize; 4]) -> Vec<T> {
+    assert_eq!(x.len(), b * s * h * d);
+    let mut y = Vec::with_capacity(x.len());
+    for i in 0..b {
+        for j in 0..s {
+            for k in 0..h {
+                let at = ((i * h + k) * s + j) * d;
+                y.extend_from_slice(&x[at..at + d]);
+            }
+        }
+    }
+    y
 }

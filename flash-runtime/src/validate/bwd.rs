@@ -20,22 +20,7 @@ use super::{
     check_problem, contiguous_runs, launch, place, prod, shape_err, tensor_param, u32_of,
 };
 use crate::error::{FlashError, Result};
-
-/// Options of a backward call. The default is non-causal, scale `1 / sqrt(head_dim)`,
-/// atomic dQ (like FlashAttention-2).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct BwdParams {
-    /// Causal mask, as in the forward (bottom-right aligned).
-    pub causal: bool,
-    /// Softmax scale, as in the forward; `None` means `1 / sqrt(head_dim)`.
-    pub softmax_scale: Option<f32>,
-    /// Bitwise reproducible gradients: dQ from its own pass instead of f32 atomics (whose
-    /// order of addition varies from run to run). It does about 7/5 of the atomic mode's
-    /// matmul FLOPs (S and dP are computed twice) and needs no `dq_accum` scratch, so the
-    /// atomic mode is the faster one (docs/performance.md has both modes' numbers).
-    /// Default `false` (atomic).
-    pub deterministic: bool,
-}
+use crate::params::{AttnParams, BwdOptions};
 
 /// The backward's scratch buffers: D (f32 `[batch, heads, seqlen_q]`) and, in atomic mode,
 /// the dQ accumulator (f32, `batch * heads * 16 ceil(seqlen_q / 16) * head_dim` elements in
@@ -103,8 +88,10 @@ pub struct BwdArgs {
     /// Scratch; `None` plans a dry run: everything else is checked, [`BwdPlan::scratch`]
     /// says what to allocate, and the scratch pointers in the parameters are 0.
     pub scratch: Option<ScratchDesc>,
-    /// Mask, scale, mode.
-    pub params: BwdParams,
+    /// Mask and scale: the forward's.
+    pub params: AttnParams,
+    /// Atomic or deterministic dQ.
+    pub opts: BwdOptions,
 }
 
 /// A gradient to zero-fill because no kernel writes it (an empty problem).
@@ -225,13 +212,13 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     for (name, t) in [("dk", &a.dk), ("dv", &a.dv)] {
         same_shape(name, t, "k", a.k.shape, kdims)?;
     }
-    let p = a.params;
+    let (p, det) = (a.params, a.opts.deterministic);
     let (kernel_d, scale) = check_problem(&a.q, &a.k, p.softmax_scale)?;
-    let spec = |pass: Pass, causal: bool| KernelSpec {
+    let spec = |pass: Pass, mask: Mask| KernelSpec {
         pass,
         head_dim: kernel_d,
         dtype,
-        mask: Mask::causal(causal),
+        mask,
         tiling: Tiling::Standard,
         arch,
     };
@@ -257,11 +244,11 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
         });
     }
 
-    let pre = spec(Pass::BwdPre, false);
-    let main = spec(Pass::Bwd, p.causal).for_seqlen(sq, long_tiles && !p.deterministic);
-    let last = match p.deterministic {
-        false => spec(Pass::BwdPost, false),
-        true => spec(Pass::BwdDq, p.causal),
+    let pre = spec(Pass::BwdPre, Mask::None);
+    let main = spec(Pass::Bwd, p.kernel_mask()).for_seqlen(sq, long_tiles && !det);
+    let last = match det {
+        false => spec(Pass::BwdPost, Mask::None),
+        true => spec(Pass::BwdDq, p.kernel_mask()),
     };
     check_grid(sq, h, b, pre.tiles().block_m())?;
     let (sq32, sk32) = (u32_of(sq, "seqlen_q")?, u32_of(sk, "seqlen_k")?);
@@ -278,7 +265,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
         ("dv", place("dv", &a.dv, true)?),
     ];
     let lse = check_lse(&a.lse, b, h, sq)?;
-    let need = ScratchNeed::of(a.q.shape, p.deterministic);
+    let need = ScratchNeed::of(a.q.shape, det);
     let (dvec, dq_accum) = match &a.scratch {
         Some(s) => check_scratch(s, &need)?,
         None => (0, 0),

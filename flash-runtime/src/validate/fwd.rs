@@ -6,22 +6,14 @@
 //! fill because `o` may be strided, which no single memset covers).
 
 use flash_codegen::abi::fwd_grid;
-use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
+use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
 use super::{
     LaunchPlan, LseDesc, ParamValue, Placed, TensorDesc, bind_params, check_dtypes, check_grid,
     check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
 };
 use crate::error::{FlashError, Result};
-
-/// Options of a forward call.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct FwdParams {
-    /// Causal mask, bottom-right aligned: query `i` sees keys `j <= i + seqlen_k - seqlen_q`.
-    pub causal: bool,
-    /// Softmax scale; `None` means `1 / sqrt(head_dim)`.
-    pub softmax_scale: Option<f32>,
-}
+use crate::params::AttnParams;
 
 /// All arguments of a forward call, as plain numbers.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -37,7 +29,7 @@ pub struct FwdArgs {
     /// Optional log-sum-exp output.
     pub lse: Option<LseDesc>,
     /// Mask and scale.
-    pub params: FwdParams,
+    pub params: AttnParams,
 }
 
 /// Checks of the lse buffer `[batch, heads, seqlen_q]` (f32, contiguous); returns its pointer.
@@ -89,7 +81,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
         pass: Pass::Fwd,
         head_dim: kernel_d,
         dtype,
-        mask: Mask::causal(a.params.causal),
+        mask: a.params.kernel_mask(),
         tiling: Tiling::Standard,
         arch,
     }

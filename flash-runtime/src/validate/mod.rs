@@ -14,10 +14,8 @@ use crate::error::{FlashError, Result};
 mod bwd;
 mod fwd;
 mod layout;
-pub use bwd::{
-    BwdArgs, BwdParams, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with,
-};
-pub use fwd::{FwdArgs, FwdParams, plan_fwd, plan_fwd_on};
+pub use bwd::{BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with};
+pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
 pub use layout::contiguous_runs;
 
 /// Largest grid x dimension.
