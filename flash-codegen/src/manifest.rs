@@ -335,7 +335,11 @@ mod tests {
     fn a_tuned_standard_row_moves_the_compact_threshold() {
         let tuning = Tuning::parse(&["fwd:256=64,64,4,2,1"]).unwrap();
         let compact: KernelSpec = "fa2_fwd_d256_bf16_compact_sm80".parse().unwrap();
-        let standard = compact.with_tiling(Tiling::Standard).plan(&tuning).smem.bytes;
+        let standard = compact
+            .with_tiling(Tiling::Standard)
+            .plan(&tuning)
+            .smem
+            .bytes;
         assert_ne!(standard, compact.with_tiling(Tiling::Standard).smem_bytes());
         assert_eq!(kernel(&compact, &tuning).smem_optin_below, Some(standard));
     }

@@ -21,8 +21,18 @@ use crate::validate::{FwdArgs, LaunchPlan, LseDesc, ParamValue, plan_fwd_on};
 /// True when the NVIDIA driver library can be loaded. cudarc panics on the first driver
 /// call without it, so this is checked before any.
 pub fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the driver library by its known names; no driver call.
-    unsafe { cudarc::driver::sys::is_culib_present() }
+    // Whatever linking mode cudarc was built with (its `is_culib_present` exists only under
+    // dynamic-loading; under dynamic-linking the process has libcuda mapped already).
+    const NAMES: &[&str] = if cfg!(windows) {
+        &["nvcuda.dll"]
+    } else {
+        &["libcuda.so.1", "libcuda.so"]
+    };
+    // SAFETY: opening the driver library runs only its own initialisers (what cudarc's
+    // first call would run anyway); no driver function is called and no symbol is used.
+    NAMES
+        .iter()
+        .any(|name| unsafe { libloading::Library::new(*name) }.is_ok())
 }
 
 /// A zeroed device buffer of `n` elements (at least 1: the driver allocates no empty

@@ -257,7 +257,9 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         .map(String::as_str)
         .or_else(|| payload.downcast_ref::<&str>().copied())
         .unwrap_or("unknown panic");
-    format!("generator bug (every tile row the rules accept must generate; please report it): {msg}")
+    format!(
+        "generator bug (every tile row the rules accept must generate; please report it): {msg}"
+    )
 }
 
 /// Why the command failed: a usage error (clap's format, exit 2) or a failure (exit 1).
