@@ -33,6 +33,7 @@ mod attention;
 mod backward;
 mod embedded;
 pub mod error;
+mod forward;
 mod jit;
 mod outputs;
 mod params;

@@ -1,0 +1,104 @@
+//! [`FlashAttention::forward`] and [`FlashAttention::forward_into`]: the checked forward
+//! launch, allocating or into the caller's buffers.
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaStream, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice};
+
+use crate::FlashAttention;
+use crate::attention::{alloc, prod_of};
+use crate::error::Result;
+use crate::outputs::Forward;
+use crate::params::AttnParams;
+use crate::tensor::{Element, Tensor4, Tensor4Mut};
+use crate::validate::{FwdArgs, LseDesc, plan_fwd_on};
+
+impl FlashAttention {
+    /// Attention forward, allocating: `o = softmax(q k^T * scale + mask) v` (contiguous,
+    /// shaped like q) and `lse` (f32 `[batch, heads, seqlen_q]`, natural log), enqueued on
+    /// `stream`; see [`FlashAttention::forward_into`] for the rules and the preallocated
+    /// form.
+    pub fn forward<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        q: &Tensor4<'_, T>,
+        k: &Tensor4<'_, T>,
+        v: &Tensor4<'_, T>,
+        params: &AttnParams,
+    ) -> Result<Forward<T>> {
+        let shape = q.shape();
+        let [b, sq, h, _] = shape;
+        let mut o = alloc(stream, prod_of(&shape))?;
+        let mut lse = alloc(stream, prod_of(&[b, h, sq]))?;
+        let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
+        self.forward_into(stream, q, k, v, &mut o_t, Some(lse.as_view_mut()), params)?;
+        Ok(Forward { o, lse, shape })
+    }
+
+    /// Attention forward into preallocated outputs: `o = softmax(q k^T * scale + mask) v`
+    /// and, if given, `lse` (f32 `[batch, heads, seqlen_q]`, contiguous, natural log),
+    /// enqueued on `stream`.
+    ///
+    /// q `[b, sq, h, d]`, k and v `[b, sk, hk, d]`, o like q; `h % hk == 0`; `d` a multiple
+    /// of 8 up to 256. Every check runs before the launch and fails with a typed
+    /// [`FlashError`](crate::FlashError); the launch itself is asynchronous.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_into<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        q: &Tensor4<'_, T>,
+        k: &Tensor4<'_, T>,
+        v: &Tensor4<'_, T>,
+        o: &mut Tensor4Mut<'_, T>,
+        mut lse: Option<CudaViewMut<'_, f32>>,
+        params: &AttnParams,
+    ) -> Result<()> {
+        self.check_ctx("stream", stream.context())?;
+        self.check_ctx("q", q.view.stream().context())?;
+        self.check_ctx("k", k.view.stream().context())?;
+        self.check_ctx("v", v.view.stream().context())?;
+        self.check_ctx("o", o.view.stream().context())?;
+        if let Some(l) = &lse {
+            self.check_ctx("lse", l.stream().context())?;
+        }
+        // The guards make `stream` wait for earlier writes (and, for o/lse, reads) of each
+        // buffer; dropped after the launch, they record this launch's read/write events.
+        let (q_ptr, _q_guard) = q.view.device_ptr(stream);
+        let (k_ptr, _k_guard) = k.view.device_ptr(stream);
+        let (v_ptr, _v_guard) = v.view.device_ptr(stream);
+        let o_desc = o.desc(0);
+        let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
+        let (lse_desc, _lse_guard) = match lse.as_mut() {
+            Some(l) => {
+                let len = l.len();
+                let (ptr, guard) = l.device_ptr_mut(stream);
+                (Some(LseDesc { ptr, len }), Some(guard))
+            }
+            None => (None, None),
+        };
+        let args = FwdArgs {
+            q: q.desc(q_ptr),
+            k: k.desc(k_ptr),
+            v: v.desc(v_ptr),
+            o: o_desc.with_ptr(o_ptr),
+            lse: lse_desc,
+            params: *params,
+        };
+        // (the d256 forward on its compact tiling where the GPU has too little shared
+        // memory per block for the standard one)
+        let plan = plan_fwd_on(&args, self.arch, self.smem_optin)?;
+        if plan.is_noop() {
+            return Ok(());
+        }
+        let f = self.function(&plan.spec)?;
+        // SAFETY:
+        // - `f` is `plan.spec`'s entry and `plan` comes from `plan_fwd_on`, which bound its
+        //   parameters in the order and PTX types of `abi::FWD_PARAMS`.
+        // - Every pointer comes from a live cudarc view of this context (checked above) and
+        //   `plan_fwd` proved each tensor's shape and strides stay inside its view, that o's
+        //   elements are disjoint, that lse holds batch*heads*seqlen_q f32, and alignment.
+        // - q/k/v are only read; o and lse are borrowed mutably, so nothing else aliases them.
+        // - The guards above outlive the launch, so no buffer is freed or reused early.
+        unsafe { self.launch_unchecked(stream, &f, &plan) }
+    }
+}
