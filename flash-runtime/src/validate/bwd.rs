@@ -11,7 +11,7 @@
 //! `seqlen_q == 0` or `heads == 0`: dk and dv), one memset per contiguous run of its
 //! elements ([`super::contiguous_runs`]).
 
-use flash_codegen::abi::grid;
+use flash_codegen::abi::{self, grid};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
@@ -255,14 +255,14 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     let (b32, h32, hk32) = (b as u32, h as u32, hk as u32); // <= 65535: checked with the grid
 
     let tensors = [
-        ("q", place("q", &a.q, false)?),
-        ("k", place("k", &a.k, false)?),
-        ("v", place("v", &a.v, false)?),
-        ("o", place("o", &a.o, false)?),
-        ("do", place("d_o", &a.d_o, false)?),
-        ("dq", place("dq", &a.dq, true)?),
-        ("dk", place("dk", &a.dk, true)?),
-        ("dv", place("dv", &a.dv, true)?),
+        (&abi::Q, place("q", &a.q, false)?),
+        (&abi::K, place("k", &a.k, false)?),
+        (&abi::V, place("v", &a.v, false)?),
+        (&abi::O, place("o", &a.o, false)?),
+        (&abi::DO, place("d_o", &a.d_o, false)?),
+        (&abi::DQ, place("dq", &a.dq, true)?),
+        (&abi::DK, place("dk", &a.dk, true)?),
+        (&abi::DV, place("dv", &a.dv, true)?),
     ];
     let lse = check_lse(&a.lse, b, h, sq)?;
     let need = ScratchNeed::of(a.q.shape, det);

@@ -5,7 +5,7 @@
 //! masked and writes `o = 0`, `lse = -inf` without reading k or v (chosen over a host-side
 //! fill because `o` may be strided, which no single memset covers).
 
-use flash_codegen::abi::fwd_grid;
+use flash_codegen::abi::{self, fwd_grid};
 use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
 use super::{
@@ -108,7 +108,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
         Some(l) => check_lse(l, b, h, sq)?,
     };
 
-    let tensors = [("q", q), ("k", k), ("v", v), ("o", o)];
+    let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
     let hk_div = h.checked_div(hk).unwrap_or(1);
     let params = bind_params(Pass::Fwd, |name| {
         use ParamValue::{F32, U32, U64};

@@ -5,7 +5,7 @@
 //! [`plan_fwd`] checks a forward call, [`plan_bwd`] a backward call; both fill each kernel's
 //! parameters by name, in the order of `flash_codegen::abi::params(pass)`.
 
-use flash_codegen::abi::{AbiTy, params as abi_params};
+use flash_codegen::abi::{AbiTy, TensorArgs, params as abi_params};
 use flash_codegen::{DType, KernelSpec, Pass};
 use std::f64::consts::LOG2_E;
 
@@ -251,17 +251,13 @@ pub(crate) fn place(name: &'static str, t: &TensorDesc, output: bool) -> Result<
 
 /// The value of `{t}`, `{t}_batch_stride`, `{t}_row_stride` or `{t}_head_stride` for a
 /// tensor `t` of `tensors`.
-pub(crate) fn tensor_param(name: &str, tensors: &[(&str, Placed)]) -> Option<ParamValue> {
-    tensors.iter().find_map(|(t, p)| {
-        if name == *t {
-            return Some(ParamValue::U64(p.ptr));
-        }
-        match name.strip_prefix(t)?.strip_prefix('_')? {
-            "batch_stride" => Some(ParamValue::U64(p.batch)),
-            "row_stride" => Some(ParamValue::U32(p.row)),
-            "head_stride" => Some(ParamValue::U32(p.head)),
-            _ => None,
-        }
+pub(crate) fn tensor_param(name: &str, tensors: &[(&TensorArgs, Placed)]) -> Option<ParamValue> {
+    tensors.iter().find_map(|(t, p)| match name {
+        n if n == t.ptr.name() => Some(ParamValue::U64(p.ptr)),
+        n if n == t.batch_stride.name() => Some(ParamValue::U64(p.batch)),
+        n if n == t.row_stride.name() => Some(ParamValue::U32(p.row)),
+        n if n == t.head_stride.name() => Some(ParamValue::U32(p.head)),
+        _ => None,
     })
 }
 
