@@ -23,11 +23,14 @@ use flash_runtime::reference::{Shape, attention_backward, last_visible_key, rel_
 use flash_runtime::rng::Rng;
 use flash_runtime::tensor::contiguous_strides;
 use flash_runtime::{
-    BwdInputs, BwdOptions, BwdScratch, Element, FlashAttention, GradsMut, Tensor4, Tensor4Mut,
+    BwdInputs, BwdOptions, BwdScratch, Element, FlashAttention, Gradients, GradsMut, Tensor4,
+    Tensor4Mut,
 };
 
 mod gpu_support;
-use gpu_support::{Placed, attn_params, bhsd_to_bshd, bshd_to_bhsd, rounded, upload};
+use gpu_support::{
+    Placed, attn_params, bhsd_to_bshd, bshd_to_bhsd, for_each_problem, rounded, upload,
+};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -377,14 +380,7 @@ type Problem = (
 
 fn shape_of(pr: &Problem) -> Shape {
     let &(d, _, _, b, sq, sk, h, hk, _, _) = pr;
-    Shape {
-        batch: b,
-        seqlen_q: sq,
-        seqlen_k: sk,
-        heads: h,
-        heads_k: hk,
-        head_dim: d,
-    }
+    Shape::new(b, sq, sk, h, hk, d)
 }
 
 /// The gradients' rel-L2 tolerance of `dtype`.
@@ -405,6 +401,15 @@ fn masked_nonzero<T: Element>(dq: &[T], sh: &Shape, causal: bool) -> usize {
 }
 
 /// The backward's mode.
+/// dq, dk and dv of an allocating backward, on the host.
+fn grads_host<T: Element>(st: &Arc<CudaStream>, g: &Gradients<T>) -> Result<[Vec<T>; 3], Error> {
+    Ok([
+        st.clone_dtoh(&g.dq)?,
+        st.clone_dtoh(&g.dk)?,
+        st.clone_dtoh(&g.dv)?,
+    ])
+}
+
 fn opts_of(deterministic: bool) -> BwdOptions {
     match deterministic {
         true => BwdOptions::deterministic(),
@@ -507,33 +512,6 @@ fn allocating_case<T: Element>(
     Ok(problems)
 }
 
-/// Runs `f` on each problem in its dtype; panics with every failure.
-fn for_each_problem(
-    problems: &[Problem],
-    f16: impl Fn(&Problem, u64) -> Result<Vec<String>, Error>,
-    bf16: impl Fn(&Problem, u64) -> Result<Vec<String>, Error>,
-) {
-    let mut failures = Vec::new();
-    for (i, pr) in problems.iter().enumerate() {
-        let seed = 0xa11c ^ ((i as u64) << 20);
-        let res = match pr.1 {
-            DType::F16 => f16(pr, seed),
-            DType::Bf16 => bf16(pr, seed),
-        };
-        match res {
-            Ok(p) if p.is_empty() => {}
-            Ok(p) => failures.push(format!("{pr:?}: {}", p.join("; "))),
-            Err(e) => failures.push(format!("{pr:?}: error {e}")),
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failing cases:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-}
-
 /// `FlashAttention::forward` then `FlashAttention::backward` (both allocate their outputs;
 /// the backward its scratch too) on a few cases: causal and not, GQA and MQA, odd lengths
 /// both ways, a head dim below its kernel's, a given scale, no keys and no queries (the
@@ -554,6 +532,7 @@ fn allocating_backward_matches_f64_reference() {
     ];
     for_each_problem(
         &problems,
+        |pr| pr.1,
         |pr, seed| allocating_case::<half::f16>(&rt, &stream, pr, seed),
         |pr, seed| allocating_case::<half::bf16>(&rt, &stream, pr, seed),
     );
@@ -608,11 +587,7 @@ fn bhsd_case<T: Element>(
         d_o: &tdo,
     };
     let want = rt.backward(st, bshd, &params, &det)?;
-    let want: [Vec<T>; 3] = [
-        st.clone_dtoh(&want.dq)?,
-        st.clone_dtoh(&want.dk)?,
-        st.clone_dtoh(&want.dv)?,
-    ];
+    let want: [Vec<T>; 3] = grads_host(st, &want)?;
 
     // [b, h, s, d] inputs, o and lse from the allocating forward
     let (qt, kt, vt, dot) = (
@@ -638,17 +613,9 @@ fn bhsd_case<T: Element>(
         d_o: &bdo,
     };
     let g = rt.backward(st, inputs, &params, &det)?;
-    let from_inputs: [Vec<T>; 3] = [
-        st.clone_dtoh(&g.dq)?,
-        st.clone_dtoh(&g.dk)?,
-        st.clone_dtoh(&g.dv)?,
-    ];
+    let from_inputs: [Vec<T>; 3] = grads_host(st, &g)?;
     let atomic = rt.backward(st, inputs, &params, &BwdOptions::default())?;
-    let atomic: [Vec<T>; 3] = [
-        st.clone_dtoh(&atomic.dq)?,
-        st.clone_dtoh(&atomic.dk)?,
-        st.clone_dtoh(&atomic.dv)?,
-    ];
+    let atomic: [Vec<T>; 3] = grads_host(st, &atomic)?;
 
     // everything [b, h, s, d], preallocated
     let nan = |n: usize| st.clone_htod(&vec![T::from_f32(f32::NAN); n]);
@@ -753,6 +720,7 @@ fn bhsd_tensors_match_bshd_tensors() {
     ];
     for_each_problem(
         &problems,
+        |pr| pr.1,
         |pr, seed| bhsd_case::<half::f16>(&rt, &stream, pr, seed),
         |pr, seed| bhsd_case::<half::bf16>(&rt, &stream, pr, seed),
     );

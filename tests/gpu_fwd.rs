@@ -19,7 +19,9 @@ use flash_runtime::{Element, FlashAttention, Tensor4, Tensor4Mut};
 use std::sync::Arc;
 
 mod gpu_support;
-use gpu_support::{Placed, attn_params, bhsd_to_bshd, bshd_to_bhsd, rounded, upload};
+use gpu_support::{
+    Placed, attn_params, bhsd_to_bshd, bshd_to_bhsd, for_each_problem, rounded, upload,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Layout {
@@ -432,14 +434,7 @@ fn allocating_case<T: Element>(
     }
     let o_host: Vec<T> = stream.clone_dtoh(&out.o)?;
     let lse_host: Vec<f32> = stream.clone_dtoh(&out.lse)?;
-    let shape = Shape {
-        batch: b,
-        seqlen_q: sq,
-        seqlen_k: sk,
-        heads: h,
-        heads_k: hk,
-        head_dim: d,
-    };
+    let shape = Shape::new(b, sq, sk, h, hk, d);
     let r = attention_forward(&shape, &qf, &kf, &vf, causal, scale.map(f64::from))?;
     let o: Vec<f64> = o_host[..n.min(o_host.len())]
         .iter()
@@ -471,33 +466,6 @@ fn allocating_case<T: Element>(
     Ok(problems)
 }
 
-/// Runs `f` on each problem in its dtype; panics with every failure.
-fn for_each_problem(
-    problems: &[Problem],
-    f16: impl Fn(&Problem, u64) -> Result<Vec<String>, Box<dyn std::error::Error>>,
-    bf16: impl Fn(&Problem, u64) -> Result<Vec<String>, Box<dyn std::error::Error>>,
-) {
-    let mut failures = Vec::new();
-    for (i, pr) in problems.iter().enumerate() {
-        let seed = 0xa11c ^ ((i as u64) << 20);
-        let res = match pr.1 {
-            DType::F16 => f16(pr, seed),
-            DType::Bf16 => bf16(pr, seed),
-        };
-        match res {
-            Ok(p) if p.is_empty() => {}
-            Ok(p) => failures.push(format!("{pr:?}: {}", p.join("; "))),
-            Err(e) => failures.push(format!("{pr:?}: error {e}")),
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failing cases:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-}
-
 /// `FlashAttention::forward` (which allocates o and lse) on a few cases: causal and not,
 /// GQA and MQA, odd lengths both ways, a head dim below its kernel's, a given scale, no
 /// keys, both dtypes.
@@ -517,6 +485,7 @@ fn allocating_forward_matches_f64_reference() {
     ];
     for_each_problem(
         &problems,
+        |pr| pr.1,
         |pr, seed| allocating_case::<half::f16>(&rt, &stream, pr, seed),
         |pr, seed| allocating_case::<half::bf16>(&rt, &stream, pr, seed),
     );
@@ -611,14 +580,7 @@ fn bhsd_case<T: Element>(
             problems.push(format!("{what} differs from the [b, s, h, d] call's"));
         }
     }
-    let shape = Shape {
-        batch: b,
-        seqlen_q: sq,
-        seqlen_k: sk,
-        heads: h,
-        heads_k: hk,
-        head_dim: d,
-    };
+    let shape = Shape::new(b, sq, sk, h, hk, d);
     let r = attention_forward(&shape, &qf, &kf, &vf, causal, scale.map(f64::from))?;
     let o_f: Vec<f64> = o_want.iter().map(|x| x.to_f32() as f64).collect();
     let o_err = rel_l2(&o_f, &r.o);
@@ -652,6 +614,7 @@ fn bhsd_tensors_match_bshd_tensors() {
     ];
     for_each_problem(
         &problems,
+        |pr| pr.1,
         |pr, seed| bhsd_case::<half::f16>(&rt, &stream, pr, seed),
         |pr, seed| bhsd_case::<half::bf16>(&rt, &stream, pr, seed),
     );

@@ -28,6 +28,18 @@ pub struct Shape {
 }
 
 impl Shape {
+    /// The sizes `(batch, seqlen_q, seqlen_k, heads, heads_k, head_dim)`.
+    pub const fn new(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> Self {
+        Shape {
+            batch: b,
+            seqlen_q: sq,
+            seqlen_k: sk,
+            heads: h,
+            heads_k: hk,
+            head_dim: d,
+        }
+    }
+
     /// Elements of q and o: `batch * seqlen_q * heads * head_dim`.
     pub fn q_len(&self) -> usize {
         self.batch * self.seqlen_q * self.heads * self.head_dim

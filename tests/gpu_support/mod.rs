@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
+use flash_codegen::DType;
 use flash_runtime::rng::Rng;
 use flash_runtime::{AttnParams, Element, Mask, Tensor4, Tensor4Mut};
 
@@ -95,14 +96,14 @@ pub fn attn_params(causal: bool, scale: Option<f32>) -> AttnParams {
     }
 }
 
-/// A contiguous `[b, s, h, d]` host tensor rewritten as contiguous `[b, h, s, d]`.
-pub fn bshd_to_bhsd<T: Copy>(x: &[T], [b, s, h, d]: [usize; 4]) -> Vec<T> {
-    assert_eq!(x.len(), b * s * h * d);
+/// A contiguous `[b, n1, n2, d]` host tensor rewritten as contiguous `[b, n2, n1, d]`.
+fn swap_middle<T: Copy>(x: &[T], [b, n1, n2, d]: [usize; 4]) -> Vec<T> {
+    assert_eq!(x.len(), b * n1 * n2 * d);
     let mut y = Vec::with_capacity(x.len());
     for i in 0..b {
-        for k in 0..h {
-            for j in 0..s {
-                let at = ((i * s + j) * h + k) * d;
+        for k in 0..n2 {
+            for j in 0..n1 {
+                let at = ((i * n1 + j) * n2 + k) * d;
                 y.extend_from_slice(&x[at..at + d]);
             }
         }
@@ -110,18 +111,42 @@ pub fn bshd_to_bhsd<T: Copy>(x: &[T], [b, s, h, d]: [usize; 4]) -> Vec<T> {
     y
 }
 
+/// A contiguous `[b, s, h, d]` host tensor rewritten as contiguous `[b, h, s, d]`.
+pub fn bshd_to_bhsd<T: Copy>(x: &[T], shape: [usize; 4]) -> Vec<T> {
+    swap_middle(x, shape)
+}
+
 /// A contiguous `[b, h, s, d]` host tensor rewritten as contiguous `[b, s, h, d]` (`bshd`
 /// is the logical shape `[b, s, h, d]`).
 pub fn bhsd_to_bshd<T: Copy>(x: &[T], [b, s, h, d]: [usize; 4]) -> Vec<T> {
-    assert_eq!(x.len(), b * s * h * d);
-    let mut y = Vec::with_capacity(x.len());
-    for i in 0..b {
-        for j in 0..s {
-            for k in 0..h {
-                let at = ((i * h + k) * s + j) * d;
-                y.extend_from_slice(&x[at..at + d]);
-            }
+    swap_middle(x, [b, h, s, d])
+}
+
+/// Runs the check of each problem in its dtype (`f16` or `bf16`, seeded per problem) and
+/// panics with every failure: the problems a check returns, or its error.
+pub fn for_each_problem<P: std::fmt::Debug>(
+    problems: &[P],
+    dtype: impl Fn(&P) -> DType,
+    f16: impl Fn(&P, u64) -> Result<Vec<String>, Box<dyn std::error::Error>>,
+    bf16: impl Fn(&P, u64) -> Result<Vec<String>, Box<dyn std::error::Error>>,
+) {
+    let mut failures = Vec::new();
+    for (i, pr) in problems.iter().enumerate() {
+        let seed = 0xa11c ^ ((i as u64) << 20);
+        let res = match dtype(pr) {
+            DType::F16 => f16(pr, seed),
+            DType::Bf16 => bf16(pr, seed),
+        };
+        match res {
+            Ok(p) if p.is_empty() => {}
+            Ok(p) => failures.push(format!("{pr:?}: {}", p.join("; "))),
+            Err(e) => failures.push(format!("{pr:?}: error {e}")),
         }
     }
-    y
+    assert!(
+        failures.is_empty(),
+        "{} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -3,14 +3,7 @@
 use super::*;
 
 pub(crate) fn shape(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> Shape {
-    Shape {
-        batch: b,
-        seqlen_q: sq,
-        seqlen_k: sk,
-        heads: h,
-        heads_k: hk,
-        head_dim: d,
-    }
+    Shape::new(b, sq, sk, h, hk, d)
 }
 
 fn pseudo(n: usize, seed: u64) -> Vec<f64> {
