@@ -75,6 +75,9 @@ pub struct Notes {
     pub launch: Vec<String>,
     /// A complete CuPy launch, one line per entry.
     pub cupy_example: Vec<String>,
+    /// The KV-cache forward (fwdsplit, then fwdcombine): launch sequence, split rule,
+    /// partial buffers, seqlens_k.
+    pub kv_cache: Vec<String>,
 }
 
 /// One tensor a kernel reads or writes.

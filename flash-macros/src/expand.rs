@@ -90,6 +90,8 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Pass::Bwd => quote!(Bwd),
         Pass::BwdDq => quote!(BwdDq),
         Pass::BwdPost => quote!(BwdPost),
+        Pass::FwdSplit => quote!(FwdSplit),
+        Pass::FwdCombine => quote!(FwdCombine),
     };
     let dtype = match spec.dtype {
         DType::F16 => quote!(F16),

@@ -57,7 +57,7 @@ mod tests;
 /// | `head_dim` | `32`, `64`, `96`, `128`, `160`, `192`, `224`, `256` | required |
 /// | `dtype` | `f16`, `bf16` | required |
 /// | `causal` | `false`, `true` | required |
-/// | `passes` | `fwd`, `bwd` | required |
+/// | `passes` | `fwd`, `bwd`, `kvcache` | required |
 /// | `arch` | `sm80` | optional, default `sm80` |
 ///
 /// Only the kernel head dims are instantiable: a problem of head dim `d` (a multiple of 8
@@ -68,6 +68,9 @@ mod tests;
 /// atomic mode from 8192 query rows on; `KernelSpec::long_from`). `fwd` at head dim 256
 /// also brings its compact tiling (`..._COMPACT_SM80`, run on GPUs with less than 104.5
 /// KiB of shared memory per block, e.g. RTX 30/40; `KernelSpec::for_smem`).
+/// `kvcache` brings the KV-cache forward (`FlashAttention::forward_kvcache`): the split-KV
+/// kernel `fwdsplit` (causal or not, as `causal` says) and its combine step `fwdcombine`
+/// (no causal variant).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

@@ -26,6 +26,7 @@ pub struct Input {
 enum Passes {
     Fwd,
     Bwd,
+    KvCache,
 }
 
 /// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
@@ -255,12 +256,14 @@ fn causal(a: &Atom) -> Result<bool> {
 }
 
 fn passes(a: &Atom) -> Result<Passes> {
-    let expected = "expected `fwd` (the forward) or `bwd` (every backward kernel: bwdpre, bwd, \
-                    bwddq and bwdpost)";
+    let expected = "expected `fwd` (the forward), `bwd` (every backward kernel: bwdpre, bwd, \
+                    bwddq and bwdpost) or `kvcache` (the KV-cache forward: fwdsplit and \
+                    fwdcombine)";
     let w = word(a, "a pass", expected)?;
     match w.to_string().as_str() {
         "fwd" => Ok(Passes::Fwd),
         "bwd" => Ok(Passes::Bwd),
+        "kvcache" => Ok(Passes::KvCache),
         other => Err(Error::new(
             w.span(),
             format!("unknown pass `{other}`: {expected}"),
@@ -280,7 +283,8 @@ fn arch(a: &Atom) -> Result<Arch> {
 /// Every combination. `bwd` brings each backward kernel of both modes (atomic: bwdpre,
 /// bwd, bwdpost; deterministic: bwdpre, bwd, bwddq), with the bwd's long-sequence
 /// tiling where it has one (d128); bwdpre and bwdpost have no causal variant, so they
-/// come once per head dim and dtype.
+/// come once per head dim and dtype. `kvcache` brings the split-KV forward and its
+/// combine step (no causal variant).
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
     for &arch in &a.arch {
@@ -291,6 +295,7 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                         let passes: &[Pass] = match p {
                             Passes::Fwd => &[Pass::Fwd],
                             Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
+                            Passes::KvCache => &[Pass::FwdSplit, Pass::FwdCombine],
                         };
                         for &pass in passes {
                             let spec = KernelSpec {

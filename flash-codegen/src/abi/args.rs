@@ -47,6 +47,14 @@ pub const LSE: Arg<B64> = Arg::ptr("lse");
 pub const DVEC: Arg<B64> = Arg::ptr("dvec");
 /// The f32 dQ accumulator (opaque scratch), or 0.
 pub const DQ_ACCUM: Arg<B64> = Arg::ptr("dq_accum");
+/// The split-KV forward's partial outputs, f32 (see [`super::decode`]).
+pub const O_ACCUM: Arg<B64> = Arg::ptr("o_accum");
+/// The split-KV forward's partial LSEs, f32 (see [`super::decode`]).
+pub const LSE_ACCUM: Arg<B64> = Arg::ptr("lse_accum");
+/// Valid keys per sequence, i32 `[batch]`, or 0.
+pub const SEQLENS_K: Arg<B64> = Arg::ptr("seqlens_k");
+/// Key-range splits per (batch, KV head).
+pub const NUM_SPLITS: Arg<B32> = Arg::u32("num_splits");
 /// Query sequence length.
 pub const SEQLEN_Q: Arg<B32> = Arg::u32("seqlen_q");
 /// Key/value sequence length.

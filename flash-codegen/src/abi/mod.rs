@@ -12,15 +12,18 @@ use crate::spec::{KernelPlan, KernelSpec, Pass};
 
 pub mod args;
 mod bwd;
+pub mod decode;
 mod fwd;
 #[cfg(test)]
 mod tests;
 mod types;
 pub use args::{
-    DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2,
-    SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, TENSORS, V,
+    DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM,
+    NUM_SPLITS, O, O_ACCUM, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SEQLENS_K, SOFTMAX_SCALE,
+    TENSORS, V,
 };
 pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
+pub use decode::{FWD_COMBINE_PARAMS, FWD_SPLIT_PARAMS};
 pub use fwd::FWD_PARAMS;
 pub use types::{AbiTy, Arg, ArgKind, TensorArgs};
 
@@ -78,6 +81,8 @@ pub fn params(pass: Pass) -> &'static [ParamDesc] {
         Pass::Bwd => &BWD_PARAMS,
         Pass::BwdDq => &BWD_DQ_PARAMS,
         Pass::BwdPost => &BWD_POST_PARAMS,
+        Pass::FwdSplit => &FWD_SPLIT_PARAMS,
+        Pass::FwdCombine => &FWD_COMBINE_PARAMS,
     }
 }
 
@@ -113,6 +118,20 @@ pub fn launch(plan: &KernelPlan) -> Launch {
             grid: ["ceil(seqlen_k / block_n)", "heads_k", "batch"],
             dynamic_smem_bytes: plan.smem.bytes,
         },
+        Pass::FwdSplit => Launch {
+            block: [t.threads(), 1, 1],
+            grid: [
+                "ceil(seqlen_q * heads_per_kv / block_m)",
+                "heads_k",
+                "batch * num_splits",
+            ],
+            dynamic_smem_bytes: plan.smem.bytes,
+        },
+        Pass::FwdCombine => Launch {
+            block: [t.threads(), 1, 1],
+            grid: ["ceil(heads * seqlen_q / block_m)", "batch", "1"],
+            dynamic_smem_bytes: plan.smem.bytes,
+        },
     }
 }
 
@@ -128,6 +147,9 @@ pub fn grid(
     let t = spec.tiles();
     match spec.pass {
         Pass::Bwd => [seqlen_k.div_ceil(t.block_n()), heads_k, batch],
+        Pass::FwdSplit | Pass::FwdCombine => {
+            panic!("{spec}: the split-KV grids also take num_splits (abi::decode)")
+        }
         _ => [seqlen_q.div_ceil(t.block_m()), heads, batch],
     }
 }

@@ -30,6 +30,38 @@ pub fn kv_blocks(
     (b.min_u32(n, lim), diag)
 }
 
+/// The key blocks a block of packed rows visits (packed rows `m0..m0 + block_m` of a KV
+/// group: query position `row / heads_per_kv`, see [`crate::abi::decode`]), for a sequence
+/// of `seqlen_k` keys whose last `seqlen_q` positions are the queries: all, or up to the
+/// causal diagonal of its last position; and `diag`, the last key its first position sees.
+pub fn packed_kv_blocks(
+    b: &mut Builder,
+    plan: &KernelPlan,
+    (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
+    m0: Reg<B32>,
+    heads_per_kv: Reg<B32>,
+) -> (Reg<B32>, Reg<B32>) {
+    let t = &plan.tiles;
+    let n = b.add_u32(seqlen_k, t.block_n() - 1);
+    let n = b.div_u32(n, t.block_n());
+    let shift = b.sub_s32(seqlen_k, seqlen_q);
+    let first = b.div_u32(m0, heads_per_kv);
+    let diag = b.add_s32(shift, first);
+    if !plan.spec.mask.is_causal() {
+        return (n, diag);
+    }
+    // the block's last position, in the sequence: keys 0..=last + shift are visible
+    let last_row = b.add_u32(m0, t.block_m() - 1);
+    let last = b.div_u32(last_row, heads_per_kv);
+    let final_pos = b.sub_u32(seqlen_q, 1u32);
+    let last = b.min_u32(last, final_pos);
+    let lim = b.add_s32(last, shift);
+    let lim = b.add_s32(lim, t.block_n() as i32); // ceil((last + shift + 1) / block_n)
+    let lim = b.max_s32(lim, 0i32);
+    let lim = b.div_u32(lim, t.block_n());
+    (b.min_u32(n, lim), diag)
+}
+
 /// The K and V bytes of the (head, batch) pairs whose query blocks run together in the
 /// causal forward's order (see [`heaviest_first`]): what L2 should hold of them.
 const KV_SECTION_BYTES: u32 = 32 << 20;

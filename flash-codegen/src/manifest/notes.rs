@@ -56,6 +56,14 @@ const CUPY_EXAMPLE: &[&str] = &[
     "fn(grid, tuple(kern['launch']['block']), args, shared_mem=smem)",
 ];
 
+const KV_CACHE: &[&str] = &[
+    "Decode, speculative verification and chunked prefill against a KV cache run fwdsplit (grid [ceil(seqlen_q * heads_per_kv / block_m), heads_k, batch * num_splits]) and then, only when num_splits > 1, fwdcombine (grid [ceil(heads * seqlen_q / block_m), batch, 1]) on the same stream; with num_splits = 1, fwdsplit writes o and lse itself and o_accum / lse_accum may be 0.",
+    "k and v are the caches [batch, seqlen_k (capacity), heads_k, head_dim], any strides with a contiguous head_dim; seqlens_k (i32 [batch], or 0 for full caches) holds the valid keys of each sequence; the kernels clamp each value to [0, seqlen_k], so no value makes them read or write out of bounds. The queries are the last seqlen_q positions of each sequence: causal masks key j for query i when j > i + seqlens_k[b] - seqlen_q. A sequence of length 0 gives o = 0 and lse = -inf.",
+    "Partial buffers (f32, contiguous, scratch the caller allocates and never reads): o_accum [num_splits, batch, heads * seqlen_q, head_dim_kernel] and lse_accum [num_splits, batch, heads * seqlen_q], rows in packed order: row kv_head * heads_per_kv * seqlen_q + position * heads_per_kv + head % heads_per_kv. fwdsplit writes every element of both before fwdcombine reads them; no zeroing is needed.",
+    "Split j of a sequence with n key blocks (ceil(min(seqlens_k[b], seqlen_k) / block_n), causal: up to the diagonal of the block's last query) runs blocks [j * ceil(n / num_splits), (j + 1) * ceil(n / num_splits)) clipped to n; any num_splits >= 1 is correct, more than ceil(seqlen_k / block_n) only adds empty splits.",
+    "The runtime's split rule (FlashAttention-3's): slots = SMs x CTAs per SM of fwdsplit (228 KiB / (dynamic_smem_bytes + 1 KiB), at most 2 at 128 threads); total = grid.x * heads_k * batch; n = ceil(seqlen_k / block_n). If total >= 0.8 slots: 1 split, unless one KV head's K and V (seqlen_k * head_dim * 4 bytes) exceed 50 MiB (L2), grid.x >= 2 slots and the mask is not causal: then ceil(bytes / 50 MiB), at most 128. Else if n <= 4: 1. Else the smallest s in 1..=min(128, slots, n) whose wave efficiency w / ceil(w), w = total * s / slots, is at least 0.85 of the best.",
+];
+
 pub(super) fn notes() -> Notes {
     Notes {
         tensors: vec![
@@ -89,6 +97,19 @@ pub(super) fn notes() -> Notes {
                 "f32",
                 "write (optional: pass 0 to skip)",
             ),
+            tensor("seqlens_k", &["batch"], "i32", "read (optional: pass 0)"),
+            tensor(
+                "o_accum",
+                &["num_splits", "batch", "heads * seqlen_q", "head_dim_kernel"],
+                "f32",
+                "scratch: written by fwdsplit, read by fwdcombine",
+            ),
+            tensor(
+                "lse_accum",
+                &["num_splits", "batch", "heads * seqlen_q"],
+                "f32",
+                "scratch: written by fwdsplit, read by fwdcombine",
+            ),
         ],
         semantics: lines(SEMANTICS),
         strides: STRIDES.to_string(),
@@ -98,5 +119,6 @@ pub(super) fn notes() -> Notes {
         shared_memory: SHARED_MEMORY.to_string(),
         launch: lines(LAUNCH),
         cupy_example: lines(CUPY_EXAMPLE),
+        kv_cache: lines(KV_CACHE),
     }
 }

@@ -31,18 +31,29 @@ pub enum Pass {
     BwdDq,
     /// Backward postprocess: dQ = dq_accum * softmax_scale, converted to the element type.
     BwdPost,
+    /// Split-KV forward against a KV cache (decode, speculative verification, chunked
+    /// prefill): the query heads of a KV group packed into one tile's rows, per-sequence
+    /// key counts (`seqlens_k`), the key range split across `num_splits` CTAs, each writing
+    /// a partial O (f32) and LSE that [`Pass::FwdCombine`] merges; with one split it writes
+    /// O and the LSE itself.
+    FwdSplit,
+    /// The split-KV forward's combine step: O and LSE from the splits' partial results.
+    FwdCombine,
 }
 
 impl Pass {
     /// Every pass, in generation order.
-    pub const ALL: [Pass; 5] = [
+    pub const ALL: [Pass; 7] = [
         Pass::Fwd,
         Pass::BwdPre,
         Pass::Bwd,
         Pass::BwdDq,
         Pass::BwdPost,
+        Pass::FwdSplit,
+        Pass::FwdCombine,
     ];
-    /// The pass's part of a kernel name (`fwd`, `bwdpre`, `bwd`, `bwddq`, `bwdpost`).
+    /// The pass's part of a kernel name (`fwd`, `bwdpre`, `bwd`, `bwddq`, `bwdpost`,
+    /// `fwdsplit`, `fwdcombine`).
     pub fn name(self) -> &'static str {
         match self {
             Pass::Fwd => "fwd",
@@ -50,11 +61,13 @@ impl Pass {
             Pass::Bwd => "bwd",
             Pass::BwdDq => "bwddq",
             Pass::BwdPost => "bwdpost",
+            Pass::FwdSplit => "fwdsplit",
+            Pass::FwdCombine => "fwdcombine",
         }
     }
     /// Whether the pass has causal and non-causal variants (elementwise passes do not).
     pub fn has_mask(self) -> bool {
-        matches!(self, Pass::Fwd | Pass::Bwd | Pass::BwdDq)
+        matches!(self, Pass::Fwd | Pass::Bwd | Pass::BwdDq | Pass::FwdSplit)
     }
 }
 

@@ -91,14 +91,14 @@ mod tests {
                         + t.block_m * pad(t.block_n)
                         + t.warps * 32 * 4
                 }
-                Pass::Fwd => t.block_m * row + 2 * t.stages * t.block_n * row,
+                Pass::Fwd | Pass::FwdSplit => t.block_m * row + 2 * t.stages * t.block_n * row,
                 Pass::Bwd => {
                     2 * t.block_n * row
                         + 2 * t.stages * t.block_m * (row + 4)
                         + 2 * t.block_n * pad(t.block_m)
                 }
                 Pass::BwdDq => 2 * t.block_m * row + 2 * t.stages * t.block_n * row,
-                Pass::BwdPre | Pass::BwdPost => 0,
+                Pass::BwdPre | Pass::BwdPost | Pass::FwdCombine => 0,
             };
             assert_eq!(smem.bytes, want, "{s}");
             let mut at = 0;

@@ -22,6 +22,8 @@ pub struct TileCopy {
     smem_off: Vec<Reg<B32>>,
     /// Global byte offset of the first copy, and between successive copies.
     gmem_off: Reg<B64>,
+    /// Byte offset of the thread's chunk inside a row.
+    col_bytes: Reg<B64>,
     gmem_step: Reg<B64>,
     /// The thread's chunk is inside the kernel's head dim (else the lane idles).
     in_kernel: Reg<Pred>,
@@ -76,6 +78,7 @@ impl TileCopy {
             row0,
             smem_off,
             gmem_off,
+            col_bytes,
             gmem_step,
             in_kernel,
             chunk_ok,
@@ -103,6 +106,36 @@ impl TileCopy {
             let ok = b.and_pred(row_ok, self.chunk_ok);
             let size = b.selp_b32(16u32, 0u32, ok);
             let from = b.selp_b64(src, base, ok);
+            let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
+            let below = (i / phases) * phases * self.step * ROW_BYTES;
+            let dst = Addr::Shared(dst, (tile_base + below) as i32);
+            b.when(self.in_kernel, false, |b| {
+                b.cp_async(CpSize::B16, dst, Addr::Global(from, 0), Some(size.into()))
+            });
+        }
+    }
+
+    /// Issues the copies of a tile whose rows sit anywhere: `row_addr(b, row)` gives the
+    /// global byte address of tile row `row` (called once per copy, for rows below
+    /// `valid_rows` and past them alike; only the first are read). Rows past
+    /// `valid_rows` are zero-filled with the source clamped to `fallback`.
+    pub fn issue_gathered(
+        &self,
+        b: &mut Builder,
+        (smem, tile_base): (Reg<B32>, u32),
+        fallback: Reg<B64>,
+        valid_rows: Reg<B32>,
+        mut row_addr: impl FnMut(&mut Builder, Reg<B32>) -> Reg<B64>,
+    ) {
+        let phases = self.smem_off.len() as u32;
+        for i in 0..self.count {
+            let row = b.add_u32(self.row0, i * self.step);
+            let src = row_addr(b, row);
+            let src = b.add_s64(src, self.col_bytes);
+            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
+            let ok = b.and_pred(row_ok, self.chunk_ok);
+            let size = b.selp_b32(16u32, 0u32, ok);
+            let from = b.selp_b64(src, fallback, ok);
             let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
             let below = (i / phases) * phases * self.step * ROW_BYTES;
             let dst = Addr::Shared(dst, (tile_base + below) as i32);

@@ -8,13 +8,14 @@ pub mod bwd_dq;
 pub mod bwd_exchange;
 pub mod fwd;
 pub mod fwd_exchange;
+pub mod fwd_split;
 pub mod mainloop;
 pub mod probe;
 pub mod stream;
 pub mod warp;
 pub mod warp_store;
 
-use crate::kernels::bwd_elementwise;
+use crate::kernels::{bwd_elementwise, combine};
 use crate::ptx::Module;
 use crate::spec::{KernelPlan, Pass};
 
@@ -27,6 +28,8 @@ pub fn module(plan: &KernelPlan) -> Module {
         Pass::BwdPost => bwd_elementwise::build_post(plan),
         Pass::BwdDq => bwd_dq::build(plan),
         Pass::Bwd => bwd::build(plan),
+        Pass::FwdSplit => fwd_split::build(plan),
+        Pass::FwdCombine => combine::build(plan),
     };
     Module {
         target: crate::kernels::target(spec.arch),

@@ -6,7 +6,8 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{KernelSpec, Pass, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, Resident, Streamed};
 use table::{
-    BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMPACT_TILES, FWD_TILES,
+    BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMBINE_TILES,
+    FWD_COMPACT_TILES, FWD_SPLIT_TILES, FWD_TILES,
 };
 
 pub(crate) mod smem;
@@ -99,7 +100,7 @@ impl Sm80Tiles {
     pub(super) fn check(&self, pass: Pass, d: u32) -> Result<(), String> {
         let t = self;
         let (bm, bn, warps) = (t.block_m, t.block_n, t.warps);
-        if matches!(pass, Pass::BwdPre | Pass::BwdPost) {
+        if matches!(pass, Pass::BwdPre | Pass::BwdPost | Pass::FwdCombine) {
             return match warps > 0 && bm % warps == 0 && t.layout == Streamed && t.sweeps == 1 {
                 true => Ok(()),
                 false => Err("elementwise passes: block_m rows, one per warp at a time".into()),
@@ -108,9 +109,12 @@ impl Sm80Tiles {
         if warps == 0 || bm == 0 || bn == 0 || bm % 16 != 0 || bn % 16 != 0 {
             return Err("block_m and block_n must be multiples of 16, warps at least 1".into());
         }
-        if !t.stages.is_power_of_two() || (t.stages == 1 && pass != Pass::Fwd) {
+        if !t.stages.is_power_of_two()
+            || (t.stages == 1 && !matches!(pass, Pass::Fwd | Pass::FwdSplit))
+        {
             return Err(
-                "stages must be a power of two (1 only for fwd: K and V take turns)".into(),
+                "stages must be a power of two (1 only for fwd and fwdsplit: K and V take turns)"
+                    .into(),
             );
         }
         if !(1..=2).contains(&t.sweeps) || (t.sweeps == 2 && pass != Pass::Bwd) {
@@ -230,6 +234,8 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),
         (Tiling::Standard, Pass::BwdDq) => find(&BWD_DQ_TILES),
         (Tiling::Standard, Pass::BwdPre | Pass::BwdPost) => find(&ELEMENTWISE_TILES),
+        (Tiling::Standard, Pass::FwdSplit) => find(&FWD_SPLIT_TILES),
+        (Tiling::Standard, Pass::FwdCombine) => find(&FWD_COMBINE_TILES),
         (Tiling::Long, _) => long_row(spec).map(|(_, t)| t),
         (Tiling::Compact, Pass::Fwd) => find(&FWD_COMPACT_TILES),
         (Tiling::Compact, _) => None,
@@ -261,7 +267,8 @@ pub(super) fn parse_row(s: &str) -> Result<(Pass, u32, Sm80Tiles), String> {
         "fwd" => Pass::Fwd,
         "bwd" => Pass::Bwd,
         "bwddq" => Pass::BwdDq,
-        _ => return Err(format!("{}: PASS is fwd, bwd or bwddq", bad())),
+        "fwdsplit" => Pass::FwdSplit,
+        _ => return Err(format!("{}: PASS is fwd, bwd, bwddq or fwdsplit", bad())),
     };
     let d: u32 = d.parse().map_err(|_| bad())?;
     let parts: Vec<&str> = vals.split(',').collect();

@@ -89,6 +89,38 @@ pub(crate) const BWD_DQ_TILES: [(u32, Sm80Tiles); 8] = [
     (256, tc(64, 32, 4, 2, 1)),
 ];
 
+/// The split-KV forward (decode against a KV cache): one m16 tile per warp, so packed
+/// rows of few queries (a KV group's heads times the new tokens) waste little of a tile;
+/// K and V double-buffered so that the next block's bytes are in flight while one is
+/// computed (the pass is bound by reading the cache). Every row stays at or below 96 KiB,
+/// two CTAs per SM up to d128.
+#[rustfmt::skip]
+pub(crate) const FWD_SPLIT_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, tc(64, 128, 4, 2, 1)),
+    (64, tc(64, 128, 4, 2, 1)),
+    (96, tc(64, 64, 4, 2, 1)),
+    (128, tc(64, 64, 4, 2, 1)),
+    (160, tc(64, 32, 4, 2, 1)),
+    (192, tc(64, 32, 4, 2, 1)),
+    (224, tc(64, 32, 4, 2, 1)),
+    (256, tc(64, 32, 4, 2, 1)),
+];
+
+/// The combine step: one warp per output row, one row per warp (small CTAs spread a
+/// decode step's few rows over many SMs).
+#[rustfmt::skip]
+pub(crate) const FWD_COMBINE_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, COMBINE),
+    (64, COMBINE),
+    (96, COMBINE),
+    (128, COMBINE),
+    (160, COMBINE),
+    (192, COMBINE),
+    (224, COMBINE),
+    (256, COMBINE),
+];
+const COMBINE: Sm80Tiles = tc(4, 0, 4, 1, 1);
+
 /// Elementwise passes (preprocess, postprocess): block_m rows per CTA, one warp per row.
 #[rustfmt::skip]
 pub(crate) const ELEMENTWISE_TILES: [(u32, Sm80Tiles); 8] = [

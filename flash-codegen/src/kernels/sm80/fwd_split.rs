@@ -1,0 +1,389 @@
+//! Kernel layer: the split-KV forward against a KV cache on the sm_80 path (decode,
+//! speculative verification, chunked prefill; flash-decoding).
+//!
+//! One CTA per (block of packed rows, KV head, batch x split). The packed rows of a KV
+//! head are its `heads_per_kv` query heads times the `seqlen_q` new positions
+//! ([`crate::abi::decode`]), so every K/V byte a CTA reads serves the whole group. The CTA
+//! runs FA2's main loop (S = Q K^T, mask, online softmax, O += P V) over its split's share
+//! of the sequence's key blocks, the sequence's length read from `seqlens_k` and clamped to
+//! the cache's capacity. With one split it writes O and the LSE; with more, its partial O
+//! (normalised, f32) and LSE for the combine pass ([`crate::kernels::combine`]).
+//!
+//! Phases: `SplitBlock::open` (coordinates, the sequence's key range, Q gathered and the
+//! first K/V block issued), `SplitBlock::key_blocks`, `SplitBlock::epilogue`.
+
+use super::mainloop::QBlock;
+use super::stream::{BlockStream, CopyPlan};
+use super::warp::{AOperand, Warp};
+use crate::abi::{
+    HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM, NUM_SPLITS, O, O_ACCUM, Q, SCALE_LOG2,
+    SEQLEN_K, SEQLEN_Q, SEQLENS_K, TensorArgs, V,
+};
+use crate::kernels::half_fmt;
+use crate::kernels::mask::{KeyMask, mask_block};
+use crate::kernels::params::Params;
+use crate::kernels::schedule::packed_kv_blocks;
+use crate::kernels::softmax::OnlineSoftmax;
+use crate::ptx::{
+    Addr, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, LdCache, Reg, Space,
+    Special, Ty,
+};
+use crate::spec::{KernelPlan, Sm80Tiles};
+use crate::tile::acc::AccTile;
+use crate::tile::copy::TileCopy;
+use crate::tile::smem::SmemTile;
+
+/// The entry of a [`Pass::FwdSplit`](crate::spec::Pass::FwdSplit) spec.
+pub fn build(plan: &KernelPlan) -> Entry {
+    let (mut b, f) = SplitBlock::open(plan);
+    let (d, t) = (plan.spec.head_dim, &f.t);
+    let w = &f.q.w;
+    let [q_operand] = w.a_operands(&mut b, t.layout.resident(), [&f.q_tile], f.smem, d);
+    let mask = KeyMask::new(
+        &mut b,
+        plan.spec.mask,
+        &f.positions,
+        w.t2,
+        f.p.get(SEQLEN_Q),
+        f.seqlen_k,
+    );
+    let mut o = w.acc_zeros(&mut b, d);
+    let mut softmax = OnlineSoftmax::new(&mut b, w.rows.len(), f.p.get(SCALE_LOG2));
+    f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
+    f.epilogue(&mut b, &softmax, &mut o);
+    let bounds = LaunchBounds {
+        max_threads: Some(t.threads()),
+        min_ctas_per_sm: Some(plan.ctas_per_sm_hint()),
+    };
+    b.finish(plan.spec.name(), f.p.entry(), bounds)
+}
+
+/// The CTA's packed rows, its split of the key range, and what the phases share.
+struct SplitBlock<'a> {
+    plan: &'a KernelPlan,
+    t: Sm80Tiles,
+    fmt: HalfFmt,
+    p: Params,
+    /// The packed rows (`q.head` is the group's first query head; `q.q_rows` counts the
+    /// block's packed rows that exist).
+    q: QBlock,
+    split: Reg<B32>,
+    /// The query position of each of the thread's rows.
+    positions: Vec<Reg<B32>>,
+    /// The sequence's keys (`seqlens_k[batch]` clamped to the capacity).
+    seqlen_k: Reg<B32>,
+    /// The split's key blocks `first..end`, and the last key the block's first row sees.
+    first: Reg<B32>,
+    end: Reg<B32>,
+    diag: Reg<B32>,
+    /// No row of the warp exists: it skips the products (warp-uniform).
+    warp_idle: Reg<crate::ptx::Pred>,
+    smem: Reg<B32>,
+    q_tile: SmemTile,
+    kv: BlockStream,
+}
+
+impl<'a> SplitBlock<'a> {
+    fn open(plan: &'a KernelPlan) -> (Builder, Self) {
+        let spec = &plan.spec;
+        let t = *plan.tiles.sm80();
+        let d = spec.head_dim;
+        let mut b = Builder::new();
+        b.comment(format!(
+            "{}: split-KV, packed rows {}, block_n {}, {} warps, {} stages, d {d}, smem {} bytes",
+            spec.name(),
+            t.block_m,
+            t.block_n,
+            t.warps,
+            t.stages,
+            plan.smem.bytes
+        ));
+        let p = Params::load(&mut b, spec.pass);
+        let zero = b.mov(0u32);
+        let m_tiles = (t.block_m / t.warps / 16) as usize;
+        let w = Warp::new(&mut b, m_tiles);
+
+        b.comment("-- coordinates: packed query block, KV head, batch and split --");
+        let m_block = b.special(Special::CtaIdX);
+        let kv_head = b.special(Special::CtaIdY);
+        let z = b.special(Special::CtaIdZ);
+        let splits = p.get(NUM_SPLITS);
+        let batch = b.div_u32(z, splits);
+        let split = b.rem_u32(z, splits);
+        let hpk = p.get(HEADS_PER_KV);
+        let (seqlen_q, capacity) = (p.get(SEQLEN_Q), p.get(SEQLEN_K));
+        let m0 = b.mul_lo_u32(m_block, t.block_m);
+        let packed = b.mul_lo_u32(seqlen_q, hpk);
+        let q_rows = b.sub_u32(packed, m0);
+        let head0 = b.mul_lo_u32(kv_head, hpk);
+        let positions = w
+            .rows
+            .iter()
+            .map(|&r| {
+                let pr = b.add_u32(m0, r);
+                b.div_u32(pr, hpk)
+            })
+            .collect();
+        let warp_idle = b.setp_u32(Cmp::Ge, w.warp_row, q_rows);
+        let q = QBlock {
+            w,
+            m0,
+            head: head0,
+            batch,
+            kv_head,
+            q_rows,
+        };
+
+        b.comment("-- the sequence's keys: seqlens_k[batch] clamped to [0, capacity] --");
+        let seqlen_k = b.mov(capacity);
+        let lens = p.get(SEQLENS_K);
+        let given = b.setp_u64(Cmp::Ne, lens, 0i64);
+        b.if_uniform(given, |b| {
+            let lens = b.cvta_global(lens);
+            let at = b.mad_wide_u32(batch, 4u32, lens);
+            let [n]: [Reg<B32>; 1] = b.ld(
+                Space::Global,
+                LdCache::NonCoherent,
+                Ty::B32,
+                Addr::Global(at, 0),
+            );
+            let n = b.max_s32(n, 0i32);
+            let n = b.min_u32(n, capacity);
+            b.assign(seqlen_k, n);
+        });
+
+        b.comment("-- the split's key blocks: an equal share of the sequence's --");
+        let (n_blocks, diag) = packed_kv_blocks(&mut b, plan, (seqlen_q, seqlen_k), m0, hpk);
+        let share = b.add_u32(n_blocks, splits);
+        let share = b.sub_u32(share, 1u32);
+        let share = b.div_u32(share, splits);
+        let first = b.mul_lo_u32(split, share);
+        let first = b.min_u32(first, n_blocks);
+        let end = b.add_u32(first, share);
+        let end = b.min_u32(end, n_blocks);
+
+        let smem = b.smem_base();
+        let q_tile = SmemTile::from(plan.smem.fixed[0]);
+        let kv = BlockStream::new(&mut b, plan, &p, (q.tid, CopyPlan::Once), [&K, &V]);
+
+        b.comment("-- gather the packed Q rows, issue the split's first K/V block --");
+        let q_batch = p.tensor(&mut b, &Q, batch, zero, zero);
+        let stride = p.row_stride(&Q);
+        let head_dim = p.get(HEAD_DIM);
+        let q_copy = TileCopy::new(&mut b, &q_tile, d, t.threads(), q.tid, stride, head_dim);
+        q_copy.issue_gathered(
+            &mut b,
+            (smem, q_tile.base),
+            q_batch,
+            q_rows,
+            |b, row| packed_row_addr(b, &p, &Q, q_batch, (m0, row), (hpk, head0)),
+        );
+        if t.layout.resident() {
+            b.cp_async_commit(); // Q lands first, then its fragments move to registers
+        }
+        let k_base = p.tensor(&mut b, &K, batch, zero, kv_head);
+        let v_base = p.tensor(&mut b, &V, batch, zero, kv_head);
+        kv.start(&mut b, smem, [k_base, v_base], first, seqlen_k, end);
+        b.cp_async_commit();
+        let f = SplitBlock {
+            plan,
+            t,
+            fmt: half_fmt(spec.dtype),
+            p,
+            q,
+            split,
+            positions,
+            seqlen_k,
+            first,
+            end,
+            diag,
+            warp_idle,
+            smem,
+            q_tile,
+            kv,
+        };
+        (b, f)
+    }
+
+    /// FA2's main loop over the split's key blocks. Warps without a packed row (few
+    /// queries: one decode token of a small group fills 4 of 64 rows) skip the products
+    /// but keep streaming their share of the copies.
+    fn key_blocks(
+        &self,
+        b: &mut Builder,
+        q_operand: &AOperand,
+        mask: &KeyMask,
+        softmax: &mut OnlineSoftmax,
+        o: &mut AccTile,
+    ) {
+        let (q, kv, fmt, smem) = (&self.q, &self.kv, self.fmt, self.smem);
+        let d = self.plan.spec.head_dim;
+        assert!(
+            !kv.syncs_mid(),
+            "generator bug: the split forward streams two or more stages"
+        );
+        let range = (self.first, self.end);
+        let (n0, kv_smem, lp) = kv.begin(b, smem, self.seqlen_k, range);
+        b.unless_uniform(self.warp_idle, |b| {
+            b.comment("-- S = Q K^T --");
+            let mut s = q.acc_zeros(b, self.t.block_n);
+            q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], kv_smem), d);
+            b.comment("-- mask: blocks crossing the sequence end or the causal diagonal --");
+            mask_block(b, self.plan, mask, &mut s, (n0, n0), self.seqlen_k, self.diag);
+            b.comment("-- online softmax; O += P V --");
+            softmax.step(b, &mut s, o);
+            let v = (&kv.tiles[1], kv_smem);
+            for mt in 0..s.m_tiles() {
+                let pa = s.as_a(b, fmt, mt);
+                q.mma_a_b(b, fmt, &mut o.m_tile(mt), &[pa], v, 0);
+            }
+        });
+        kv.end(b, lp);
+    }
+
+    /// O /= l; one split: O (element type) and the LSE to the caller's tensors; more: the
+    /// partial O (f32) and LSE of this split, every packed row that exists.
+    fn epilogue(&self, b: &mut Builder, softmax: &OnlineSoftmax, o: &mut AccTile) {
+        let p = &self.p;
+        b.comment("-- epilogue: O /= l_i; one split: O and LSE, else the split's partials --");
+        let lse = softmax.finish(b, o);
+        let one = b.setp_u32(Cmp::Eq, p.get(NUM_SPLITS), 1u32);
+        b.if_else_uniform(
+            one,
+            |b| self.store_output(b, o, &lse),
+            |b| self.store_partials(b, o, &lse),
+        );
+    }
+
+    /// O in the element type at `o[batch, position, head]`, the LSE at
+    /// `lse[batch, head, position]` when the lse pointer is not null.
+    fn store_output(&self, b: &mut Builder, o: &AccTile, lse: &[Reg<F32>]) {
+        let (p, q) = (&self.p, &self.q);
+        let hpk = p.get(HEADS_PER_KV);
+        let o_batch = {
+            let zero = b.mov(0u32);
+            p.tensor(b, &O, q.batch, zero, zero)
+        };
+        let head_dim = p.get(HEAD_DIM);
+        let col_bytes = b.shl_b32(q.t2, 1u32);
+        let col_bytes = b.cvt_u64_u32(col_bytes);
+        let lse_on = b.setp_u64(Cmp::Ne, p.get(LSE), 0i64);
+        let quad0 = b.setp_u32(Cmp::Eq, q.t2, 0u32);
+        let lse_on = b.and_pred(lse_on, quad0);
+        let lse_base = b.cvta_global(p.get(LSE));
+        for (r, &row) in q.rows.iter().enumerate() {
+            let past = b.setp_u32(Cmp::Ge, row, q.q_rows);
+            b.unless(past, |b| {
+                let (pos, head) = packed_coords(b, (q.m0, row), (hpk, q.head));
+                let addr = row_addr_of(b, p, &O, o_batch, pos, head);
+                let addr = b.add_s64(addr, col_bytes);
+                for nt in 0..o.n_tiles() {
+                    let in_problem = b.setp_u32(Cmp::Gt, head_dim, 8 * nt as u32);
+                    let [lo, hi] = o.pair(r, nt);
+                    let word = b.pack(self.fmt, lo, hi);
+                    b.when(in_problem, false, |b| {
+                        let at = Addr::Global(addr, 16 * nt as i32);
+                        b.st(Space::Global, Ty::B32, at, &[word])
+                    });
+                }
+                // lse[(batch * heads + head) * seqlen_q + pos]
+                let bh = b.mad_lo_u32(q.batch, p.get(HEADS), head);
+                let idx = b.mad_wide_u32(bh, p.get(SEQLEN_Q), 0i64);
+                let pos64 = b.cvt_u64_u32(pos);
+                let idx = b.add_s64(idx, pos64);
+                let off = b.shl_b64(idx, 2);
+                let at = b.add_s64(lse_base, off);
+                b.when(lse_on, false, |b| {
+                    b.st(Space::Global, Ty::F32, Addr::Global(at, 0), &[lse[r]])
+                });
+            });
+        }
+    }
+
+    /// This split's partial O (f32, every kernel column) and LSE, at packed row
+    /// `(split * batches + batch) * heads * seqlen_q + kv_head * heads_per_kv * seqlen_q +
+    /// m0 + row`.
+    fn store_partials(&self, b: &mut Builder, o: &AccTile, lse: &[Reg<F32>]) {
+        let (p, q) = (&self.p, &self.q);
+        let d = self.plan.spec.head_dim;
+        let batches = {
+            let nz = b.special(Special::NCtaIdZ);
+            b.div_u32(nz, p.get(NUM_SPLITS))
+        };
+        let rows = b.mul_lo_u32(p.get(HEADS), p.get(SEQLEN_Q));
+        let group = b.mul_lo_u32(q.head, p.get(SEQLEN_Q)); // kv_head * heads_per_kv * seqlen_q
+        let sb = b.mad_lo_u32(self.split, batches, q.batch);
+        let row0 = b.mul_wide_u32(sb, rows);
+        let group = b.cvt_u64_u32(group);
+        let row0 = b.add_s64(row0, group);
+        let m0 = b.cvt_u64_u32(q.m0);
+        let row0 = b.add_s64(row0, m0);
+        let o_acc = b.cvta_global(p.get(O_ACCUM));
+        let lse_acc = b.cvta_global(p.get(LSE_ACCUM));
+        let col_bytes = b.shl_b32(q.t2, 2u32);
+        let col_bytes = b.cvt_u64_u32(col_bytes);
+        let quad0 = b.setp_u32(Cmp::Eq, q.t2, 0u32);
+        for (r, &row) in q.rows.iter().enumerate() {
+            let past = b.setp_u32(Cmp::Ge, row, q.q_rows);
+            b.unless(past, |b| {
+                let row64 = b.cvt_u64_u32(row);
+                let idx = b.add_s64(row0, row64);
+                let off = b.mul_lo_u64(idx, 4 * i64::from(d));
+                let at = b.add_s64(o_acc, off);
+                let at = b.add_s64(at, col_bytes);
+                for nt in 0..o.n_tiles() {
+                    let pair = o.pair(r, nt);
+                    let addr = Addr::Global(at, 32 * nt as i32);
+                    b.st(Space::Global, Ty::F32, addr, &pair);
+                }
+                let off = b.shl_b64(idx, 2);
+                let at = b.add_s64(lse_acc, off);
+                b.when(quad0, false, |b| {
+                    b.st(Space::Global, Ty::F32, Addr::Global(at, 0), &[lse[r]])
+                });
+            });
+        }
+    }
+}
+
+/// (query position, query head) of packed row `m0 + row` of the group whose first query
+/// head is `head0`.
+fn packed_coords(
+    b: &mut Builder,
+    (m0, row): (Reg<B32>, Reg<B32>),
+    (hpk, head0): (Reg<B32>, Reg<B32>),
+) -> (Reg<B32>, Reg<B32>) {
+    let pr = b.add_u32(m0, row);
+    let pos = b.div_u32(pr, hpk);
+    let g = b.rem_u32(pr, hpk);
+    (pos, b.add_u32(head0, g))
+}
+
+/// Global byte address of `t[batch, pos, head, 0]`, from `t[batch, 0, 0, 0]` at `base`.
+fn row_addr_of(
+    b: &mut Builder,
+    p: &Params,
+    t: &TensorArgs,
+    base: Reg<B64>,
+    pos: Reg<B32>,
+    head: Reg<B32>,
+) -> Reg<B64> {
+    let off = b.mul_wide_u32(pos, p.row_stride(t));
+    let off = b.mad_wide_u32(head, p.get(t.head_stride), off);
+    let bytes = b.add_s64(off, off);
+    b.add_s64(base, bytes)
+}
+
+/// The address of packed row `m0 + row` of tensor `t` (Q): [`packed_coords`] then
+/// [`row_addr_of`].
+fn packed_row_addr(
+    b: &mut Builder,
+    p: &Params,
+    t: &TensorArgs,
+    base: Reg<B64>,
+    rows: (Reg<B32>, Reg<B32>),
+    group: (Reg<B32>, Reg<B32>),
+) -> Reg<B64> {
+    let (pos, head) = packed_coords(b, rows, group);
+    row_addr_of(b, p, t, base, pos, head)
+}
