@@ -65,6 +65,8 @@ pub struct FlashAttention {
     ctx: Arc<CudaContext>,
     pub(crate) arch: Arch,
     pub(crate) smem_optin: u64,
+    /// Streaming multiprocessors of the device (the KV-cache forward's split rule).
+    pub(crate) sms: u32,
     /// Generate the PTX of variants that have none registered (off for embedded-only).
     generate: bool,
     modules: Mutex<BTreeMap<KernelSpec, Loaded>>,
@@ -104,10 +106,12 @@ impl FlashAttention {
         }
         let optin = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+        let sms = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         Ok(FlashAttention {
             ctx,
             arch,
             smem_optin: optin.max(0) as u64,
+            sms: sms.max(1) as u32,
             generate: true,
             modules: Mutex::new(BTreeMap::new()),
             registered: Mutex::new(BTreeMap::new()),
@@ -295,9 +299,10 @@ impl FlashAttention {
     /// Enqueue `plan` (grid, block, smem and parameters in ABI order) on `stream`.
     ///
     /// # Safety
-    /// `f` must be `plan.spec`'s entry and `plan` must come from `plan_fwd` / `plan_bwd` for
-    /// pointers into live device buffers of this context that stay alive and unaliased by
-    /// other writers until the launch has run (the callers hold cudarc's guards for that).
+    /// `f` must be `plan.spec`'s entry and `plan` must come from `plan_fwd` / `plan_bwd` /
+    /// `plan_kvcache` (its scratch bound) for pointers into live device buffers of this
+    /// context that stay alive and unaliased by other writers until the launch has run (the
+    /// callers hold cudarc's guards for that).
     /// Grid, block and smem are then within device limits: the grid was checked in
     /// planning and the dynamic smem limit raised when `f` was loaded.
     pub(crate) unsafe fn launch_unchecked(

@@ -107,7 +107,8 @@ pub enum FlashError {
     /// The launch grid exceeds the hardware limits (x < 2^31, y and z <= 65535).
     #[error(
         "launch grid {grid:?} is too large: {why} (grid = [ceil(seqlen_q / block_m), heads, \
-         batch]; split the batch or the heads into several calls)"
+         batch]; for the KV-cache forward [ceil(seqlen_q * heads / heads_k / block_m), \
+         heads_k, batch * num_splits]; split the batch or the heads into several calls)"
     )]
     GridTooLarge {
         /// The grid that would be launched.

@@ -10,7 +10,9 @@
 //! reproducible with [`BwdOptions::deterministic`]); both allocate their outputs, and
 //! [`FlashAttention::forward_into`] / [`FlashAttention::backward_into`] write into
 //! preallocated (possibly strided) buffers. One [`AttnParams`] (mask, scale) serves both
-//! passes. [`mod@reference`] holds float64 CPU references of both for tests.
+//! passes. [`FlashAttention::forward_kvcache`] (and `_into`) runs the forward against a
+//! KV cache (decoding, per-sequence key counts, the keys split across CTAs:
+//! [`KvOptions`]). [`mod@reference`] holds float64 CPU references of all three for tests.
 //!
 //! ```no_run
 //! use flash_runtime::{AttnParams, FlashAttention, Tensor4};
@@ -35,6 +37,7 @@ mod embedded;
 pub mod error;
 mod forward;
 mod jit;
+mod kvcache;
 mod outputs;
 mod params;
 mod probe;
@@ -50,11 +53,12 @@ pub use backward::{BwdInputs, BwdScratch, GradsMut};
 pub use embedded::EmbeddedKernel;
 pub use error::{FlashError, Result};
 pub use outputs::{Forward, Gradients};
-pub use params::{AttnParams, BwdOptions, Mask};
+pub use params::{AttnParams, BwdOptions, KvOptions, MAX_SPLITS, Mask};
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut, bhsd_layout};
 #[doc(hidden)]
 pub use validate::{
-    BwdPlan, FwdPlan, LaunchPlan, ParamValue, plan_bwd, plan_bwd_with, plan_fwd, plan_fwd_on,
+    BwdPlan, FwdPlan, KvPlan, LaunchPlan, ParamValue, plan_bwd, plan_bwd_with, plan_fwd,
+    plan_fwd_on, plan_kvcache,
 };
 
 /// The cudarc version this crate is built against, re-exported so users name the same types.

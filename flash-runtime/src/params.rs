@@ -1,5 +1,6 @@
 //! Runtime API layer: what an attention computes, given once for both of its passes
-//! ([`AttnParams`]), and how the backward runs ([`BwdOptions`]).
+//! ([`AttnParams`]), how the backward runs ([`BwdOptions`]) and how a KV-cache forward
+//! splits its keys ([`KvOptions`]).
 
 /// Which keys each query sees, beyond the sequence end that every call masks.
 #[non_exhaustive]
@@ -103,6 +104,46 @@ impl BwdOptions {
     pub const fn deterministic() -> Self {
         BwdOptions {
             deterministic: true,
+        }
+    }
+}
+
+/// The most key-range splits a KV-cache forward takes ([`KvOptions::with_splits`]).
+pub const MAX_SPLITS: u32 = 128;
+
+/// How a KV-cache forward ([`crate::FlashAttention::forward_kvcache`]) runs (not what it
+/// computes: that is its [`AttnParams`]).
+///
+/// ```
+/// use flash_runtime::KvOptions;
+/// assert_eq!(KvOptions::default().num_splits, None); // the runtime chooses
+/// assert_eq!(KvOptions::with_splits(8).num_splits, Some(8));
+/// assert_eq!(KvOptions::new(), KvOptions::default());
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvOptions {
+    /// Key-range splits per (sequence, KV head): each split's CTA reads `1 / num_splits` of
+    /// the cache and a combine kernel merges their partial results. `None` (default): the
+    /// runtime picks a count that fills the GPU (`validate::num_splits_for`, FlashAttention-3's
+    /// rule). An explicit value must be in `1..=`[`MAX_SPLITS`] (else
+    /// [`FlashError::InvalidParam`](crate::FlashError::InvalidParam)); it is lowered to the
+    /// number of key blocks of the cache's capacity where it exceeds it (more splits would
+    /// only add empty ones). `Some(1)` runs the split kernel alone, with no scratch.
+    pub num_splits: Option<u32>,
+}
+
+impl KvOptions {
+    /// The runtime chooses the split count.
+    pub const fn new() -> Self {
+        KvOptions { num_splits: None }
+    }
+
+    /// Exactly `n` splits (`1..=MAX_SPLITS`, checked at the call; lowered to the cache's
+    /// key blocks where it has fewer).
+    pub const fn with_splits(n: u32) -> Self {
+        KvOptions {
+            num_splits: Some(n),
         }
     }
 }

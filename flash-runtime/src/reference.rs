@@ -1,14 +1,18 @@
 //! CPU float64 reference of the forward pass, with exactly the kernels' semantics:
 //! GQA/MQA (`heads % heads_k == 0`), bottom-right aligned causal mask (query `i` sees keys
 //! `j <= i + seqlen_k - seqlen_q`), fully masked rows give `o = 0` and `lse = -inf`.
-//! Naive `O(sq * sk * d)` per head, spread over threads; for tests, not for speed.
+//! Naive `O(sq * sk * d)` per head, spread over threads; for tests, not for speed. The
+//! backward ([`attention_backward`]) and the KV-cache forward ([`attention_kvcache_f64`]:
+//! per-sequence key counts, causal bottom-right per sequence) follow the same rules.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{FlashError, Result};
 
 mod bwd;
+mod kvcache;
 pub use bwd::{RefGrads, attention_backward, backward};
+pub use kvcache::{attention_kvcache_f64, forward_kvcache};
 
 /// Problem sizes of a contiguous attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -98,7 +98,8 @@ mod tests {
                         + 2 * t.block_n * pad(t.block_m)
                 }
                 Pass::BwdDq => 2 * t.block_m * row + 2 * t.stages * t.block_n * row,
-                Pass::BwdPre | Pass::BwdPost | Pass::FwdCombine => 0,
+                Pass::FwdCombine => t.warps * s.head_dim * 4,
+                Pass::BwdPre | Pass::BwdPost => 0,
             };
             assert_eq!(smem.bytes, want, "{s}");
             let mut at = 0;

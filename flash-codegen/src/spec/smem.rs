@@ -76,7 +76,8 @@ pub struct SmemLayout {
     /// vectors (backward main pass).
     pub stream: Option<StreamRegion>,
     /// Tiles the warps exchange: P (forward exchange layout); dS^T, then a second dS^T or
-    /// (exchange layout) P^T (backward main pass).
+    /// (exchange layout) P^T (backward main pass); the warps' f32 sums of a row
+    /// (fwdcombine).
     pub exchange: Vec<TileRegion>,
     /// The forward exchange layout's row statistics, f32 `[groups][block_m]`.
     pub stats: Option<u32>,

@@ -1,9 +1,11 @@
 //! Argument checks: pure functions from shapes, strides, pointers and parameters to a launch
 //! plan or a [`FlashError`]. No CUDA calls, so every rule is tested on a CPU machine (see
-//! `tests/runtime_errors.rs` and `tests/runtime_errors_bwd.rs`).
+//! `tests/runtime_errors.rs`, `tests/runtime_errors_bwd.rs` and
+//! `tests/runtime_errors_kvcache.rs`).
 //!
-//! [`plan_fwd`] checks a forward call, [`plan_bwd`] a backward call; both fill each kernel's
-//! parameters by name, in the order of `flash_codegen::abi::params(pass)`.
+//! [`plan_fwd`] checks a forward call, [`plan_bwd`] a backward call, [`plan_kvcache`] a
+//! KV-cache (split-KV) forward call; each fills its kernels' parameters by name, in the
+//! order of `flash_codegen::abi::params(pass)`.
 
 use flash_codegen::abi::{AbiTy, TensorArgs, params as abi_params};
 use flash_codegen::{DType, KernelSpec, Pass};
@@ -13,9 +15,11 @@ use crate::error::{FlashError, Result};
 
 mod bwd;
 mod fwd;
+mod kvcache;
 mod layout;
 pub use bwd::{BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with};
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
+pub use kvcache::{GpuFill, KvArgs, KvPlan, num_splits_for, plan_kvcache};
 pub use layout::contiguous_runs;
 
 /// Largest grid x dimension.

@@ -193,6 +193,21 @@ impl Builder {
         d
     }
 
+    /// Indexed shuffle of an f32: every lane gets lane `src`'s `a` (full warp).
+    pub fn shfl_idx_f32(&mut self, a: Reg<F32>, src: u32) -> Reg<F32> {
+        assert!(src < 32, "generator bug: shuffle from lane {src}");
+        let d = self.reg::<F32>();
+        self.push(Inst::Shfl {
+            mode: ShflMode::Idx,
+            d: d.into(),
+            a: a.into(),
+            lane: src,
+            clamp: 0x1f,
+            mask: u32::MAX,
+        });
+        d
+    }
+
     /// `bar.sync 0`: every thread of the CTA waits here.
     pub fn bar_sync(&mut self) {
         self.push(Inst::BarSync {

@@ -100,7 +100,14 @@ impl Sm80Tiles {
     pub(super) fn check(&self, pass: Pass, d: u32) -> Result<(), String> {
         let t = self;
         let (bm, bn, warps) = (t.block_m, t.block_n, t.warps);
-        if matches!(pass, Pass::BwdPre | Pass::BwdPost | Pass::FwdCombine) {
+        if pass == Pass::FwdCombine {
+            // (kernels::combine) one row per CTA, the warps taking runs of the splits in turn
+            return match bm == 1 && warps > 0 && 16 % warps == 0 && t.layout == Streamed {
+                true => Ok(()),
+                false => Err("fwdcombine: block_m 1 (a row per CTA), 1, 2, 4, 8 or 16 warps".into()),
+            };
+        }
+        if matches!(pass, Pass::BwdPre | Pass::BwdPost) {
             return match warps > 0 && bm % warps == 0 && t.layout == Streamed && t.sweeps == 1 {
                 true => Ok(()),
                 false => Err("elementwise passes: block_m rows, one per warp at a time".into()),

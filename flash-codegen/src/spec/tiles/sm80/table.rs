@@ -106,8 +106,8 @@ pub(crate) const FWD_SPLIT_TILES: [(u32, Sm80Tiles); 8] = [
     (256, tc(64, 32, 4, 2, 1)),
 ];
 
-/// The combine step: one warp per output row, one row per warp (small CTAs spread a
-/// decode step's few rows over many SMs).
+/// The combine step: one row per CTA, its 4 warps sharing the splits (a decode step has
+/// few rows and many splits: 32 splits' partial rows in flight per row).
 #[rustfmt::skip]
 pub(crate) const FWD_COMBINE_TILES: [(u32, Sm80Tiles); 8] = [
     (32, COMBINE),
@@ -119,7 +119,7 @@ pub(crate) const FWD_COMBINE_TILES: [(u32, Sm80Tiles); 8] = [
     (224, COMBINE),
     (256, COMBINE),
 ];
-const COMBINE: Sm80Tiles = tc(4, 0, 4, 1, 1);
+const COMBINE: Sm80Tiles = tc(1, 0, 4, 1, 1);
 
 /// Elementwise passes (preprocess, postprocess): block_m rows per CTA, one warp per row.
 #[rustfmt::skip]

@@ -1,0 +1,236 @@
+//! [`FlashAttention::forward_kvcache`] and [`FlashAttention::forward_kvcache_into`]: the
+//! checked KV-cache (split-KV) forward, for decoding, speculative verification and chunked
+//! prefill against a preallocated cache: the split pass, then (when the keys are split)
+//! the combine pass, on one stream.
+
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
+    DeviceSlice,
+};
+
+use crate::FlashAttention;
+use crate::attention::{alloc, prod_of};
+use crate::error::{FlashError, Result};
+use crate::outputs::Forward;
+use crate::params::{AttnParams, KvOptions};
+use crate::tensor::{Element, Tensor4, Tensor4Mut};
+use crate::validate::{BufDesc, GpuFill, KvArgs, LseDesc, plan_kvcache};
+
+/// An uninitialised f32 scratch buffer of `n > 0` elements on `stream`.
+fn scratch(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<f32>> {
+    if n == 0 || n > isize::MAX as usize / 4 {
+        return Err(FlashError::ShapeMismatch(format!(
+            "the split-KV scratch would hold {n} f32 values, more than any device has; pass \
+             fewer splits (KvOptions::with_splits) or split the batch"
+        )));
+    }
+    // SAFETY: the memory is left uninitialised. Only the two kernels of this call see it:
+    // the split pass writes every element of both partial buffers (o_accum, lse_accum)
+    // before the combine pass, their only reader, runs after it on the same stream
+    // (`flash_codegen::abi::decode` documents that contract).
+    Ok(unsafe { stream.alloc::<f32>(n) }?)
+}
+
+impl FlashAttention {
+    /// KV-cache attention forward, allocating: `o` (contiguous, shaped like q) and `lse`
+    /// (f32 `[batch, heads, seqlen_q]`, natural log), enqueued on `stream`; see
+    /// [`FlashAttention::forward_kvcache_into`] for the rules and the preallocated form.
+    ///
+    /// ```no_run
+    /// use flash_runtime::{AttnParams, FlashAttention, KvOptions, Tensor4};
+    /// # fn main() -> flash_runtime::Result<()> {
+    /// let rt = FlashAttention::on_device(0)?;
+    /// let stream = rt.context().default_stream();
+    /// let (b, cap, h, hk, d) = (4, 4096, 32, 8, 128); // one new token per sequence
+    /// let zero = flash_runtime::half::bf16::from_f32(0.0);
+    /// let q = stream.clone_htod(&vec![zero; b * h * d])?;
+    /// let k_cache = stream.clone_htod(&vec![zero; b * cap * hk * d])?;
+    /// let v_cache = stream.clone_htod(&vec![zero; b * cap * hk * d])?;
+    /// let seqlens = stream.clone_htod(&[17i32, 4000, 1, 4096])?; // valid keys of each
+    /// let out = rt.forward_kvcache(
+    ///     &stream,
+    ///     &Tensor4::contiguous(&q, [b, 1, h, d]),
+    ///     &Tensor4::contiguous(&k_cache, [b, cap, hk, d]),
+    ///     &Tensor4::contiguous(&v_cache, [b, cap, hk, d]),
+    ///     Some(&seqlens.as_view()),
+    ///     &AttnParams::causal(),
+    ///     &KvOptions::default(),
+    /// )?;
+    /// # let _ = out.o;
+    /// # Ok(()) }
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_kvcache<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        q: &Tensor4<'_, T>,
+        k_cache: &Tensor4<'_, T>,
+        v_cache: &Tensor4<'_, T>,
+        seqlens_k: Option<&CudaView<'_, i32>>,
+        params: &AttnParams,
+        opts: &KvOptions,
+    ) -> Result<Forward<T>> {
+        let shape = q.shape();
+        let [b, sq, h, _] = shape;
+        let mut o = alloc(stream, prod_of(&shape))?;
+        let mut lse = alloc(stream, prod_of(&[b, h, sq]))?;
+        let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
+        let lse_v = Some(lse.as_view_mut());
+        let (k, v) = (k_cache, v_cache);
+        self.forward_kvcache_into(stream, q, k, v, seqlens_k, &mut o_t, lse_v, params, opts)?;
+        Ok(Forward { o, lse, shape })
+    }
+
+    /// KV-cache attention forward into preallocated outputs: the attention of q (the last
+    /// `seqlen_q` positions of each sequence) over the first `seqlens_k[b]` keys and values
+    /// of each sequence's cache, into `o` and, if given, `lse` (f32
+    /// `[batch, heads, seqlen_q]`, contiguous, natural log), enqueued on `stream`.
+    ///
+    /// - q `[b, sq, h, d]`, o like q (any strides with a contiguous last dim, as
+    ///   [`FlashAttention::forward_into`]); `h % hk == 0`; `d` a multiple of 8 up to 256.
+    /// - `k_cache`, `v_cache` `[b, capacity, hk, d]`: any strides with a contiguous last dim,
+    ///   e.g. a view of a larger buffer (a cache with room for more sequences or layers).
+    ///   A capacity of 0 is allowed.
+    /// - `seqlens_k`: i32 `[b]` on the device, the valid keys of each sequence; the kernels
+    ///   clamp each value to `[0, capacity]`, so no value makes them read or write out of
+    ///   bounds. `None`: every sequence fills its cache (`capacity` keys).
+    /// - The causal mask is bottom-right per sequence: query `i` sees keys
+    ///   `j <= i + seqlens_k[b] - sq`. A sequence with no visible key (length 0) gets
+    ///   `o = 0` and `lse = -inf`.
+    /// - Appending this step's keys and values to the cache is the caller's job: copy them
+    ///   into the cache views (at positions `seqlens_k[b] - sq ..`) before the call.
+    /// - `opts`: how many key-range splits run per (sequence, KV head) ([`KvOptions`]);
+    ///   with more than one, f32 scratch of `num_splits * b * h * sq * (d' + 1)` values
+    ///   (`d'`: the kernel head dim, `d` rounded up to 32, 64, 96, ...) is allocated on
+    ///   `stream` for the call and freed (stream-ordered) after it.
+    ///
+    /// Every check runs before the first launch and fails with a typed
+    /// [`FlashError`]; the launches are asynchronous.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_kvcache_into<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        q: &Tensor4<'_, T>,
+        k_cache: &Tensor4<'_, T>,
+        v_cache: &Tensor4<'_, T>,
+        seqlens_k: Option<&CudaView<'_, i32>>,
+        o: &mut Tensor4Mut<'_, T>,
+        mut lse: Option<CudaViewMut<'_, f32>>,
+        params: &AttnParams,
+        opts: &KvOptions,
+    ) -> Result<()> {
+        self.check_ctx("stream", stream.context())?;
+        self.check_ctx("q", q.view.stream().context())?;
+        self.check_ctx("k_cache", k_cache.view.stream().context())?;
+        self.check_ctx("v_cache", v_cache.view.stream().context())?;
+        self.check_ctx("o", o.view.stream().context())?;
+        if let Some(s) = seqlens_k {
+            self.check_ctx("seqlens_k", s.stream().context())?;
+        }
+        if let Some(l) = &lse {
+            self.check_ctx("lse", l.stream().context())?;
+        }
+        // The guards make `stream` wait for earlier writes (and, for o/lse, reads) of each
+        // buffer; dropped after the launches, they record this call's read/write events.
+        let (q_ptr, _q_guard) = q.view.device_ptr(stream);
+        let (k_ptr, _k_guard) = k_cache.view.device_ptr(stream);
+        let (v_ptr, _v_guard) = v_cache.view.device_ptr(stream);
+        let (seqlens_desc, _seqlens_guard) = match seqlens_k {
+            Some(s) => {
+                let len = s.len();
+                let (ptr, guard) = s.device_ptr(stream);
+                (Some(BufDesc { ptr, len }), Some(guard))
+            }
+            None => (None, None),
+        };
+        let o_desc = o.desc(0);
+        let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
+        let (lse_desc, _lse_guard) = match lse.as_mut() {
+            Some(l) => {
+                let len = l.len();
+                let (ptr, guard) = l.device_ptr_mut(stream);
+                (Some(LseDesc { ptr, len }), Some(guard))
+            }
+            None => (None, None),
+        };
+        let args = KvArgs {
+            q: q.desc(q_ptr),
+            k: k_cache.desc(k_ptr),
+            v: v_cache.desc(v_ptr),
+            o: o_desc.with_ptr(o_ptr),
+            lse: lse_desc,
+            seqlens_k: seqlens_desc,
+            params: *params,
+            num_splits: opts.num_splits,
+        };
+        let gpu = GpuFill {
+            sms: self.sms,
+            smem_optin: self.smem_optin,
+        };
+        let mut plan = plan_kvcache(&args, self.arch, gpu)?;
+        if plan.is_noop() {
+            return Ok(());
+        }
+        // Load (JIT) every kernel first: a rejected PTX then launches nothing.
+        let fs = plan
+            .launches()
+            .map(|l| self.function(&l.spec))
+            .collect::<Result<Vec<CudaFunction>>>()?;
+        // Scratch only when the keys are split. Dropping it at the end of this call, right
+        // after the launches were enqueued, is safe: cudarc 0.19's `CudaSlice` drop makes
+        // its stream (this `stream`) wait for the slice's recorded read/write events, then
+        // frees it with `cuMemFreeAsync` on that stream, ordered after both launches (or,
+        // without stream-ordered allocation, synchronizes the stream before freeing).
+        let mut partials = match plan.o_accum_len {
+            0 => None,
+            n => Some((scratch(stream, n)?, scratch(stream, plan.lse_accum_len)?)),
+        };
+        let _partials_guards = match partials.as_mut() {
+            Some((o_acc, lse_acc)) => {
+                let (o_len, lse_len) = (o_acc.len(), lse_acc.len());
+                let (o_acc_ptr, o_acc_guard) = o_acc.device_ptr_mut(stream);
+                let (lse_acc_ptr, lse_acc_guard) = lse_acc.device_ptr_mut(stream);
+                plan.bind_scratch(
+                    BufDesc {
+                        ptr: o_acc_ptr,
+                        len: o_len,
+                    },
+                    BufDesc {
+                        ptr: lse_acc_ptr,
+                        len: lse_len,
+                    },
+                )?;
+                Some((o_acc_guard, lse_acc_guard))
+            }
+            None => None,
+        };
+        if !plan.scratch_bound {
+            return Err(FlashError::Internal(
+                "KV-cache plan launched without its scratch".into(),
+            ));
+        }
+        for (f, l) in fs.iter().zip(plan.launches()) {
+            // SAFETY:
+            // - `f` is `l.spec`'s entry; `l` comes from `plan_kvcache`, which bound its
+            //   parameters in the order and PTX types of `abi::params(l.spec.pass)`.
+            // - Every pointer comes from a live cudarc view or slice of this context (checked
+            //   above); `plan_kvcache` proved that q, the caches and o stay inside their views
+            //   with 16-byte aligned bases and strides, that o's elements are disjoint, that
+            //   lse holds b*h*sq f32 and seqlens_k b i32 (4-byte aligned); the kernels clamp
+            //   each seqlens_k value to [0, capacity], so no value reads past a cache.
+            //   `bind_scratch` checked that the partial buffers hold num_splits*b*h*sq*
+            //   kernel_head_dim and num_splits*b*h*sq f32, or passed 0 with one split (the
+            //   split pass then writes o and lse itself and no combine runs).
+            // - q, the caches and seqlens_k are shared borrows, only read; o and lse are
+            //   exclusive borrows and the scratch is owned, so nothing else aliases them.
+            // - The launches are stream-ordered: the combine pass reads the partials after
+            //   the split pass wrote every element of them.
+            // - The guards above outlive the launches; the scratch is freed on this stream
+            //   after them (see above).
+            unsafe { self.launch_unchecked(stream, f, l) }?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,382 @@
+//! KV-cache forward checks: one pure function from the call's tensors, `seqlens_k` and
+//! split count to the split pass's launch, the combine pass's (when the keys are split)
+//! and the f32 scratch between them (`flash_codegen::abi::decode` documents the sequence,
+//! the packed row order and the partial buffers).
+//!
+//! Edge cases: an empty batch, zero heads or `seqlen_q == 0` plan nothing to launch. A
+//! cache of capacity 0 (or a sequence whose `seqlens_k` is 0) *is launched*: the kernels
+//! write `o = 0`, `lse = -inf` for its rows without reading k or v.
+
+use flash_codegen::abi::decode::{combine_grid, split_grid};
+use flash_codegen::abi::{self};
+use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling, Tuning};
+
+use super::fwd::check_lse;
+use super::{
+    BufDesc, LaunchPlan, LseDesc, MAX_GRID_X, MAX_GRID_YZ, ParamValue, Placed, TensorDesc,
+    bind_params, check_dtypes, check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
+};
+use crate::error::{FlashError, Result};
+use crate::params::{AttnParams, MAX_SPLITS};
+
+/// The L2 size the split rule assumes (FlashAttention-3's 50 MiB).
+const L2_BYTES: u64 = 50 << 20;
+
+/// What the KV-cache plan needs to know of the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuFill {
+    /// Streaming multiprocessors (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`; 0 counts as 1).
+    pub sms: u32,
+    /// Dynamic shared memory bytes allowed per block (the opt-in limit).
+    pub smem_optin: u64,
+}
+
+/// All arguments of a KV-cache forward call, as plain numbers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvArgs {
+    /// Queries `[b, sq, h, d]`: the last `sq` positions of each sequence.
+    pub q: TensorDesc,
+    /// The key cache `[b, capacity, hk, d]`.
+    pub k: TensorDesc,
+    /// The value cache, shaped like `k`.
+    pub v: TensorDesc,
+    /// Output `[b, sq, h, d]`, like q.
+    pub o: TensorDesc,
+    /// Optional log-sum-exp output, f32 `[b, h, sq]`.
+    pub lse: Option<LseDesc>,
+    /// Valid keys per sequence: `len` counts i32 elements (at least `b`); `None`: every
+    /// sequence fills the cache.
+    pub seqlens_k: Option<BufDesc>,
+    /// Mask and scale.
+    pub params: AttnParams,
+    /// Explicit split count, or `None` to let [`num_splits_for`] choose.
+    pub num_splits: Option<u32>,
+}
+
+/// A checked KV-cache forward: the split pass, the combine pass when the keys are split,
+/// and the f32 scratch between them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvPlan {
+    /// The `FwdSplit` launch (a no-op when the problem is empty).
+    pub split: LaunchPlan,
+    /// The `FwdCombine` launch, after `split` on the same stream; only when
+    /// `num_splits > 1`.
+    pub combine: Option<LaunchPlan>,
+    /// Key-range splits per (sequence, KV head).
+    pub num_splits: u32,
+    /// f32 elements of the partial outputs: `num_splits * b * h * sq * kernel_head_dim`,
+    /// 0 when `num_splits == 1`.
+    pub o_accum_len: usize,
+    /// f32 elements of the partial LSEs: `num_splits * b * h * sq`, 0 when
+    /// `num_splits == 1`.
+    pub lse_accum_len: usize,
+    /// False until [`KvPlan::bind_scratch`] gave the scratch pointers (true when none is
+    /// needed): not launchable before.
+    pub scratch_bound: bool,
+}
+
+impl KvPlan {
+    /// True when the problem is empty and nothing must be launched.
+    pub fn is_noop(&self) -> bool {
+        self.split.is_noop()
+    }
+
+    /// The launches in order: the split pass, then the combine pass if planned.
+    pub fn launches(&self) -> impl Iterator<Item = &LaunchPlan> {
+        std::iter::once(&self.split).chain(self.combine.as_ref())
+    }
+
+    /// Bind the scratch buffers (f32, at least [`KvPlan::o_accum_len`] and
+    /// [`KvPlan::lse_accum_len`] elements, 16-byte aligned) into both launches. Nothing to
+    /// do when `num_splits == 1` (the kernels get 0 for both).
+    pub fn bind_scratch(&mut self, o_accum: BufDesc, lse_accum: BufDesc) -> Result<()> {
+        if self.o_accum_len == 0 && self.lse_accum_len == 0 {
+            self.scratch_bound = true;
+            return Ok(());
+        }
+        let check = |name: &str, b: &BufDesc, need: usize| -> Result<u64> {
+            if b.len < need {
+                return Err(shape_err(format!(
+                    "split-KV scratch `{name}` holds {} f32 values but this call needs {need} \
+                     (KvPlan::{name}_len)",
+                    b.len
+                )));
+            }
+            if !b.ptr.is_multiple_of(16) || b.ptr == 0 {
+                return Err(FlashError::Internal(format!(
+                    "split-KV scratch `{name}` at {:#x} is null or not 16-byte aligned",
+                    b.ptr
+                )));
+            }
+            Ok(b.ptr)
+        };
+        let o = check("o_accum", &o_accum, self.o_accum_len)?;
+        let l = check("lse_accum", &lse_accum, self.lse_accum_len)?;
+        let split = &mut self.split;
+        for plan in std::iter::once(split).chain(self.combine.as_mut()) {
+            set_param(plan, "o_accum", ParamValue::U64(o))?;
+            set_param(plan, "lse_accum", ParamValue::U64(l))?;
+        }
+        self.scratch_bound = true;
+        Ok(())
+    }
+}
+
+fn set_param(plan: &mut LaunchPlan, name: &str, value: ParamValue) -> Result<()> {
+    match plan.params.iter_mut().find(|(n, _)| *n == name) {
+        Some((_, v)) if v.ty() == value.ty() => {
+            *v = value;
+            Ok(())
+        }
+        _ => Err(FlashError::Internal(format!(
+            "{} has no {} parameter `{name}`",
+            plan.spec,
+            value.ty()
+        ))),
+    }
+}
+
+/// The split count FlashAttention-3's `num_splits_heuristic` picks for a KV-cache forward
+/// with q `[b, sq, h, d]` and a cache `[b, capacity, hk, d]` on the fwdsplit kernel
+/// `split`, with `slots = gpu.sms * ctas_per_sm_hint` CTAs resident at once:
+///
+/// - `total = m_blocks * hk * b` CTAs per split (`m_blocks = ceil(sq * h / hk / block_m)`).
+///   If they nearly fill the GPU (`total >= 0.8 * slots`): 1, unless one KV head's K and V
+///   (`capacity * d * 4` bytes) overflow a 50 MiB L2, the queries sweep the keys at least
+///   twice (`m_blocks >= 2 * slots`) and the mask is not causal: then
+///   `min(ceil(bytes / 50 MiB), 128)` (and at most one split per key block).
+/// - With `n_blocks = ceil(capacity / block_n) <= 4` key blocks: 1.
+/// - Else the smallest `s <= min(128, slots, n_blocks / 2)` (two key blocks a split at
+///   least: one-block splits measured slower) whose wave efficiency `w / ceil(w)`
+///   (`w = total * s / slots`) is at least 0.85 of the best one's.
+///
+/// The count is then lowered so that `b * s` fits the grid's z limit (65535). The rule
+/// sizes for a full cache: it does not see `seqlens_k` (on the device); a caller whose
+/// caches are mostly empty can pass fewer splits ([`crate::KvOptions::with_splits`]).
+/// 1 for a spec that is not a supported fwdsplit kernel, or an empty problem.
+pub fn num_splits_for(
+    split: &KernelSpec,
+    q_shape: [usize; 4],
+    k_shape: [usize; 4],
+    gpu: GpuFill,
+) -> u32 {
+    let [b, sq, h, d] = q_shape.map(|x| x as u64);
+    let [_, cap, hk, _] = k_shape.map(|x| x as u64);
+    if split.pass != Pass::FwdSplit
+        || !split.is_supported()
+        || hk == 0
+        || b == 0
+        || h == 0
+        || sq == 0
+    {
+        return 1;
+    }
+    let t = split.tiles();
+    let ctas = split.plan(&Tuning::NONE).ctas_per_sm_hint();
+    let slots = u64::from(gpu.sms.max(1)) * u64::from(ctas);
+    let m_blocks = sq.saturating_mul(h / hk).div_ceil(u64::from(t.block_m()));
+    let total = m_blocks.saturating_mul(hk).saturating_mul(b);
+    let n_blocks = cap.div_ceil(u64::from(t.block_n()));
+    let kv_head_bytes = cap.saturating_mul(d).saturating_mul(4);
+    let s = if total.saturating_mul(5) >= slots * 4 {
+        match kv_head_bytes > L2_BYTES && m_blocks >= 2 * slots && !split.mask.is_causal() {
+            true => kv_head_bytes.div_ceil(L2_BYTES).min(n_blocks),
+            false => 1,
+        }
+    } else if n_blocks <= 4 {
+        1
+    } else {
+        // at least two key blocks a split: one-block splits measured slower (their fixed
+        // costs and the combine's share grow faster than the wave fills)
+        let max = u64::from(MAX_SPLITS).min(slots).min(n_blocks / 2);
+        let eff = |s: u64| {
+            let w = (total * s) as f64 / slots as f64;
+            w / w.ceil()
+        };
+        let best = (1..=max).map(eff).fold(0.0, f64::max);
+        (1..=max).find(|&s| eff(s) >= 0.85 * best).unwrap_or(1)
+    };
+    s.min(u64::from(MAX_SPLITS)).min(MAX_GRID_YZ / b).max(1) as u32
+}
+
+/// Checks of `seqlens_k` (i32 `[batch]` on the device); returns its pointer.
+fn check_seqlens(s: &BufDesc, b: usize) -> Result<u64> {
+    if s.len < b {
+        return Err(shape_err(format!(
+            "seqlens_k must hold batch = {b} i32 values (the valid keys of each sequence) but \
+             its buffer holds {}",
+            s.len
+        )));
+    }
+    if !s.ptr.is_multiple_of(4) || s.ptr == 0 {
+        return Err(FlashError::Misaligned {
+            tensor: "seqlens_k",
+            why: format!("its pointer {:#x} is null or not 4-byte aligned", s.ptr),
+        });
+    }
+    Ok(s.ptr)
+}
+
+/// The split count of the call: an explicit one checked and lowered to the cache's key
+/// blocks, else [`num_splits_for`].
+fn resolve_splits(a: &KvArgs, split: &KernelSpec, gpu: GpuFill) -> Result<u32> {
+    match a.num_splits {
+        None => Ok(num_splits_for(split, a.q.shape, a.k.shape, gpu)),
+        Some(n) if (1..=MAX_SPLITS).contains(&n) => {
+            let n_blocks = a.k.shape[1].div_ceil(split.tiles().block_n() as usize);
+            Ok(n.min(n_blocks.max(1).min(MAX_SPLITS as usize) as u32))
+        }
+        Some(n) => Err(FlashError::InvalidParam(format!(
+            "num_splits must be in 1..={MAX_SPLITS}, got {n} (KvOptions::with_splits); use \
+             KvOptions::new() to let the runtime choose"
+        ))),
+    }
+}
+
+/// The grids must fit the hardware: z = `batch * num_splits` and y = `heads_k` at most
+/// 65535, and a sequence's `seqlen_q * heads` packed query rows must fit the kernels'
+/// 32-bit row index (grid x is then far below its limit).
+fn check_kv_grid([b, sq, h, hk]: [usize; 4], block_m: u32, splits: u32) -> Result<()> {
+    let (b, sq, h, hk) = (b as u64, sq as u64, h as u64, hk as u64);
+    let rows = sq.saturating_mul(h);
+    let grid = [
+        sq.saturating_mul(h / hk).div_ceil(u64::from(block_m)),
+        hk,
+        b.saturating_mul(u64::from(splits)),
+    ];
+    let why = if rows > u64::from(u32::MAX) || grid[0] > MAX_GRID_X {
+        format!(
+            "seqlen_q * heads = {rows} packed query rows per sequence exceed the kernels' \
+             32-bit row index (at most {}); split the queries into several calls",
+            u32::MAX
+        )
+    } else if grid[1] > MAX_GRID_YZ {
+        format!("y = heads_k = {hk} exceeds {MAX_GRID_YZ}")
+    } else if grid[2] > MAX_GRID_YZ {
+        format!(
+            "z = batch * num_splits = {b} * {splits} exceeds {MAX_GRID_YZ}; pass fewer \
+             splits (KvOptions::with_splits)"
+        )
+    } else {
+        return Ok(());
+    };
+    Err(FlashError::GridTooLarge { grid, why })
+}
+
+/// Check a KV-cache forward call and plan its launches (kernels of `arch`, on a GPU
+/// described by `gpu`). The scratch pointers in the parameters are 0 until
+/// [`KvPlan::bind_scratch`].
+pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
+    let dtype = a.q.dtype;
+    check_dtypes(dtype, &[("k_cache", &a.k), ("v_cache", &a.v), ("o", &a.o)])?;
+    let [b, sq, h, d] = a.q.shape;
+    let [_, cap, hk, _] = a.k.shape;
+    if a.v.shape != a.k.shape {
+        return Err(shape_err(format!(
+            "v_cache has shape {:?} but k_cache has {:?}; both must be [batch, capacity, \
+             heads_k, head_dim]",
+            a.v.shape, a.k.shape
+        )));
+    }
+    if a.o.shape != a.q.shape {
+        return Err(shape_err(format!(
+            "o has shape {:?} but q has {:?}; o must be [batch, seqlen_q, heads, head_dim] like q",
+            a.o.shape, a.q.shape
+        )));
+    }
+    let (kernel_d, scale) = check_problem(&a.q, &a.k, a.params.softmax_scale)?;
+    let spec = |pass: Pass, mask: Mask| KernelSpec {
+        pass,
+        head_dim: kernel_d,
+        dtype,
+        mask,
+        tiling: Tiling::Standard,
+        arch,
+    };
+    let split_spec = spec(Pass::FwdSplit, a.params.kernel_mask()).for_smem(gpu.smem_optin);
+    let splits = resolve_splits(a, &split_spec, gpu)?;
+    if b == 0 || h == 0 || sq == 0 {
+        return Ok(KvPlan {
+            split: LaunchPlan::noop(split_spec),
+            combine: None,
+            num_splits: 1,
+            o_accum_len: 0,
+            lse_accum_len: 0,
+            scratch_bound: true,
+        });
+    }
+
+    // Grid first: it names the limit users hit with huge batches or split counts.
+    check_kv_grid([b, sq, h, hk], split_spec.tiles().block_m(), splits)?;
+    let (sq32, cap32) = (
+        u32_of(sq, "seqlen_q")?,
+        u32_of(cap, "the cache's capacity")?,
+    );
+    let (b32, h32, hk32) = (b as u32, h as u32, hk as u32); // checked with the grid
+
+    let q = place("q", &a.q, false)?;
+    let o = place("o", &a.o, true)?;
+    let (k, v) = if cap == 0 {
+        (Placed::default(), Placed::default()) // nothing of k or v is read
+    } else {
+        (
+            place("k_cache", &a.k, false)?,
+            place("v_cache", &a.v, false)?,
+        )
+    };
+    let (k, v) = (Placed { ptr: a.k.ptr, ..k }, Placed { ptr: a.v.ptr, ..v });
+    let lse = match &a.lse {
+        None => 0,
+        Some(l) => check_lse(l, b, h, sq)?,
+    };
+    let seqlens = match &a.seqlens_k {
+        None => 0,
+        Some(s) => check_seqlens(s, b)?,
+    };
+
+    let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
+    let value = |name: &str| {
+        use ParamValue::{F32, U32, U64};
+        if let Some(t) = tensor_param(name, &tensors) {
+            return Some(t);
+        }
+        Some(match name {
+            "lse" => U64(lse),
+            "o_accum" | "lse_accum" => U64(0), // bound by KvPlan::bind_scratch
+            "seqlens_k" => U64(seqlens),
+            "seqlen_q" => U32(sq32),
+            "seqlen_k" => U32(cap32),
+            "head_dim" => U32(d as u32),
+            "heads" => U32(h32),
+            "heads_per_kv" => U32(h32 / hk32),
+            "scale_log2" => F32((scale * std::f64::consts::LOG2_E) as f32),
+            "num_splits" => U32(splits),
+            _ => return None,
+        })
+    };
+    let g = split_grid(&split_spec, [b32, sq32, h32, hk32], splits);
+    let split = launch(split_spec, g, bind_params(Pass::FwdSplit, value)?);
+    let combine = match splits {
+        1 => None,
+        _ => {
+            let s = spec(Pass::FwdCombine, Mask::None);
+            let g = combine_grid(&s, [b32, sq32, h32]);
+            Some(launch(s, g, bind_params(Pass::FwdCombine, value)?))
+        }
+    };
+    let (o_accum_len, lse_accum_len) = match splits {
+        1 => (0, 0),
+        n => {
+            let rows = prod(&[n as usize, b, h, sq]);
+            (rows.saturating_mul(kernel_d as usize), rows)
+        }
+    };
+    Ok(KvPlan {
+        split,
+        combine,
+        num_splits: splits,
+        o_accum_len,
+        lse_accum_len,
+        scratch_bound: splits == 1,
+    })
+}

@@ -1,0 +1,103 @@
+//! Helpers of the KV-cache forward's CPU tests (`tests/runtime_errors_kvcache.rs`): plain
+//! argument descriptions and the checks every planned launch must pass.
+#![allow(dead_code)]
+
+use flash_codegen::abi::params;
+use flash_codegen::{Arch, DType, KernelSpec, Mask as KMask, Pass, Tiling, Tuning};
+use flash_runtime::validate::{BufDesc, GpuFill, KvArgs, LaunchPlan, TensorDesc, plan_kvcache};
+use flash_runtime::{AttnParams, FlashError, KvPlan, tensor::contiguous_strides};
+
+/// The element type of every tensor here.
+pub const BF: DType = DType::Bf16;
+/// Where [`args`] puts seqlens_k.
+pub const SEQLENS: u64 = 0x9000_0000;
+/// An H100/H200: 132 SMs, 227 KiB of shared memory per block.
+pub const H200: GpuFill = GpuFill {
+    sms: 132,
+    smem_optin: 227 * 1024,
+};
+
+/// A contiguous tensor of `shape` at `ptr`, its buffer exactly its size.
+pub fn t(shape: [usize; 4], ptr: u64) -> TensorDesc {
+    TensorDesc {
+        shape,
+        strides: contiguous_strides(shape),
+        ptr,
+        len: shape.iter().product(),
+        dtype: BF,
+    }
+}
+
+/// A plain f32/i32 device buffer.
+pub fn buf(ptr: u64, len: usize) -> BufDesc {
+    BufDesc { ptr, len }
+}
+
+/// q [b, sq, h, d], caches [b, cap, hk, d], contiguous at distinct aligned pointers, a
+/// seqlens_k of b i32, the split count left to the runtime.
+pub fn args(b: usize, sq: usize, cap: usize, h: usize, hk: usize, d: usize) -> KvArgs {
+    KvArgs {
+        q: t([b, sq, h, d], 0x1000_0000),
+        k: t([b, cap, hk, d], 0x2000_0000),
+        v: t([b, cap, hk, d], 0x3000_0000),
+        o: t([b, sq, h, d], 0x4000_0000),
+        lse: None,
+        seqlens_k: Some(BufDesc {
+            ptr: SEQLENS,
+            len: b,
+        }),
+        params: AttnParams::new(),
+        num_splits: None,
+    }
+}
+
+/// Plan `a` for an H100/H200.
+pub fn plan(a: &KvArgs) -> Result<KvPlan, FlashError> {
+    plan_kvcache(a, Arch::Sm80, H200)
+}
+
+/// The error (and its message) of planning `a`, which must fail.
+pub fn err(a: &KvArgs) -> (FlashError, String) {
+    let e = plan(a).expect_err("expected an error");
+    let msg = e.to_string();
+    (e, msg)
+}
+
+/// `a` with exactly `n` splits asked for.
+pub fn with_splits(mut a: KvArgs, n: u32) -> KvArgs {
+    a.num_splits = Some(n);
+    a
+}
+
+/// The launch's parameters are `abi::params(pass)`, in order, each of its ABI type.
+pub fn assert_follows_abi(l: &LaunchPlan) {
+    let abi = params(l.spec.pass);
+    assert_eq!(l.params.len(), abi.len(), "{}", l.spec);
+    for ((name, v), desc) in l.params.iter().zip(abi) {
+        assert_eq!(*name, desc.name, "{}", l.spec);
+        assert!(v.fits(desc.ty), "{name}: {v:?} for {:?}", desc.ty);
+        assert_eq!(v.ty(), desc.ty.name(), "{name}");
+    }
+    assert_eq!(l.block, [l.spec.tiles().threads(), 1, 1]);
+    assert_eq!(l.smem_bytes, l.spec.smem_bytes());
+}
+
+/// The fwdsplit kernel of kernel head dim `d`.
+pub fn split_spec(d: u32, mask: KMask) -> KernelSpec {
+    KernelSpec {
+        pass: Pass::FwdSplit,
+        head_dim: d,
+        dtype: BF,
+        mask,
+        tiling: Tiling::Standard,
+        arch: Arch::Sm80,
+    }
+}
+
+/// CTAs resident at once on `gpu` for the fwdsplit kernel of head dim `d`.
+pub fn slots(d: u32, gpu: GpuFill) -> u64 {
+    let ctas = split_spec(d, KMask::None)
+        .plan(&Tuning::NONE)
+        .ctas_per_sm_hint();
+    u64::from(gpu.sms) * u64::from(ctas)
+}
