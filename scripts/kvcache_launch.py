@@ -44,7 +44,9 @@ def num_splits(kern, b, sq, h, hk, cap, d, causal, sms):
         return 1
     if n <= 4:
         return 1
-    mx = min(128, slots, n // 2)
+    mx = min(64, slots, n // 2)
+    if total * mx <= slots:
+        return mx
     eff = [(total * s / slots) / math.ceil(total * s / slots) for s in range(1, mx + 1)]
     best = max(eff)
     return next(s for s in range(1, mx + 1) if eff[s - 1] >= 0.85 * best)
@@ -66,7 +68,10 @@ def prepare(q, k, v, causal, seqlens=None, splits=None, o=None, lse=None):
     cap, hk = k.shape[1], k.shape[2]
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
     kd = next(x for x in HEAD_DIMS if x >= d)
-    split = KERNELS[f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}_sm80"]
+    # the key-split tiling up to 16 packed rows (seqlen_q * heads_per_kv), the long one from
+    # 17; the compact one where the GPU allows less shared memory per block (not here)
+    tiling = "_long" if sq * (h // hk) >= 17 else ""
+    split = KERNELS[f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}{tiling}_sm80"]
     comb = KERNELS[f"fa2_fwdcombine_d{kd}_{dt}_sm80"]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     s = splits or num_splits(split, b, sq, h, hk, cap, d, causal, sms)

@@ -6,7 +6,7 @@
 mod kvcache_support;
 
 use flash_codegen::abi::decode::{combine_grid, split_grid};
-use flash_codegen::{DType, KernelSpec, Mask as KMask, Pass};
+use flash_codegen::{DType, KernelSpec, Mask as KMask, Pass, Tiling, Tuning};
 use flash_runtime::validate::{
     GpuFill, KvArgs, LaunchPlan, ParamValue, TensorDesc, num_splits_for,
 };
@@ -92,8 +92,10 @@ fn one_split_runs_alone_without_scratch() {
 /// FA3's rule, case by case.
 #[test]
 fn the_split_rule_fills_the_gpu() {
+    // on the tiling the planner runs the problem on (key-split up to 16 packed rows)
     let rule = |b, sq, cap, h, hk, d, mask| {
-        let spec = split_spec(KernelSpec::kernel_head_dim(d as u32).unwrap(), mask);
+        let spec = split_spec(KernelSpec::kernel_head_dim(d as u32).unwrap(), mask)
+            .for_packed_rows(sq * (h / hk));
         num_splits_for(&spec, [b, sq, h, d], [b, cap, hk, d], H200)
     };
     // decode, b1, a 32K cache, d128, 8 KV heads: 8 CTAs per split, split to fill the GPU
@@ -101,6 +103,10 @@ fn the_split_rule_fills_the_gpu() {
     let fill = (8 * n) as f64 / slots(128, H200) as f64;
     assert!((0.85..=1.0).contains(&fill), "{n} splits fill {fill}");
     assert_eq!(rule(1, 1, 32768, 32, 8, 128, KMask::Causal), n);
+    // one KV head at batch 1: not a wave even at the most splits, so the most: 64, or
+    // half the key blocks (4K keys: 64 blocks of 64)
+    assert_eq!(rule(1, 1, 32768, 8, 1, 128, KMask::None), 64);
+    assert_eq!(rule(1, 1, 4096, 8, 1, 128, KMask::None), 32);
     // b64 with a 4K cache: 512 CTAs already fill the GPU
     assert_eq!(rule(64, 1, 4096, 32, 8, 128, KMask::None), 1);
     // at most 4 key blocks: no split; 5: split
@@ -110,7 +116,9 @@ fn the_split_rule_fills_the_gpu() {
     assert_eq!(rule(1, 1, 0, 32, 8, 128, KMask::None), 1);
     // a full GPU whose KV head (1M keys, d128: 512 MiB) overflows L2, the queries sweeping
     // it at least twice: one split per 50 MiB; never causal
-    let sq = 2 * slots(128, H200) as usize * 64;
+    let long = split_spec(128, KMask::None).with_tiling(Tiling::Long);
+    let long_slots = u64::from(H200.sms) * u64::from(long.plan(&Tuning::NONE).ctas_per_sm_hint());
+    let sq = 2 * long_slots as usize * long.tiles().block_m() as usize;
     assert_eq!(rule(1, sq, 1 << 20, 1, 1, 128, KMask::None), 11);
     assert_eq!(rule(1, sq, 1 << 20, 1, 1, 128, KMask::Causal), 1);
     assert_eq!(rule(1, sq / 2, 1 << 20, 1, 1, 128, KMask::None), 1);

@@ -109,7 +109,7 @@ impl BwdOptions {
 }
 
 /// The most key-range splits a KV-cache forward takes ([`KvOptions::with_splits`]).
-pub const MAX_SPLITS: u32 = 128;
+pub const MAX_SPLITS: u32 = flash_codegen::abi::decode::MAX_SPLITS;
 
 /// How a KV-cache forward ([`crate::FlashAttention::forward_kvcache`]) runs (not what it
 /// computes: that is its [`AttnParams`]).

@@ -29,6 +29,10 @@ use super::args::{
 use super::{ParamDesc, cat};
 use crate::spec::{KernelSpec, Pass};
 
+/// The most splits a KV-cache forward may take: the combine step merges at most this many
+/// (`num_splits` is 1 to `MAX_SPLITS`).
+pub const MAX_SPLITS: u32 = 128;
+
 const O_ACCUM_DESC: ParamDesc = O_ACCUM.desc(
     "partial outputs, f32 [num_splits, batch, heads * seqlen_q, head_dim_kernel], rows in packed order (abi::decode); written by fwdsplit, read by fwdcombine; may be 0 when num_splits == 1",
 );
@@ -60,7 +64,7 @@ const SPLIT_HEAD: [ParamDesc; 15] = [
     HEADS.desc("number of query heads"),
     HEADS_PER_KV.desc("heads / heads_k (1 = MHA, heads = MQA)"),
     SCALE_LOG2.desc("softmax scale times log2(e)"),
-    NUM_SPLITS.desc("key-range splits per (batch, KV head), at least 1"),
+    NUM_SPLITS.desc("key-range splits per (batch, KV head), 1 to 128 (abi::decode::MAX_SPLITS)"),
 ];
 
 /// Split-KV forward parameters, in launch order. Strides are in elements; the last dim of
@@ -85,7 +89,7 @@ pub const FWD_COMBINE_PARAMS: [ParamDesc; 12] = cat(
         HEAD_DIM.desc("the problem's head dim: a multiple of 8, at most the kernel's"),
         HEADS.desc("number of query heads"),
         HEADS_PER_KV.desc("heads / heads_k"),
-        NUM_SPLITS.desc("key-range splits, as given to fwdsplit"),
+        NUM_SPLITS.desc("key-range splits, as given to fwdsplit: 2 to 128"),
     ],
     O.strides(),
 );

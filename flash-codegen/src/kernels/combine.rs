@@ -16,6 +16,7 @@
 use super::half_fmt;
 use super::params::Params;
 use super::softmax::NEG_INF;
+use crate::abi::decode::MAX_SPLITS;
 use crate::abi::{
     HEAD_DIM, HEADS, HEADS_PER_KV, LSE, LSE_ACCUM, NUM_SPLITS, O, O_ACCUM, SEQLEN_Q,
 };
@@ -27,11 +28,8 @@ use crate::spec::{KernelPlan, Pass};
 
 const LOG2_E: f32 = std::f32::consts::LOG2_E;
 
-/// Registers of lse values per lane ([`MAX_SPLITS`] = 32 lanes x `GROUPS`).
-const GROUPS: u32 = 4;
-
-/// The most splits the combine step merges (the `num_splits` parameter's upper bound).
-pub const MAX_SPLITS: u32 = 32 * GROUPS;
+/// Registers of lse values per lane: 32 lanes x `GROUPS` = [`MAX_SPLITS`].
+const GROUPS: u32 = MAX_SPLITS / 32;
 
 /// Splits a warp loads together before their products (8 x 4 warps = 32 in flight per
 /// row: more per warp measured slower, see docs/performance.md).

@@ -154,6 +154,21 @@ impl OnlineSoftmax {
         self.normalise(b, o, None)
     }
 
+    /// Each thread row's state, to merge with other warps' states of the same rows
+    /// (their O accumulators are relative to it): the scaled reference max (log2 units;
+    /// `-inf` for a row without a valid key) and the row's whole sum (quad-reduced; at
+    /// least 1 for a row with a key, whose largest probability is `2^(max - ref) >= 1`).
+    pub fn state(&self, b: &mut Builder) -> Vec<(Reg<F32>, Reg<F32>)> {
+        (0..self.m_i.len())
+            .map(|row| {
+                let l = AccTile::quad_sum(b, self.l_i[row]);
+                let ms = self.scaled_max(b, self.m_i[row]);
+                let empty = b.setp_f32(Cmp::Eq, l, 0.0f32);
+                (b.selp_f32(NEG_INF, ms, empty), l)
+            })
+            .collect()
+    }
+
     /// This warp's share of each row's sum `l_i`, reduced over the quad.
     pub fn row_sums(&self, b: &mut Builder) -> Vec<Reg<F32>> {
         self.l_i.iter().map(|&l| AccTile::quad_sum(b, l)).collect()

@@ -89,6 +89,19 @@ impl KernelSpec {
         self.long_threshold()
     }
 
+    /// A split-KV forward with `rows` packed rows (`seqlen_q * heads_per_kv`) on the
+    /// tiling the runtime runs it on: the key-split standard row up to 16 rows (a decode
+    /// step), the long row (64-row tiles) from [`KernelSpec::long_from`] on. Other passes
+    /// are unchanged.
+    pub fn for_packed_rows(self, rows: usize) -> KernelSpec {
+        match self.pass == super::Pass::FwdSplit
+            && self.long_from().is_some_and(|from| rows >= from as usize)
+        {
+            true => self.with_tiling(Tiling::Long),
+            false => self,
+        }
+    }
+
     /// This spec with the tiling a problem of `seqlen_q` query rows runs on: its long
     /// row from [`KernelSpec::long_from`] rows on when `atomic_dq` (the backward adds dQ
     /// with atomics), else the standard one.

@@ -136,6 +136,11 @@ fn set_param(plan: &mut LaunchPlan, name: &str, value: ParamValue) -> Result<()>
     }
 }
 
+/// The most splits the rule picks (explicit counts go to [`MAX_SPLITS`]): on the H200,
+/// batch 1 with one KV head runs fastest at 64 splits from 32K keys on (17.3 us at 32K
+/// against 18.5 at 109, 34.0 at 128K against 34.9; docs/performance.md).
+const RULE_MAX_SPLITS: u64 = 64;
+
 /// The split count FlashAttention-3's `num_splits_heuristic` picks for a KV-cache forward
 /// with q `[b, sq, h, d]` and a cache `[b, capacity, hk, d]` on the fwdsplit kernel
 /// `split`, with `slots = gpu.sms * ctas_per_sm_hint` CTAs resident at once:
@@ -146,8 +151,10 @@ fn set_param(plan: &mut LaunchPlan, name: &str, value: ParamValue) -> Result<()>
 ///   twice (`m_blocks >= 2 * slots`) and the mask is not causal: then
 ///   `min(ceil(bytes / 50 MiB), 128)` (and at most one split per key block).
 /// - With `n_blocks = ceil(capacity / block_n) <= 4` key blocks: 1.
-/// - Else the smallest `s <= min(128, slots, n_blocks / 2)` (two key blocks a split at
-///   least: one-block splits measured slower) whose wave efficiency `w / ceil(w)`
+/// - Else, with `max = min(64, slots, n_blocks / 2)` (two key blocks a split at least,
+///   and at most 64 splits: measured faster, see `RULE_MAX_SPLITS`): `max` when
+///   `total * max <= slots` (not one wave even then: each split more brings an SM more),
+///   otherwise the smallest `s <= max` whose wave efficiency `w / ceil(w)`
 ///   (`w = total * s / slots`) is at least 0.85 of the best one's.
 ///
 /// The count is then lowered so that `b * s` fits the grid's z limit (65535). The rule
@@ -186,15 +193,20 @@ pub fn num_splits_for(
     } else if n_blocks <= 4 {
         1
     } else {
-        // at least two key blocks a split: one-block splits measured slower (their fixed
-        // costs and the combine's share grow faster than the wave fills)
-        let max = u64::from(MAX_SPLITS).min(slots).min(n_blocks / 2);
+        // at least two key blocks a split, at most 64 splits: one-block splits, and more
+        // than 64 (the combine's share), measured slower than the waves they fill
+        let max = RULE_MAX_SPLITS.min(slots).min(n_blocks / 2);
         let eff = |s: u64| {
             let w = (total * s) as f64 / slots as f64;
             w / w.ceil()
         };
         let best = (1..=max).map(eff).fold(0.0, f64::max);
-        (1..=max).find(|&s| eff(s) >= 0.85 * best).unwrap_or(1)
+        match total * max <= slots {
+            // not even one wave at the most splits (batch 1, few KV heads): every split
+            // more is an SM more reading the cache
+            true => max,
+            false => (1..=max).find(|&s| eff(s) >= 0.85 * best).unwrap_or(1),
+        }
     };
     s.min(u64::from(MAX_SPLITS)).min(MAX_GRID_YZ / b).max(1) as u32
 }
@@ -293,7 +305,12 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         tiling: Tiling::Standard,
         arch,
     };
-    let split_spec = spec(Pass::FwdSplit, a.params.kernel_mask()).for_smem(gpu.smem_optin);
+    // key-split rows for a decode step's few packed rows, 64-row tiles from 17 on; the
+    // compact row where the GPU's shared memory per block is below the standard row's
+    let packed = sq.saturating_mul(h.checked_div(hk).unwrap_or(1));
+    let split_spec = spec(Pass::FwdSplit, a.params.kernel_mask())
+        .for_packed_rows(packed)
+        .for_smem(gpu.smem_optin);
     let splits = resolve_splits(a, &split_spec, gpu)?;
     if b == 0 || h == 0 || sq == 0 {
         return Ok(KvPlan {

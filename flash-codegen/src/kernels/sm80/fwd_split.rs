@@ -12,6 +12,7 @@
 //! Phases: `SplitBlock::open` (coordinates, the sequence's key range, Q gathered and the
 //! first K/V block issued), `SplitBlock::key_blocks`, `SplitBlock::epilogue`.
 
+use super::key_split;
 use super::mainloop::QBlock;
 use super::stream::{BlockStream, CopyPlan};
 use super::warp::{AOperand, Warp};
@@ -100,8 +101,10 @@ impl<'a> SplitBlock<'a> {
         ));
         let p = Params::load(&mut b, spec.pass);
         let zero = b.mov(0u32);
-        let m_tiles = (t.block_m / t.warps / 16) as usize;
-        let w = Warp::new(&mut b, m_tiles);
+        let w = match t.layout.key_split() {
+            true => Warp::with_row_blocks(&mut b, 1, Some(1)), // every warp: rows 0..16
+            false => Warp::new(&mut b, (t.block_m / t.warps / 16) as usize),
+        };
 
         b.comment("-- coordinates: packed query block, KV head, batch and split --");
         let m_block = b.special(Special::CtaIdX);
@@ -164,7 +167,8 @@ impl<'a> SplitBlock<'a> {
 
         let smem = b.smem_base();
         let q_tile = SmemTile::from(plan.smem.fixed[0]);
-        let kv = BlockStream::new(&mut b, plan, &p, (q.tid, CopyPlan::Once), [&K, &V]);
+        // (stages - 1 blocks in flight: a split streams its key range alone)
+        let kv = BlockStream::new(&mut b, plan, &p, (q.tid, CopyPlan::Once), [&K, &V]).deep();
 
         b.comment("-- gather the packed Q rows, issue the split's first K/V block --");
         let q_batch = p.tensor(&mut b, &Q, batch, zero, zero);
@@ -185,6 +189,7 @@ impl<'a> SplitBlock<'a> {
         let v_base = p.tensor(&mut b, &V, batch, zero, kv_head);
         kv.start(&mut b, smem, [k_base, v_base], first, seqlen_k, end);
         b.cp_async_commit();
+        kv.start_ahead(&mut b, smem, seqlen_k, (first, end));
         let f = SplitBlock {
             plan,
             t,
@@ -224,15 +229,24 @@ impl<'a> SplitBlock<'a> {
         );
         let range = (self.first, self.end);
         let (n0, kv_smem, lp) = kv.begin(b, smem, self.seqlen_k, range);
+        // key split: the warp's keys of the block (its K and V rows, and its scores' keys)
+        let (at, s_n0, keys) = match self.t.layout.key_split() {
+            true => {
+                let (off, key0) = key_split::warp_keys(b, self.plan, &q.w);
+                let at = b.add_u32(kv_smem, off);
+                (at, b.add_u32(n0, key0), key_split::keys_per_warp(self.plan))
+            }
+            false => (kv_smem, n0, self.t.block_n),
+        };
         b.unless_uniform(self.warp_idle, |b| {
             b.comment("-- S = Q K^T --");
-            let mut s = q.acc_zeros(b, self.t.block_n);
-            q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], kv_smem), d);
+            let mut s = q.acc_zeros(b, keys);
+            q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], at), d);
             b.comment("-- mask: blocks crossing the sequence end or the causal diagonal --");
-            mask_block(b, self.plan, mask, &mut s, (n0, n0), self.seqlen_k, self.diag);
+            mask_block(b, self.plan, mask, &mut s, (n0, s_n0), self.seqlen_k, self.diag);
             b.comment("-- online softmax; O += P V --");
             softmax.step(b, &mut s, o);
-            let v = (&kv.tiles[1], kv_smem);
+            let v = (&kv.tiles[1], at);
             for mt in 0..s.m_tiles() {
                 let pa = s.as_a(b, fmt, mt);
                 q.mma_a_b(b, fmt, &mut o.m_tile(mt), &[pa], v, 0);
@@ -246,13 +260,24 @@ impl<'a> SplitBlock<'a> {
     fn epilogue(&self, b: &mut Builder, softmax: &OnlineSoftmax, o: &mut AccTile) {
         let p = &self.p;
         b.comment("-- epilogue: O /= l_i; one split: O and LSE, else the split's partials --");
-        let lse = softmax.finish(b, o);
-        let one = b.setp_u32(Cmp::Eq, p.get(NUM_SPLITS), 1u32);
-        b.if_else_uniform(
-            one,
-            |b| self.store_output(b, o, &lse),
-            |b| self.store_partials(b, o, &lse),
-        );
+        let store = |b: &mut Builder, o: &AccTile, lse: &[Reg<F32>]| {
+            let one = b.setp_u32(Cmp::Eq, p.get(NUM_SPLITS), 1u32);
+            b.if_else_uniform(
+                one,
+                |b| self.store_output(b, o, lse),
+                |b| self.store_partials(b, o, lse),
+            );
+        };
+        if self.t.layout.key_split() {
+            // the warps' states merge into warp 0, which stores
+            let base = self.plan.smem.stream.expect("a stream region").base;
+            let lse = key_split::merge(b, self.plan, &self.q.w, (self.smem, base), softmax, o);
+            let warp0 = b.setp_u32(Cmp::Eq, self.q.warp, 0u32);
+            b.if_uniform(warp0, |b| store(b, o, &lse));
+        } else {
+            let lse = softmax.finish(b, o);
+            store(b, o, &lse);
+        }
     }
 
     /// O in the element type at `o[batch, position, head]`, the LSE at

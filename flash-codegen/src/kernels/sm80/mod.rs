@@ -9,6 +9,7 @@ pub mod bwd_exchange;
 pub mod fwd;
 pub mod fwd_exchange;
 pub mod fwd_split;
+pub mod key_split;
 pub mod mainloop;
 pub mod probe;
 pub mod stream;

@@ -37,9 +37,11 @@ impl BlockStream {
             // every warp is done with the block before it, whose stage the next block
             // (j+1, or downward j-1: the same stage parity) then reuses.
             b.comment("-- block j has landed; every warp is done with block j-1 --");
-            b.cp_async_wait(0);
+            b.cp_async_wait(self.ahead - 1);
             b.bar_sync();
-            if !self.late {
+            if self.ahead > 1 {
+                self.fetch_ahead(b, smem, seqlen, (first, n_blocks));
+            } else if !self.late {
                 self.fetch_next(b, smem, seqlen, (first, n_blocks));
             }
         }
@@ -77,6 +79,55 @@ impl BlockStream {
         let has_next = self.in_range(b, j1, range);
         let srcs = [(0, self.next[0]), (1, self.next[1])];
         self.issue_if(b, smem, seqlen, (j1, has_next), &srcs, None);
+    }
+
+    /// A [`deep`](BlockStream::deep) stream's remaining first blocks, after `start`'s
+    /// block is committed: blocks `first + 1 .. first + stages - 1`, one commit group
+    /// each (empty past `n_blocks`).
+    pub fn start_ahead(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        seqlen: Reg<B32>,
+        (first, n_blocks): (Reg<B32>, Reg<B32>),
+    ) {
+        for i in 1..self.ahead {
+            let j = b.add_u32(first, i);
+            self.issue_deep(b, smem, seqlen, (j, n_blocks));
+        }
+    }
+
+    /// A deep stream's fetch at the top of iteration j: block `j + stages - 1` into the
+    /// stage of block j-1 (every warp is done with it since the barrier).
+    fn fetch_ahead(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        seqlen: Reg<B32>,
+        (_, n_blocks): (Reg<B32>, Reg<B32>),
+    ) {
+        b.comment("-- prefetch block j + stages - 1 into the stage of block j-1 --");
+        let j = b.add_u32(self.j, self.ahead);
+        self.issue_deep(b, smem, seqlen, (j, n_blocks));
+    }
+
+    /// Issues block `j` (when below `n_blocks`) at the `next` addresses, moves them on
+    /// by a block, and commits a group (empty without a block).
+    fn issue_deep(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        seqlen: Reg<B32>,
+        (j, n_blocks): (Reg<B32>, Reg<B32>),
+    ) {
+        let has = b.setp_u32(Cmp::Lt, j, n_blocks);
+        let srcs = [(0, self.next[0]), (1, self.next[1])];
+        b.if_uniform(has, |b| self.issue(b, smem, j, seqlen, &srcs));
+        b.cp_async_commit();
+        for i in 0..2 {
+            let n = b.add_s64(self.next[i], self.step[i]);
+            b.assign(self.next[i], n);
+        }
     }
 
     /// Issues (and commits) block `j` of the operands `srcs` when `has`, with `what` as
@@ -160,7 +211,8 @@ impl BlockStream {
     /// landed; warps may still be reading the last stage, so a caller that `start`s
     /// again syncs first.
     pub fn end(&self, b: &mut Builder, lp: StreamLoop) {
-        for i in 0..2 {
+        // (a deep stream moved its addresses on when it issued)
+        for i in (0..2).filter(|_| self.ahead == 1) {
             let n = match self.down {
                 true => b.sub_s64(self.next[i], self.step[i]),
                 false => b.add_s64(self.next[i], self.step[i]),

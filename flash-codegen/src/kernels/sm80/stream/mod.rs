@@ -48,6 +48,9 @@ pub struct BlockStream {
     down: bool,
     /// The next block is fetched by an explicit [`BlockStream::prefetch`], not by `begin`.
     late: bool,
+    /// Blocks in flight ahead of the one computed: 1, or `stages - 1` for a
+    /// [`deep`](BlockStream::deep) stream.
+    ahead: u32,
     /// Per-row f32 vectors streamed with the tiles (e.g. LSE and D of each query row).
     vectors: Vec<VecCopy>,
     /// Where the buffers sit.
@@ -120,6 +123,7 @@ impl BlockStream {
             j,
             down: false,
             late: false,
+            ahead: 1,
             vectors: vec![],
         }
     }
@@ -146,6 +150,23 @@ impl BlockStream {
             "generator bug: a one-stage stream fetches in mid"
         );
         BlockStream { late: true, ..self }
+    }
+
+    /// The same stream keeping `stages - 1` blocks in flight ahead of the one computed
+    /// (two or more stages, upward): every issue is its own commit group (empty past the
+    /// last block, so that `begin` can wait for all but the newest `stages - 2`). The
+    /// kernel calls [`BlockStream::start_ahead`] after committing `start`'s block. For a
+    /// CTA streaming a long key range alone (the split-KV forward), whose time per block
+    /// is otherwise one memory round trip.
+    pub fn deep(self) -> Self {
+        assert!(
+            !self.split() && !self.down && !self.late && self.vectors.is_empty(),
+            "generator bug: a deep stream runs upward on two or more stages"
+        );
+        BlockStream {
+            ahead: self.stages - 1,
+            ..self
+        }
     }
 
     /// Adds `n` per-row f32 vectors after the tiles ([`BlockStream::vector_addr`] finds

@@ -4,10 +4,11 @@
 use serde::{Deserialize, Serialize};
 
 use crate::spec::{KernelSpec, Pass, Tiling};
-use Sm80Layout::{Exchange, ExchangeLatePrefetch, Resident, Streamed};
+use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
     BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMBINE_TILES,
-    FWD_COMPACT_TILES, FWD_SPLIT_TILES, FWD_TILES,
+    FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_TILES,
+    FWD_TILES,
 };
 
 pub(crate) mod smem;
@@ -56,6 +57,12 @@ pub enum Sm80Layout {
     /// after the step's first product (S^T) instead of right after the iteration's
     /// barrier, where they would queue behind the previous block's burst of dQ atomics.
     ExchangeLatePrefetch,
+    /// The split-KV forward for few packed rows (`kernels::sm80::key_split`): every warp
+    /// owns all `block_m` = 16 rows and takes `block_n / warps` keys of each block, with
+    /// its own softmax state; the warps' states merge through shared memory at the end.
+    /// A decode step's rows fit one m16 tile, and each warp's chain of products per block
+    /// is `warps` times shorter.
+    KeySplit,
 }
 
 impl Sm80Layout {
@@ -70,6 +77,10 @@ impl Sm80Layout {
     /// The streamed operand's next block is fetched after the first product.
     pub fn late_prefetch(self) -> bool {
         self == ExchangeLatePrefetch
+    }
+    /// The warps share the rows and split the keys ([`Sm80Layout::KeySplit`]).
+    pub fn key_split(self) -> bool {
+        self == KeySplit
     }
 }
 
@@ -130,6 +141,29 @@ impl Sm80Tiles {
         if t.layout.exchange() && !matches!(pass, Pass::Bwd | Pass::Fwd) {
             return Err("exchange is a fwd and bwd layout".into());
         }
+        if t.layout.key_split() {
+            // (kernels::sm80::key_split) one m16 tile shared by the warps, 16-key slices
+            // of each block; the merge scratch ((warps - 1) accumulators and the row
+            // statistics) reuses the K/V buffers
+            let dp = d.div_ceil(64) * 64;
+            let merge = (warps - 1) * d * 64 + warps * 16 * 8;
+            let stream = 2 * t.stages * bn * dp * 2;
+            if pass != Pass::FwdSplit
+                || bm != 16
+                || warps < 2
+                || bn % (16 * warps) != 0
+                || t.stages < 2
+                || merge > stream
+            {
+                return Err("keysplit: fwdsplit only, block_m 16, 2 or more warps, block_n a \
+                            multiple of 16 warps, 2 or more stages, the merge within the K/V \
+                            buffers"
+                    .into());
+            }
+        }
+        if pass == Pass::FwdSplit && !matches!(t.layout, Streamed | KeySplit) {
+            return Err("fwdsplit: the streamed or keysplit layout".into());
+        }
         if t.layout.late_prefetch() && pass != Pass::Bwd {
             return Err("late (prefetch) is a bwd option of the exchange layouts".into());
         }
@@ -189,6 +223,8 @@ impl Sm80Tiles {
                     return Err("bwd: block_n a multiple of 16 warps, block_m at most 64".into());
                 }
             }
+            // (checked above) every warp owns the 16 rows
+            (Pass::FwdSplit, false) if t.layout.key_split() => {}
             // every warp owns block_m / warps query rows (m16 tiles)
             _ => {
                 if bm % (16 * warps) != 0 {
@@ -245,19 +281,23 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         (Tiling::Standard, Pass::FwdCombine) => find(&FWD_COMBINE_TILES),
         (Tiling::Long, _) => long_row(spec).map(|(_, t)| t),
         (Tiling::Compact, Pass::Fwd) => find(&FWD_COMPACT_TILES),
+        (Tiling::Compact, Pass::FwdSplit) => find(&FWD_SPLIT_COMPACT_TILES),
         (Tiling::Compact, _) => None,
     }
 }
 
-/// The (fewest query rows, tiles) of the long row of `spec`'s pass and head dim.
+/// The (fewest query rows, tiles) of the long row of `spec`'s pass and head dim (for
+/// fwdsplit: the fewest packed rows, `seqlen_q * heads_per_kv`).
 pub(crate) fn long_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
-    match spec.pass {
-        Pass::Bwd => BWD_LONG_TILES
-            .iter()
-            .find(|(d, _, _)| *d == spec.head_dim)
-            .map(|&(_, from, t)| (from, t)),
-        _ => None,
-    }
+    let table: &[(u32, u32, Sm80Tiles)] = match spec.pass {
+        Pass::Bwd => &BWD_LONG_TILES,
+        Pass::FwdSplit => &FWD_SPLIT_LONG_TILES,
+        _ => return None,
+    };
+    table
+        .iter()
+        .find(|(d, _, _)| *d == spec.head_dim)
+        .map(|&(_, from, t)| (from, t))
 }
 
 /// Parses an sm_80 row `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,FLAG...]` (flags: `resident`,
@@ -265,7 +305,7 @@ pub(crate) fn long_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
 pub(super) fn parse_row(s: &str) -> Result<(Pass, u32, Sm80Tiles), String> {
     let bad = || {
         format!(
-            "bad tile override `{s}`: expected PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident][,exchange][,late]"
+            "bad tile override `{s}`: expected PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,resident][,exchange][,late][,keysplit]"
         )
     };
     let (key, vals) = s.split_once('=').ok_or_else(bad)?;
@@ -286,6 +326,7 @@ pub(super) fn parse_row(s: &str) -> Result<(Pass, u32, Sm80Tiles), String> {
         ["resident"] => Resident,
         ["exchange"] => Exchange,
         ["exchange", "late"] => ExchangeLatePrefetch,
+        ["keysplit"] => KeySplit,
         ["late"] => {
             return Err(format!(
                 "tile override `{s}`: late (prefetch) is a bwd option of the exchange layouts"

@@ -2,7 +2,7 @@
 //! compact rows. Each row says why it is shaped as it is; the measurements behind the
 //! choices are in docs/performance.md ("Ideas tried").
 
-use super::Sm80Layout::{Exchange, ExchangeLatePrefetch, Resident};
+use super::Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident};
 use super::{Sm80Tiles, tc};
 
 /// The forward rows: head dim -> (block_m, block_n, warps, stages, sweeps). Each warp
@@ -89,21 +89,56 @@ pub(crate) const BWD_DQ_TILES: [(u32, Sm80Tiles); 8] = [
     (256, tc(64, 32, 4, 2, 1)),
 ];
 
-/// The split-KV forward (decode against a KV cache): one m16 tile per warp, so packed
-/// rows of few queries (a KV group's heads times the new tokens) waste little of a tile;
-/// K and V double-buffered so that the next block's bytes are in flight while one is
-/// computed (the pass is bound by reading the cache). Every row stays at or below 96 KiB,
-/// two CTAs per SM up to d128.
+/// The split-KV forward (decode against a KV cache) for up to 16 packed rows (a decode
+/// step's query heads of one KV group, or a few tokens of speculative verification): the
+/// key-split layout (`kernels::sm80::key_split`), every warp on the one m16 tile of rows
+/// and its own 16-key slices of each block, so the chain of dependent products a block
+/// costs is `warps` times shorter than one warp working alone (with 64-row tiles, a decode
+/// step's rows keep one warp busy and three idle). Four stages, three blocks in flight
+/// (the stream is deep: a split reads its key range alone, and with one block in flight
+/// its time per block is a memory round trip): 1.1-1.3x the two-stage rows at batch 1
+/// (docs/performance.md). d32 and d160 up take 2 warps (the Q copy covers 16 rows of d32
+/// with 64 threads; 32-key blocks for the wide rows). 102-136 KiB, one CTA per SM; GPUs
+/// with less shared memory per block run [`FWD_SPLIT_COMPACT_TILES`].
 #[rustfmt::skip]
 pub(crate) const FWD_SPLIT_TILES: [(u32, Sm80Tiles); 8] = [
-    (32, tc(64, 128, 4, 2, 1)),
-    (64, tc(64, 128, 4, 2, 1)),
-    (96, tc(64, 64, 4, 2, 1)),
-    (128, tc(64, 64, 4, 2, 1)),
-    (160, tc(64, 32, 4, 2, 1)),
-    (192, tc(64, 32, 4, 2, 1)),
-    (224, tc(64, 32, 4, 2, 1)),
-    (256, tc(64, 32, 4, 2, 1)),
+    (32, tc(16, 128, 2, 4, 1).with(KeySplit)),
+    (64, tc(16, 128, 4, 4, 1).with(KeySplit)),
+    (96, tc(16, 64, 4, 4, 1).with(KeySplit)),
+    (128, tc(16, 64, 4, 4, 1).with(KeySplit)),
+    (160, tc(16, 32, 2, 4, 1).with(KeySplit)),
+    (192, tc(16, 32, 2, 4, 1).with(KeySplit)),
+    (224, tc(16, 32, 2, 4, 1).with(KeySplit)),
+    (256, tc(16, 32, 2, 4, 1).with(KeySplit)),
+];
+
+/// The key-split rows for GPUs with less shared memory per block (RTX 30/40: 99 KiB):
+/// two stages, 54-72 KiB.
+#[rustfmt::skip]
+pub(crate) const FWD_SPLIT_COMPACT_TILES: [(u32, Sm80Tiles); 8] = [
+    (32, tc(16, 128, 2, 2, 1).with(KeySplit)),
+    (64, tc(16, 128, 4, 2, 1).with(KeySplit)),
+    (96, tc(16, 64, 4, 2, 1).with(KeySplit)),
+    (128, tc(16, 64, 4, 2, 1).with(KeySplit)),
+    (160, tc(16, 32, 2, 2, 1).with(KeySplit)),
+    (192, tc(16, 32, 2, 2, 1).with(KeySplit)),
+    (224, tc(16, 32, 2, 2, 1).with(KeySplit)),
+    (256, tc(16, 32, 2, 2, 1).with(KeySplit)),
+];
+
+/// The split-KV forward from 17 packed rows on (more queries: speculative verification
+/// of many tokens, chunked prefill): (head dim, the fewest packed rows, tiles). One m16
+/// tile per warp, 64 rows a CTA, so each K/V block read serves 64 rows; at most 96 KiB.
+#[rustfmt::skip]
+pub(crate) const FWD_SPLIT_LONG_TILES: [(u32, u32, Sm80Tiles); 8] = [
+    (32, 17, tc(64, 128, 4, 2, 1)),
+    (64, 17, tc(64, 128, 4, 2, 1)),
+    (96, 17, tc(64, 64, 4, 2, 1)),
+    (128, 17, tc(64, 64, 4, 2, 1)),
+    (160, 17, tc(64, 32, 4, 2, 1)),
+    (192, 17, tc(64, 32, 4, 2, 1)),
+    (224, 17, tc(64, 32, 4, 2, 1)),
+    (256, 17, tc(64, 32, 4, 2, 1)),
 ];
 
 /// The combine step: one row per CTA, its 4 warps sharing the splits (a decode step has
