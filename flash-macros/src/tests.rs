@@ -138,3 +138,26 @@ fn errors_say_what_is_wrong() {
         }
     }
 }
+
+/// `kvcache` brings the split-KV forward in each of its tilings (key-split, long, compact)
+/// and its combine step (no causal variant).
+#[test]
+fn kvcache_brings_the_split_forward_and_its_combine() {
+    let input = parse(quote! {
+        mod m { head_dim = 128, dtype = bf16, causal = [false, true], passes = kvcache, }
+    })
+    .unwrap();
+    let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "fa2_fwdsplit_d128_bf16_sm80",
+            "fa2_fwdsplit_d128_bf16_long_sm80",
+            "fa2_fwdsplit_d128_bf16_compact_sm80",
+            "fa2_fwdsplit_d128_bf16_causal_sm80",
+            "fa2_fwdsplit_d128_bf16_causal_long_sm80",
+            "fa2_fwdsplit_d128_bf16_causal_compact_sm80",
+            "fa2_fwdcombine_d128_bf16_sm80",
+        ]
+    );
+}

@@ -72,9 +72,13 @@ pub struct FlashAttention {
     modules: Mutex<BTreeMap<KernelSpec, Loaded>>,
     registered: Mutex<BTreeMap<KernelSpec, &'static str>>,
     entries: Mutex<BTreeMap<String, CudaFunction>>,
+    /// The split-KV forward's partial buffers, one per stream (keyed by the `CUstream`; the
+    /// slice holds its stream, so the key cannot be reused while it is cached), kept
+    /// between calls so that a decode step allocates nothing.
+    pub(crate) kv_scratch: Mutex<BTreeMap<usize, CudaSlice<f32>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -116,6 +120,7 @@ impl FlashAttention {
             modules: Mutex::new(BTreeMap::new()),
             registered: Mutex::new(BTreeMap::new()),
             entries: Mutex::new(BTreeMap::new()),
+            kv_scratch: Mutex::new(BTreeMap::new()),
         })
     }
 

@@ -11,7 +11,7 @@ use cudarc::driver::{
 };
 
 use crate::FlashAttention;
-use crate::attention::{alloc, prod_of};
+use crate::attention::{alloc, lock, prod_of};
 use crate::error::{FlashError, Result};
 use crate::outputs::Forward;
 use crate::params::{AttnParams, KvOptions};
@@ -103,8 +103,9 @@ impl FlashAttention {
     ///   into the cache views (at positions `seqlens_k[b] - sq ..`) before the call.
     /// - `opts`: how many key-range splits run per (sequence, KV head) ([`KvOptions`]);
     ///   with more than one, f32 scratch of `num_splits * b * h * sq * (d' + 1)` values
-    ///   (`d'`: the kernel head dim, `d` rounded up to 32, 64, 96, ...) is allocated on
-    ///   `stream` for the call and freed (stream-ordered) after it.
+    ///   (`d'`: the kernel head dim, `d` rounded up to 32, 64, 96, ...). The runtime keeps
+    ///   one such buffer per stream between calls (grown when a call needs more), so a
+    ///   decode step allocates nothing; it is freed with the runtime.
     ///
     /// Every check runs before the first launch and fails with a typed
     /// [`FlashError`]; the launches are asynchronous.
@@ -178,33 +179,32 @@ impl FlashAttention {
             .launches()
             .map(|l| self.function(&l.spec))
             .collect::<Result<Vec<CudaFunction>>>()?;
-        // Scratch only when the keys are split. Dropping it at the end of this call, right
-        // after the launches were enqueued, is safe: cudarc 0.19's `CudaSlice` drop makes
-        // its stream (this `stream`) wait for the slice's recorded read/write events, then
-        // frees it with `cuMemFreeAsync` on that stream, ordered after both launches (or,
-        // without stream-ordered allocation, synchronizes the stream before freeing).
-        let mut partials = match plan.o_accum_len {
+        // Scratch only when the keys are split: one f32 buffer per stream, kept by the
+        // runtime between calls (grown when a call needs more: the old one is then freed
+        // by cudarc after its recorded uses, stream-ordered), o_accum then lse_accum. Calls
+        // on one stream are ordered by the stream, so reuse needs no event; the lock is
+        // held until both launches are enqueued.
+        let need = plan.o_accum_len + plan.lse_accum_len;
+        let mut cache = lock(&self.kv_scratch);
+        let key = stream.cu_stream() as usize;
+        let _partials_guard = match need {
             0 => None,
-            n => Some((scratch(stream, n)?, scratch(stream, plan.lse_accum_len)?)),
-        };
-        let _partials_guards = match partials.as_mut() {
-            Some((o_acc, lse_acc)) => {
-                let (o_len, lse_len) = (o_acc.len(), lse_acc.len());
-                let (o_acc_ptr, o_acc_guard) = o_acc.device_ptr_mut(stream);
-                let (lse_acc_ptr, lse_acc_guard) = lse_acc.device_ptr_mut(stream);
+            _ => {
+                if cache.get(&key).is_none_or(|s| s.len() < need) {
+                    cache.insert(key, scratch(stream, need)?);
+                }
+                let buf = cache.get_mut(&key).expect("inserted above");
+                let (ptr, guard) = buf.device_ptr_mut(stream);
+                let o_len = plan.o_accum_len;
                 plan.bind_scratch(
+                    BufDesc { ptr, len: o_len },
                     BufDesc {
-                        ptr: o_acc_ptr,
-                        len: o_len,
-                    },
-                    BufDesc {
-                        ptr: lse_acc_ptr,
-                        len: lse_len,
+                        ptr: ptr + 4 * o_len as u64,
+                        len: plan.lse_accum_len,
                     },
                 )?;
-                Some((o_acc_guard, lse_acc_guard))
+                Some(guard)
             }
-            None => None,
         };
         if !plan.scratch_bound {
             return Err(FlashError::Internal(
@@ -224,11 +224,13 @@ impl FlashAttention {
             //   kernel_head_dim and num_splits*b*h*sq f32, or passed 0 with one split (the
             //   split pass then writes o and lse itself and no combine runs).
             // - q, the caches and seqlens_k are shared borrows, only read; o and lse are
-            //   exclusive borrows and the scratch is owned, so nothing else aliases them.
+            //   exclusive borrows; the scratch is this stream's, used by calls on this
+            //   stream only (in stream order) and locked until both launches are enqueued,
+            //   so nothing else aliases them.
             // - The launches are stream-ordered: the combine pass reads the partials after
             //   the split pass wrote every element of them.
-            // - The guards above outlive the launches; the scratch is freed on this stream
-            //   after them (see above).
+            // - The guards above outlive the launches; the scratch outlives them in the
+            //   runtime's cache (a replaced buffer is freed stream-ordered, after them).
             unsafe { self.launch_unchecked(stream, f, l) }?;
         }
         Ok(())
