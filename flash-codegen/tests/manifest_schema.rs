@@ -279,12 +279,12 @@ fn tilings() -> [Tiling; 3] {
 }
 
 /// Every sm_80 layout (as [`tilings`]).
-fn layouts() -> [Sm80Layout; 4] {
-    use Sm80Layout::{Exchange, ExchangeLatePrefetch, Resident, Streamed};
-    let all = [Streamed, Resident, Exchange, ExchangeLatePrefetch];
+fn layouts() -> [Sm80Layout; 5] {
+    use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
+    let all = [Streamed, Resident, Exchange, ExchangeLatePrefetch, KeySplit];
     for l in all {
         match l {
-            Streamed | Resident | Exchange | ExchangeLatePrefetch => {}
+            Streamed | Resident | Exchange | ExchangeLatePrefetch | KeySplit => {}
         }
     }
     all

@@ -124,11 +124,14 @@ mod tests {
         for s in KernelSpec::all() {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
-        // 136 dense-attention kernels, 32 split-KV forwards, 16 combine steps
-        assert_eq!(KernelSpec::all().len(), 184);
+        // 136 dense-attention kernels, 96 split-KV forwards (standard, long, compact),
+        // 16 combine steps
+        assert_eq!(KernelSpec::all().len(), 248);
+        let split = |s: &KernelSpec| s.pass == Pass::FwdSplit;
+        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 96);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
-            all.filter(|s| s.tiling == tiling)
+            all.filter(|s| s.tiling == tiling && !split(s))
                 .map(|s| s.name())
                 .collect()
         };
