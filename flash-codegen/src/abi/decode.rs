@@ -112,7 +112,11 @@ pub fn split_grid(
 /// The combine pass's grid: (packed rows of a batch / block_m, batch, 1).
 pub fn combine_grid(spec: &KernelSpec, [batch, seqlen_q, heads]: [u32; 3]) -> [u32; 3] {
     assert_eq!(spec.pass, Pass::FwdCombine);
-    [(heads * seqlen_q).div_ceil(spec.tiles().block_m()), batch, 1]
+    [
+        (heads * seqlen_q).div_ceil(spec.tiles().block_m()),
+        batch,
+        1,
+    ]
 }
 
 /// Where (query position, query head) sits in a batch's packed rows.

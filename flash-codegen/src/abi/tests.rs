@@ -7,7 +7,14 @@ use crate::ptx::{Builder, LaunchBounds, Ty, print};
 /// Every handle: each scalar's, then each tensor's four.
 fn handles() -> Vec<(&'static str, AbiTy)> {
     let b64 = [LSE, DVEC, DQ_ACCUM, O_ACCUM, LSE_ACCUM, SEQLENS_K].map(|a| (a.name(), a.ty()));
-    let b32 = [SEQLEN_Q, SEQLEN_K, HEAD_DIM, HEADS, HEADS_PER_KV, NUM_SPLITS];
+    let b32 = [
+        SEQLEN_Q,
+        SEQLEN_K,
+        HEAD_DIM,
+        HEADS,
+        HEADS_PER_KV,
+        NUM_SPLITS,
+    ];
     let b32 = b32.map(|a| (a.name(), a.ty()));
     let f32 = [SCALE_LOG2, SOFTMAX_SCALE].map(|a| (a.name(), a.ty()));
     let mut all: Vec<_> = b64.into_iter().chain(b32).chain(f32).collect();

@@ -17,12 +17,9 @@ use super::half_fmt;
 use super::params::Params;
 use super::softmax::NEG_INF;
 use crate::abi::decode::MAX_SPLITS;
-use crate::abi::{
-    HEAD_DIM, HEADS, HEADS_PER_KV, LSE, LSE_ACCUM, NUM_SPLITS, O, O_ACCUM, SEQLEN_Q,
-};
+use crate::abi::{HEAD_DIM, HEADS, HEADS_PER_KV, LSE, LSE_ACCUM, NUM_SPLITS, O, O_ACCUM, SEQLEN_Q};
 use crate::ptx::{
-    Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Pred, Reg, Space, Special,
-    Ty,
+    Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Pred, Reg, Space, Special, Ty,
 };
 use crate::spec::{KernelPlan, Pass};
 
@@ -98,8 +95,12 @@ pub fn build(plan: &KernelPlan) -> Entry {
                 for (c, a) in acc.iter().enumerate() {
                     b.when(in_kernel[c], false, |b| {
                         let off = (w * d * 4 + 512 * c as u32) as i32;
-                        let x: [Reg<F32>; 4] =
-                            b.ld(Space::Shared, LdCache::Default, Ty::F32, Addr::Shared(at, off));
+                        let x: [Reg<F32>; 4] = b.ld(
+                            Space::Shared,
+                            LdCache::Default,
+                            Ty::F32,
+                            Addr::Shared(at, off),
+                        );
                         for (r, xi) in a.iter().zip(x) {
                             let y = b.add_f32(*r, xi);
                             b.assign(*r, y);

@@ -26,8 +26,8 @@ use crate::kernels::params::Params;
 use crate::kernels::schedule::packed_kv_blocks;
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{
-    Addr, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, LdCache, Reg, Space,
-    Special, Ty,
+    Addr, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, LdCache, Reg, Space, Special,
+    Ty,
 };
 use crate::spec::{KernelPlan, Sm80Tiles};
 use crate::tile::acc::AccTile;
@@ -175,13 +175,9 @@ impl<'a> SplitBlock<'a> {
         let stride = p.row_stride(&Q);
         let head_dim = p.get(HEAD_DIM);
         let q_copy = TileCopy::new(&mut b, &q_tile, d, t.threads(), q.tid, stride, head_dim);
-        q_copy.issue_gathered(
-            &mut b,
-            (smem, q_tile.base),
-            q_batch,
-            q_rows,
-            |b, row| packed_row_addr(b, &p, &Q, q_batch, (m0, row), (hpk, head0)),
-        );
+        q_copy.issue_gathered(&mut b, (smem, q_tile.base), q_batch, q_rows, |b, row| {
+            packed_row_addr(b, &p, &Q, q_batch, (m0, row), (hpk, head0))
+        });
         if t.layout.resident() {
             b.cp_async_commit(); // Q lands first, then its fragments move to registers
         }
@@ -243,7 +239,15 @@ impl<'a> SplitBlock<'a> {
             let mut s = q.acc_zeros(b, keys);
             q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], at), d);
             b.comment("-- mask: blocks crossing the sequence end or the causal diagonal --");
-            mask_block(b, self.plan, mask, &mut s, (n0, s_n0), self.seqlen_k, self.diag);
+            mask_block(
+                b,
+                self.plan,
+                mask,
+                &mut s,
+                (n0, s_n0),
+                self.seqlen_k,
+                self.diag,
+            );
             b.comment("-- online softmax; O += P V --");
             softmax.step(b, &mut s, o);
             let v = (&kv.tiles[1], at);

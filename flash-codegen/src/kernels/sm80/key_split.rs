@@ -68,7 +68,9 @@ pub fn merge(
                 b.ld(Space::Shared, LdCache::Default, Ty::F32, at)
             })
             .collect();
-        let mx = others[1..].iter().fold(others[0][0], |a, x| b.max_f32(a, x[0]));
+        let mx = others[1..]
+            .iter()
+            .fold(others[0][0], |a, x| b.max_f32(a, x[0]));
         let none = b.setp_f32(Cmp::Eq, mx, NEG_INF);
         let mx = b.selp_f32(0.0f32, mx, none);
         let neg = b.neg_f32(mx);
@@ -105,8 +107,12 @@ pub fn merge(
         for v in 1..warps {
             for (i, &x) in regs.iter().enumerate() {
                 let imm = (acc0 + ((v - 1) * n + i as u32) * 128) as i32;
-                let [y]: [Reg<F32>; 1] =
-                    b.ld(Space::Shared, LdCache::Default, Ty::F32, Addr::Shared(lane_at, imm));
+                let [y]: [Reg<F32>; 1] = b.ld(
+                    Space::Shared,
+                    LdCache::Default,
+                    Ty::F32,
+                    Addr::Shared(lane_at, imm),
+                );
                 let s = b.add_f32(x, y);
                 b.assign(x, s);
             }

@@ -7,8 +7,7 @@ use crate::spec::{KernelSpec, Pass, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
     BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMBINE_TILES,
-    FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_TILES,
-    FWD_TILES,
+    FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_TILES, FWD_TILES,
 };
 
 pub(crate) mod smem;
@@ -115,7 +114,9 @@ impl Sm80Tiles {
             // (kernels::combine) one row per CTA, the warps taking runs of the splits in turn
             return match bm == 1 && warps > 0 && 16 % warps == 0 && t.layout == Streamed {
                 true => Ok(()),
-                false => Err("fwdcombine: block_m 1 (a row per CTA), 1, 2, 4, 8 or 16 warps".into()),
+                false => {
+                    Err("fwdcombine: block_m 1 (a row per CTA), 1, 2, 4, 8 or 16 warps".into())
+                }
             };
         }
         if matches!(pass, Pass::BwdPre | Pass::BwdPost) {
@@ -155,10 +156,12 @@ impl Sm80Tiles {
                 || t.stages < 2
                 || merge > stream
             {
-                return Err("keysplit: fwdsplit only, block_m 16, 2 or more warps, block_n a \
+                return Err(
+                    "keysplit: fwdsplit only, block_m 16, 2 or more warps, block_n a \
                             multiple of 16 warps, 2 or more stages, the merge within the K/V \
                             buffers"
-                    .into());
+                        .into(),
+                );
             }
         }
         if pass == Pass::FwdSplit && !matches!(t.layout, Streamed | KeySplit) {

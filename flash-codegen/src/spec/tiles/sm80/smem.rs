@@ -50,7 +50,12 @@ pub(crate) fn layout(spec: &KernelSpec, t: &Sm80Tiles) -> SmemLayout {
             )
         }
         // the warps' f32 sums of a row, [warps][head_dim] (as 2-byte columns: 2 d)
-        Pass::FwdCombine => (vec![], None, vec![tile(0, t.warps, 2 * spec.head_dim)], None),
+        Pass::FwdCombine => (
+            vec![],
+            None,
+            vec![tile(0, t.warps, 2 * spec.head_dim)],
+            None,
+        ),
         Pass::BwdPre | Pass::BwdPost => (vec![], None, vec![], None),
     };
     let groups = t.warps / (t.block_m / 32).max(1);
