@@ -20,7 +20,8 @@ use std::sync::Arc;
 
 mod gpu_support;
 use gpu_support::{
-    Placed, attn_params, bhsd_to_bshd, bshd_to_bhsd, for_each_problem, rounded, upload,
+    Outcome, Placed, attn_params, bhsd_to_bshd, bshd_to_bhsd, check_o, for_each_problem,
+    lse_abs_err, lse_index, o_tol, report_case, rounded, upload,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -63,13 +64,6 @@ const SHAPES: [(usize, usize, usize, usize, usize, Layout); 12] = [
     (2, 300, 300, 4, 4, Layout::Packed),
     (1, 5, 0, 2, 2, Layout::Contiguous), // no keys: o = 0, lse = -inf
 ];
-
-/// Where a logical `[b, s, h, d]` tensor sits in its buffer.
-struct Outcome {
-    o_err: f64,
-    lse_err: f64,
-    problems: Vec<String>,
-}
 
 fn run_case<T: Element>(
     rt: &FlashAttention,
@@ -167,32 +161,11 @@ fn run_case<T: Element>(
     if nan > 0 {
         problems.push(format!("{nan} of {} o elements NaN (unwritten?)", o.len()));
     }
-    let masked_nonzero = (0..o.len())
-        .filter(|&i| r.lse[lse_index(qs, i)] == f64::NEG_INFINITY && o[i] != 0.0)
-        .count();
-    if masked_nonzero > 0 {
-        problems.push(format!(
-            "{masked_nonzero} o elements of fully masked rows not 0"
-        ));
-    }
-    let o_err = rel_l2(&o, &r.o);
-    let tol = if c.dtype == DType::Bf16 { 3e-3 } else { 4e-4 };
-    let o_ok = o_err <= tol; // false for NaN
-    if !o_ok {
-        problems.push(format!("o rel-L2 {o_err:.3e} > {tol:.0e}"));
-    }
+    let o_err = check_o(&o, &r.o, &r.lse, qs, c.dtype, &mut problems);
     let mut lse_err = 0.0f64;
     if c.lse {
         for (i, (&got, &want)) in lse_host.iter().zip(&r.lse).enumerate() {
-            let e = if want == f64::NEG_INFINITY {
-                if got == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    f64::INFINITY
-                }
-            } else {
-                (got as f64 - want).abs()
-            };
+            let e = lse_abs_err(got, want);
             let e_ok = e <= 1e-3; // false for NaN
             if !e_ok && lse_err <= 1e-3 {
                 problems.push(format!("lse[{i}] = {got}, want {want}"));
@@ -214,13 +187,6 @@ fn run_case<T: Element>(
         lse_err,
         problems,
     })
-}
-
-/// Index into lse `[b, h, sq]` of logical o element `i` (o's shape `[b, sq, h, d]`).
-fn lse_index([_, sq, h, d]: [usize; 4], i: usize) -> usize {
-    let row = i / d;
-    let (bi, si, hi) = (row / (sq * h), (row / h) % sq, row % h);
-    (bi * h + hi) * sq + si
 }
 
 fn cases() -> Vec<Case> {
@@ -292,32 +258,7 @@ fn forward_matches_f64_reference() {
             DType::F16 => run_case::<half::f16>(rt, &stream, c),
             DType::Bf16 => run_case::<half::bf16>(rt, &stream, c),
         };
-        match res {
-            Ok(out) => {
-                let w = &mut worst[(c.dtype == DType::Bf16) as usize];
-                *w = if out.o_err.is_nan() {
-                    f64::INFINITY
-                } else {
-                    w.max(out.o_err)
-                };
-                let status = if out.problems.is_empty() {
-                    "ok".to_string()
-                } else {
-                    out.problems.join("; ")
-                };
-                println!(
-                    "{desc}  o_rel_l2={:.2e} lse_abs={:.2e}  {status}",
-                    out.o_err, out.lse_err
-                );
-                if !out.problems.is_empty() {
-                    failures.push(format!("{desc}: {status}"));
-                }
-            }
-            Err(e) => {
-                println!("{desc}  ERROR {e}");
-                failures.push(format!("{desc}: error {e}"));
-            }
-        }
+        report_case(&desc, c.dtype, res, &mut worst, &mut failures);
     }
     println!(
         "\n{} cases in {:.1}s, {} failed; worst o rel-L2: f16 {:.2e}, bf16 {:.2e}",
@@ -365,11 +306,6 @@ fn lse_max_err(got: &[f32], want: &[f64]) -> f64 {
             e => e,
         })
         .fold(0.0, f64::max)
-}
-
-/// The o rel-L2 tolerance of `dtype`.
-fn o_tol(dtype: DType) -> f64 {
-    if dtype == DType::Bf16 { 3e-3 } else { 4e-4 }
 }
 
 /// A problem: (head_dim, dtype, causal, batch, seqlen_q, seqlen_k, heads, heads_k, scale).

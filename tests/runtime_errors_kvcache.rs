@@ -7,12 +7,11 @@ mod kvcache_support;
 
 use flash_codegen::abi::decode::{combine_grid, split_grid};
 use flash_codegen::{DType, KernelSpec, Mask as KMask, Pass, Tiling, Tuning};
-use flash_runtime::validate::{
-    GpuFill, KvArgs, LaunchPlan, ParamValue, TensorDesc, num_splits_for,
-};
+use flash_runtime::validate::{GpuFill, LaunchPlan, ParamValue, TensorDesc, num_splits_for};
 use flash_runtime::{FlashError, Mask};
 use kvcache_support::{
-    BF, H200, SEQLENS, args, assert_follows_abi, buf, err, plan, slots, split_spec, t, with_splits,
+    BF, H200, SEQLENS, args, assert_follows_abi, buf, err, misaligned_cases, plan,
+    shape_mismatch_cases, slots, split_spec, stride_mismatch_cases, with_splits,
 };
 
 #[test]
@@ -223,35 +222,7 @@ fn strided_cache_views_are_accepted() {
 
 #[test]
 fn shape_mismatches() {
-    let mut cases: Vec<(KvArgs, &str)> = Vec::new();
-    let mut a = args(1, 1, 64, 2, 2, 64);
-    a.v = t([1, 65, 2, 64], 0x3000_0000);
-    cases.push((a, "v_cache has shape"));
-    let mut a = args(1, 1, 64, 2, 2, 64);
-    a.o = t([1, 2, 2, 64], 0x4000_0000);
-    cases.push((a, "o has shape"));
-    let mut a = args(2, 1, 64, 2, 2, 64);
-    (a.k, a.v) = (
-        t([1, 64, 2, 64], 0x2000_0000),
-        t([1, 64, 2, 64], 0x3000_0000),
-    );
-    cases.push((a, "batch"));
-    let mut a = args(1, 1, 64, 2, 2, 64);
-    (a.k, a.v) = (
-        t([1, 64, 2, 32], 0x2000_0000),
-        t([1, 64, 2, 32], 0x3000_0000),
-    );
-    cases.push((a, "head_dim"));
-    let mut a = args(1, 4, 64, 2, 2, 64);
-    a.q.len -= 1;
-    cases.push((a, "device buffer holds"));
-    let mut a = args(1, 4, 64, 2, 2, 64);
-    a.lse = Some(buf(0x5000_0000, 7));
-    cases.push((a, "lse must hold"));
-    let mut a = args(3, 1, 64, 2, 2, 64);
-    a.seqlens_k = Some(buf(SEQLENS, 2));
-    cases.push((a, "seqlens_k must hold batch = 3 i32"));
-    for (a, needle) in cases {
+    for (a, needle) in shape_mismatch_cases() {
         let (e, msg) = err(&a);
         assert!(matches!(e, FlashError::ShapeMismatch(_)), "{e:?}");
         assert!(msg.contains(needle), "`{msg}` lacks `{needle}`");
@@ -260,44 +231,14 @@ fn shape_mismatches() {
 
 #[test]
 fn stride_mismatches() {
-    let mut a = args(1, 1, 64, 2, 2, 64);
-    a.k.strides[3] = 2;
-    a.k.len *= 2;
-    let (e, msg) = err(&a);
-    assert!(
-        matches!(
-            e,
-            FlashError::StrideMismatch {
-                tensor: "k_cache",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert!(msg.contains("contiguous (stride 1)"), "{msg}");
-    let mut a = args(1, 1, 64, 2, 2, 64);
-    a.v.strides[1] = 1 << 33;
-    a.v.len = usize::MAX;
-    let (e, msg) = err(&a);
-    assert!(
-        matches!(
-            e,
-            FlashError::StrideMismatch {
-                tensor: "v_cache",
-                ..
-            }
-        ),
-        "{e:?}"
-    );
-    assert!(msg.contains("fit in u32"), "{msg}");
-    let mut a = args(1, 1, 64, 2, 2, 64);
-    a.o.strides[2] = 0; // both heads write the same memory
-    let (e, msg) = err(&a);
-    assert!(
-        matches!(e, FlashError::StrideMismatch { tensor: "o", .. }),
-        "{e:?}"
-    );
-    assert!(msg.contains("share memory"), "{msg}");
+    for (a, name, needle) in stride_mismatch_cases() {
+        let (e, msg) = err(&a);
+        assert!(
+            matches!(e, FlashError::StrideMismatch { tensor, .. } if tensor == name),
+            "{e:?}"
+        );
+        assert!(msg.contains(needle), "{msg}");
+    }
 }
 
 #[test]
@@ -338,23 +279,7 @@ fn head_dims_heads_dtypes_and_scale() {
 
 #[test]
 fn misaligned_pointers_and_strides() {
-    let mut cases: Vec<(KvArgs, &str, &str)> = Vec::new();
-    let mut a = args(1, 1, 64, 2, 2, 64);
-    a.q.ptr += 2;
-    cases.push((a, "q", "16-byte aligned"));
-    let mut a = args(2, 1, 64, 2, 2, 64);
-    a.v.strides[0] += 2;
-    a.v.len += 2;
-    cases.push((a, "v_cache", "batch stride"));
-    let mut a = args(1, 1, 64, 2, 2, 64);
-    a.lse = Some(buf(0x5000_0002, 2));
-    cases.push((a, "lse", "4-byte aligned"));
-    for ptr in [SEQLENS + 2, 0] {
-        let mut a = args(1, 1, 64, 2, 2, 64);
-        a.seqlens_k = Some(buf(ptr, 1));
-        cases.push((a, "seqlens_k", "null or not 4-byte aligned"));
-    }
-    for (a, name, needle) in cases {
+    for (a, name, needle) in misaligned_cases() {
         let (e, msg) = err(&a);
         assert!(
             matches!(e, FlashError::Misaligned { tensor, .. } if tensor == name),

@@ -1,13 +1,15 @@
-//! Helpers shared by the GPU tests (`gpu_fwd`, `gpu_bwd`): where a logical
+//! Helpers shared by the GPU tests (`gpu_fwd`, `gpu_bwd`, `gpu_kvcache`): where a logical
 //! `[b, s, h, d]` tensor sits in its (possibly padded) device buffer, NaN-poisoned uploads,
-//! bf16/f16-rounded random inputs, the attention parameters of a case and the
-//! `[b, s, h, d]` <-> `[b, h, s, d]` (PyTorch) host transposes.
+//! bf16/f16-rounded random inputs, the attention parameters of a case, the
+//! `[b, s, h, d]` <-> `[b, h, s, d]` (PyTorch) host transposes, and a forward case's o
+//! checks (fully masked rows, rel-L2 tolerance) and report line.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
 use flash_codegen::DType;
+use flash_runtime::reference::rel_l2;
 use flash_runtime::rng::Rng;
 use flash_runtime::{AttnParams, Element, Mask, Tensor4, Tensor4Mut};
 
@@ -120,6 +122,107 @@ pub fn bshd_to_bhsd<T: Copy>(x: &[T], shape: [usize; 4]) -> Vec<T> {
 /// is the logical shape `[b, s, h, d]`).
 pub fn bhsd_to_bshd<T: Copy>(x: &[T], [b, s, h, d]: [usize; 4]) -> Vec<T> {
     swap_middle(x, [b, h, s, d])
+}
+
+/// Index into lse `[b, h, sq]` of logical o element `i` (o's shape `[b, sq, h, d]`).
+pub fn lse_index([_, sq, h, d]: [usize; 4], i: usize) -> usize {
+    let row = i / d;
+    let (bi, si, hi) = (row / (sq * h), (row / h) % sq, row % h);
+    (bi * h + hi) * sq + si
+}
+
+/// The o rel-L2 tolerance of `dtype`.
+pub fn o_tol(dtype: DType) -> f64 {
+    if dtype == DType::Bf16 { 3e-3 } else { 4e-4 }
+}
+
+/// Checks a forward's o (`o`, logical `[b, sq, h, d]` order, as f64) against the
+/// reference's (`want_o`, `want_lse`): every element of a row the reference fully masks
+/// (lse -inf) exactly 0, then the rel-L2 error within `o_tol(dtype)`. Adds what fails to
+/// `problems`; returns the rel-L2 error.
+pub fn check_o(
+    o: &[f64],
+    want_o: &[f64],
+    want_lse: &[f64],
+    qs: [usize; 4],
+    dtype: DType,
+    problems: &mut Vec<String>,
+) -> f64 {
+    let masked_nonzero = (0..o.len())
+        .filter(|&i| want_lse[lse_index(qs, i)] == f64::NEG_INFINITY && o[i] != 0.0)
+        .count();
+    if masked_nonzero > 0 {
+        problems.push(format!(
+            "{masked_nonzero} o elements of fully masked rows not 0"
+        ));
+    }
+    let o_err = rel_l2(o, want_o);
+    let tol = o_tol(dtype);
+    let o_ok = o_err <= tol; // false for NaN
+    if !o_ok {
+        problems.push(format!("o rel-L2 {o_err:.3e} > {tol:.0e}"));
+    }
+    o_err
+}
+
+/// One lse element's error: `|got - want|`, 0 where both are -inf (a fully masked row),
+/// infinite where only `want` is (NaN where `got` is NaN).
+pub fn lse_abs_err(got: f32, want: f64) -> f64 {
+    if want == f64::NEG_INFINITY {
+        if got == f32::NEG_INFINITY {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        (got as f64 - want).abs()
+    }
+}
+
+/// One forward case's result: o's rel-L2 error against the reference, lse's largest
+/// absolute error, and the problems found (none: the case passed).
+pub struct Outcome {
+    pub o_err: f64,
+    pub lse_err: f64,
+    pub problems: Vec<String>,
+}
+
+/// Reports one forward case: prints its line (`{desc}  o_rel_l2=.. lse_abs=..  ok`, its
+/// problems instead of `ok`, or `{desc}  ERROR ..`), raises `worst` (f16, bf16) to its o
+/// error (infinite for NaN) and adds a failing case to `failures`.
+pub fn report_case(
+    desc: &str,
+    dtype: DType,
+    res: Result<Outcome, Box<dyn std::error::Error>>,
+    worst: &mut [f64; 2],
+    failures: &mut Vec<String>,
+) {
+    match res {
+        Ok(out) => {
+            let w = &mut worst[(dtype == DType::Bf16) as usize];
+            *w = if out.o_err.is_nan() {
+                f64::INFINITY
+            } else {
+                w.max(out.o_err)
+            };
+            let status = if out.problems.is_empty() {
+                "ok".to_string()
+            } else {
+                out.problems.join("; ")
+            };
+            println!(
+                "{desc}  o_rel_l2={:.2e} lse_abs={:.2e}  {status}",
+                out.o_err, out.lse_err
+            );
+            if !out.problems.is_empty() {
+                failures.push(format!("{desc}: {status}"));
+            }
+        }
+        Err(e) => {
+            println!("{desc}  ERROR {e}");
+            failures.push(format!("{desc}: error {e}"));
+        }
+    }
 }
 
 /// Runs the check of each problem in its dtype (`f16` or `bf16`, seeded per problem) and

@@ -1,5 +1,6 @@
 //! Helpers of the KV-cache forward's CPU tests (`tests/runtime_errors_kvcache.rs`): plain
-//! argument descriptions and the checks every planned launch must pass.
+//! argument descriptions, the checks every planned launch must pass, and the fixtures of
+//! the shape, stride and alignment errors.
 #![allow(dead_code)]
 
 use flash_codegen::abi::params;
@@ -100,4 +101,78 @@ pub fn slots(d: u32, gpu: GpuFill) -> u64 {
         .plan(&Tuning::NONE)
         .ctas_per_sm_hint();
     u64::from(gpu.sms) * u64::from(ctas)
+}
+
+/// Arguments that must fail with `FlashError::ShapeMismatch`, each with a piece of its
+/// message (`shape_mismatches`).
+pub fn shape_mismatch_cases() -> Vec<(KvArgs, &'static str)> {
+    let mut cases = Vec::new();
+    let mut a = args(1, 1, 64, 2, 2, 64);
+    a.v = t([1, 65, 2, 64], 0x3000_0000);
+    cases.push((a, "v_cache has shape"));
+    let mut a = args(1, 1, 64, 2, 2, 64);
+    a.o = t([1, 2, 2, 64], 0x4000_0000);
+    cases.push((a, "o has shape"));
+    let mut a = args(2, 1, 64, 2, 2, 64);
+    (a.k, a.v) = (
+        t([1, 64, 2, 64], 0x2000_0000),
+        t([1, 64, 2, 64], 0x3000_0000),
+    );
+    cases.push((a, "batch"));
+    let mut a = args(1, 1, 64, 2, 2, 64);
+    (a.k, a.v) = (
+        t([1, 64, 2, 32], 0x2000_0000),
+        t([1, 64, 2, 32], 0x3000_0000),
+    );
+    cases.push((a, "head_dim"));
+    let mut a = args(1, 4, 64, 2, 2, 64);
+    a.q.len -= 1;
+    cases.push((a, "device buffer holds"));
+    let mut a = args(1, 4, 64, 2, 2, 64);
+    a.lse = Some(buf(0x5000_0000, 7));
+    cases.push((a, "lse must hold"));
+    let mut a = args(3, 1, 64, 2, 2, 64);
+    a.seqlens_k = Some(buf(SEQLENS, 2));
+    cases.push((a, "seqlens_k must hold batch = 3 i32"));
+    cases
+}
+
+/// Arguments that must fail with `FlashError::StrideMismatch` on the named tensor, each
+/// with a piece of its message (`stride_mismatches`).
+pub fn stride_mismatch_cases() -> Vec<(KvArgs, &'static str, &'static str)> {
+    let mut cases = Vec::new();
+    let mut a = args(1, 1, 64, 2, 2, 64);
+    a.k.strides[3] = 2;
+    a.k.len *= 2;
+    cases.push((a, "k_cache", "contiguous (stride 1)"));
+    let mut a = args(1, 1, 64, 2, 2, 64);
+    a.v.strides[1] = 1 << 33;
+    a.v.len = usize::MAX;
+    cases.push((a, "v_cache", "fit in u32"));
+    let mut a = args(1, 1, 64, 2, 2, 64);
+    a.o.strides[2] = 0; // both heads write the same memory
+    cases.push((a, "o", "share memory"));
+    cases
+}
+
+/// Arguments that must fail with `FlashError::Misaligned` on the named tensor, each with a
+/// piece of its message (`misaligned_pointers_and_strides`).
+pub fn misaligned_cases() -> Vec<(KvArgs, &'static str, &'static str)> {
+    let mut cases = Vec::new();
+    let mut a = args(1, 1, 64, 2, 2, 64);
+    a.q.ptr += 2;
+    cases.push((a, "q", "16-byte aligned"));
+    let mut a = args(2, 1, 64, 2, 2, 64);
+    a.v.strides[0] += 2;
+    a.v.len += 2;
+    cases.push((a, "v_cache", "batch stride"));
+    let mut a = args(1, 1, 64, 2, 2, 64);
+    a.lse = Some(buf(0x5000_0002, 2));
+    cases.push((a, "lse", "4-byte aligned"));
+    for ptr in [SEQLENS + 2, 0] {
+        let mut a = args(1, 1, 64, 2, 2, 64);
+        a.seqlens_k = Some(buf(ptr, 1));
+        cases.push((a, "seqlens_k", "null or not 4-byte aligned"));
+    }
+    cases
 }

@@ -1,0 +1,202 @@
+//! The KV-cache GPU test's machinery (`tests/gpu_kvcache.rs`): a case (shapes, seqlens_k,
+//! split request, layout), the split count the runtime plans for it, where its caches sit,
+//! and the group runner (one line a case, a summary, a panic listing the failures). The
+//! run and checks of one case are in `run.rs`.
+
+use std::error::Error;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUdevice_attribute;
+use flash_codegen::{Arch, DType};
+use flash_runtime::tensor::contiguous_strides;
+use flash_runtime::validate::{GpuFill, KvArgs, TensorDesc, plan_kvcache};
+use flash_runtime::{FlashAttention, KvOptions};
+
+use crate::gpu_support::{Placed, attn_params, report_case};
+
+mod run;
+use run::run_case;
+
+/// What fills o's buffer outside the view (exact in f16 and bf16).
+pub const O_SENTINEL: f32 = 12288.0;
+/// What fills the bands around lse.
+pub const LSE_SENTINEL: f32 = 12345.0;
+/// f32 sentinels before lse (148 bytes: the view is 4-byte aligned, not 16) and after
+/// b*h*sq (inside the view given to the call).
+pub const LSE_GUARD: usize = 37;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Layout {
+    /// q, o and the caches row-major with no gaps; the caches' buffers hold exactly
+    /// `capacity` rows.
+    Contiguous,
+    /// q and o padded (`Placed::new(.., true)`), the caches views of larger buffers.
+    Strided,
+}
+
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub d: usize,
+    pub dtype: DType,
+    pub causal: bool,
+    pub b: usize,
+    pub sq: usize,
+    /// The caches' capacity (their seqlen).
+    pub cap: usize,
+    pub h: usize,
+    pub hk: usize,
+    /// seqlens_k, or `None` (every sequence fills its cache).
+    pub lens: Option<Vec<i32>>,
+    /// `KvOptions::with_splits`, or `None` (the runtime chooses).
+    pub splits: Option<u32>,
+    pub layout: Layout,
+    pub lse: bool,
+}
+
+impl Case {
+    pub fn base(d: usize, dtype: DType, causal: bool) -> Self {
+        Case {
+            d,
+            dtype,
+            causal,
+            b: 1,
+            sq: 1,
+            cap: 64,
+            h: 1,
+            hk: 1,
+            lens: None,
+            splits: None,
+            layout: Layout::Contiguous,
+            lse: true,
+        }
+    }
+
+    /// Each sequence's valid keys as the kernels see them (clamped to `[0, cap]`).
+    pub fn clamped_lens(&self) -> Vec<usize> {
+        match &self.lens {
+            Some(l) => l
+                .iter()
+                .map(|&x| (x.max(0) as usize).min(self.cap))
+                .collect(),
+            None => vec![self.cap; self.b],
+        }
+    }
+
+    pub fn opts(&self) -> KvOptions {
+        match self.splits {
+            Some(n) => KvOptions::with_splits(n),
+            None => KvOptions::new(),
+        }
+    }
+
+    pub fn desc(&self, planned: Option<u32>) -> String {
+        let lens = match &self.lens {
+            Some(l) => format!("{l:?}").replace(' ', ""),
+            None => "none".into(),
+        };
+        let splits = match self.splits {
+            Some(n) => n.to_string(),
+            None => "auto".into(),
+        };
+        let planned = planned.map_or("?".into(), |n| n.to_string());
+        format!(
+            "d={:3} {:4} {:6} b={} sq={:3} cap={:5} h={:2}/{:<2} lens={lens} splits={splits}->{planned} \
+             {:10} lse={}",
+            self.d,
+            self.dtype.name(),
+            if self.causal { "causal" } else { "full" },
+            self.b,
+            self.sq,
+            self.cap,
+            self.h,
+            self.hk,
+            format!("{:?}", self.layout),
+            if self.lse { "y" } else { "n" },
+        )
+    }
+}
+
+/// The split count the runtime's planner picks for `c` on this GPU: `plan_kvcache` (what
+/// `forward_kvcache_into` calls) on contiguous descriptions of the same shapes at made-up
+/// addresses (the count depends on the shapes, the mask, the request and the GPU only).
+pub fn planned_splits(rt: &FlashAttention, c: &Case) -> Result<u32, Box<dyn Error>> {
+    let sms = rt
+        .context()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+    let desc = |shape: [usize; 4], ptr: u64| TensorDesc {
+        shape,
+        strides: contiguous_strides(shape),
+        ptr,
+        len: shape.iter().product::<usize>().max(1),
+        dtype: c.dtype,
+    };
+    let (qs, ks) = ([c.b, c.sq, c.h, c.d], [c.b, c.cap, c.hk, c.d]);
+    let args = KvArgs {
+        q: desc(qs, 1 << 40),
+        k: desc(ks, 2 << 40),
+        v: desc(ks, 3 << 40),
+        o: desc(qs, 4 << 40),
+        lse: None,
+        seqlens_k: None,
+        params: attn_params(c.causal, None),
+        num_splits: c.opts().num_splits,
+    };
+    let gpu = GpuFill {
+        sms: sms.max(1) as u32,
+        smem_optin: rt.smem_limit(),
+    };
+    // FlashAttention runs the sm_80 kernels on every GPU (FlashAttention::new)
+    Ok(plan_kvcache(&args, Arch::Sm80, gpu)?.num_splits)
+}
+
+/// Where a `[b, cap, hk, d]` cache sits in its buffer, and the buffer's length.
+pub fn cache_place(c: &Case) -> (Placed, usize) {
+    let (b, cap, hk, d) = (c.b, c.cap, c.hk, c.d);
+    let shape = [b, cap, hk, d];
+    match c.layout {
+        Layout::Contiguous => (Placed::new(shape, false), (b * cap * hk * d).max(8)),
+        Layout::Strided => {
+            // room for 7 more rows and 3 more heads, head stride d + 8; the view starts
+            // at row 2, head 1 (a cache of more layers or sequences than this call's)
+            let (rows, heads, ds) = (cap + 7, hk + 3, d + 8);
+            let p = Placed {
+                shape,
+                strides: [rows * heads * ds, heads * ds, ds, 1],
+                offset: (2 * heads + 1) * ds,
+            };
+            (p, b * rows * heads * ds)
+        }
+    }
+}
+
+/// Runs `cases`, one line each, then a summary line; panics listing the failures.
+pub fn run_group(group: &str, cases: &[Case]) {
+    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let stream = rt.context().default_stream();
+    let start = Instant::now();
+    let (mut failures, mut worst) = (Vec::new(), [0.0f64; 2]);
+    for (i, c) in cases.iter().enumerate() {
+        let seed = 0x6b76_c4c3 ^ ((group.len() as u64) << 40) ^ ((i as u64) << 20);
+        let planned = planned_splits(&rt, c);
+        let desc = format!("{group} {}", c.desc(planned.as_ref().ok().copied()));
+        let res = planned.and_then(|_| match c.dtype {
+            DType::F16 => run_case::<half::f16>(&rt, &stream, c, seed),
+            DType::Bf16 => run_case::<half::bf16>(&rt, &stream, c, seed),
+        });
+        report_case(&desc, c.dtype, res, &mut worst, &mut failures);
+    }
+    println!(
+        "\n{group}: {} cases in {:.1}s, {} failed; worst o rel-L2: f16 {:.2e}, bf16 {:.2e}",
+        cases.len(),
+        start.elapsed().as_secs_f64(),
+        failures.len(),
+        worst[0],
+        worst[1]
+    );
+    assert!(
+        failures.is_empty(),
+        "{group}: {} failing cases:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
