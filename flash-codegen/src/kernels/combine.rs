@@ -32,6 +32,9 @@ const GROUPS: u32 = MAX_SPLITS / 32;
 /// row: more per warp measured slower, see docs/performance.md).
 const STEP: u32 = 8;
 
+/// One split's loads: its lse and the lane's 4-float chunks of its partial row.
+type Loaded = (Reg<F32>, Vec<[Reg<F32>; 4]>);
+
 /// The entry of a [`Pass::FwdCombine`] spec.
 pub fn build(plan: &KernelPlan) -> Entry {
     let spec = &plan.spec;
@@ -194,7 +197,7 @@ fn weighted_sum(
         let s0_64 = b.cvt_u64_u32(s0);
         let off = b.mul_lo_u64(s0_64, split_bytes);
         let at = b.add_s64(at0, off);
-        let run: Vec<(Reg<F32>, Vec<[Reg<F32>; 4]>)> = (0..step)
+        let run: Vec<Loaded> = (0..step)
             .map(|u| {
                 let s = b.add_u32(s0, u * warps);
                 let here = b.setp_u32(Cmp::Lt, s, splits);
