@@ -52,7 +52,7 @@ mod bench_common;
 use bench_common::{Flush, attn_params, env_flag, env_list};
 #[path = "bench_kvcache/support.rs"]
 mod support;
-use support::{Fill, Out, Sleep, Timer, check_row, planned_splits, tiled};
+use support::{Fill, Out, Sleep, Timer, check_row, tiled};
 
 /// `torch.cuda._sleep(200_000)`: the script's spin before each timed call.
 const SLEEP_CYCLES: u64 = 200_000;
@@ -153,7 +153,7 @@ fn run_row(
     );
     let params = attn_params(false);
     let opts = KvOptions::new();
-    let splits = planned_splits(rt, qs, ks, &params, &opts)?;
+    let splits = rt.kvcache_splits::<bf16>(qs, ks, &params, &opts)?;
     stream.synchronize()?; // the pool gives the last row's freed buffers back
     let (free, _) = rt.context().mem_get_info()?;
     let need = 2 * n_kv * 2 + 2 * n_q * 2 + n_lse * 4;

@@ -356,3 +356,53 @@ fn mqa_packs_the_heads_into_rows() {
     let rows_per_cta = combine.spec.tiles().block_m();
     assert_eq!(combine.grid, [(32 * 4u32).div_ceil(rows_per_cta), 3, 1]);
 }
+
+/// `kvcache_splits` (shapes alone) gives the split count the plan has, for the rule's
+/// choice and for explicit counts, and refuses what the plan refuses.
+#[test]
+fn split_count_from_shapes_matches_the_plan() {
+    use flash_codegen::Arch;
+    use flash_runtime::validate::kvcache_splits;
+    for (b, sq, cap, h, hk, d) in [
+        (1, 1, 32768, 32, 8, 128),
+        (1, 1, 4096, 8, 1, 64),
+        (64, 1, 4096, 32, 8, 128),
+        (2, 300, 2048, 8, 2, 96),
+        (3, 1, 0, 4, 4, 256),
+    ] {
+        for n in [None, Some(1), Some(7), Some(128)] {
+            let mut a = args(b, sq, cap, h, hk, d);
+            a.num_splits = n;
+            let want = plan(&a).unwrap().num_splits;
+            let got = kvcache_splits(a.q.shape, a.k.shape, (BF, &a.params), n, Arch::Sm80, H200);
+            assert_eq!(
+                got.unwrap(),
+                want,
+                "b{b} sq{sq} cap{cap} {h}/{hk} d{d} {n:?}"
+            );
+        }
+    }
+    let a = args(1, 1, 64, 4, 4, 64);
+    let shapes = (a.q.shape, a.k.shape);
+    let bad = kvcache_splits(
+        shapes.0,
+        shapes.1,
+        (BF, &a.params),
+        Some(0),
+        Arch::Sm80,
+        H200,
+    );
+    assert!(matches!(bad, Err(FlashError::InvalidParam(_))), "{bad:?}");
+    let d = kvcache_splits(
+        [1, 1, 4, 60],
+        [1, 64, 4, 60],
+        (BF, &a.params),
+        None,
+        Arch::Sm80,
+        H200,
+    );
+    assert!(
+        matches!(d, Err(FlashError::UnsupportedHeadDim { head_dim: 60 })),
+        "{d:?}"
+    );
+}

@@ -7,15 +7,11 @@ use std::error::Error;
 use std::io::Write;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{
     CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
 };
-use flash_codegen::Arch;
+use flash_runtime::FlashAttention;
 use flash_runtime::rng::Rng;
-use flash_runtime::tensor::contiguous_strides;
-use flash_runtime::validate::{GpuFill, KvArgs, TensorDesc, plan_kvcache};
-use flash_runtime::{AttnParams, Element, FlashAttention, KvOptions};
 use half::bf16;
 use serde_json::Value;
 
@@ -171,44 +167,6 @@ pub fn tiled(
         at += m;
     }
     Ok(buf)
-}
-
-/// The split count the runtime's planner picks for a row on this GPU: `plan_kvcache`
-/// (what `forward_kvcache_into` calls) on contiguous descriptions of the row's shapes at
-/// made-up addresses (the count depends on the shapes, the mask and the GPU only).
-pub fn planned_splits(
-    rt: &FlashAttention,
-    q_shape: [usize; 4],
-    k_shape: [usize; 4],
-    params: &AttnParams,
-    opts: &KvOptions,
-) -> Result<u32, Box<dyn Error>> {
-    let sms = rt
-        .context()
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let desc = |shape: [usize; 4], ptr: u64| TensorDesc {
-        shape,
-        strides: contiguous_strides(shape),
-        ptr,
-        len: shape.iter().product::<usize>().max(1),
-        dtype: bf16::DTYPE,
-    };
-    let args = KvArgs {
-        q: desc(q_shape, 1 << 40),
-        k: desc(k_shape, 2 << 40),
-        v: desc(k_shape, 3 << 40),
-        o: desc(q_shape, 4 << 40),
-        lse: None,
-        seqlens_k: None,
-        params: *params,
-        num_splits: opts.num_splits,
-    };
-    let gpu = GpuFill {
-        sms: sms.max(1) as u32,
-        smem_optin: rt.smem_limit(),
-    };
-    // FlashAttention runs the sm_80 kernels on every GPU (FlashAttention::new)
-    Ok(plan_kvcache(&args, Arch::Sm80, gpu)?.num_splits)
 }
 
 /// Float64 o row and lse of query `qi`, head `hi` of sequence `bi` of a row (full cache,

@@ -16,7 +16,7 @@ use crate::error::{FlashError, Result};
 use crate::outputs::Forward;
 use crate::params::{AttnParams, KvOptions};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{BufDesc, GpuFill, KvArgs, LseDesc, plan_kvcache};
+use crate::validate::{BufDesc, GpuFill, KvArgs, LseDesc, kvcache_splits, plan_kvcache};
 
 /// An uninitialised f32 scratch buffer of `n > 0` elements on `stream`.
 fn scratch(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<f32>> {
@@ -81,6 +81,25 @@ impl FlashAttention {
         let (k, v) = (k_cache, v_cache);
         self.forward_kvcache_into(stream, q, k, v, seqlens_k, &mut o_t, lse_v, params, opts)?;
         Ok(Forward { o, lse, shape })
+    }
+
+    /// The number of key-range splits [`FlashAttention::forward_kvcache`] runs for q
+    /// `[b, sq, h, d]` and caches `[b, capacity, hk, d]` of `T` with `params` and `opts` on
+    /// this GPU (the split rule's choice, or `opts`' count lowered to the cache's key
+    /// blocks); errors as the call would give them for a bad split count or head dim.
+    pub fn kvcache_splits<T: Element>(
+        &self,
+        q_shape: [usize; 4],
+        k_shape: [usize; 4],
+        params: &AttnParams,
+        opts: &KvOptions,
+    ) -> Result<u32> {
+        let gpu = GpuFill {
+            sms: self.sms,
+            smem_optin: self.smem_optin,
+        };
+        let problem = (T::DTYPE, params);
+        kvcache_splits(q_shape, k_shape, problem, opts.num_splits, self.arch, gpu)
     }
 
     /// KV-cache attention forward into preallocated outputs: the attention of q (the last

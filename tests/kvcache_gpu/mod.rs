@@ -6,10 +6,7 @@
 use std::error::Error;
 use std::time::Instant;
 
-use cudarc::driver::sys::CUdevice_attribute;
-use flash_codegen::{Arch, DType};
-use flash_runtime::tensor::contiguous_strides;
-use flash_runtime::validate::{GpuFill, KvArgs, TensorDesc, plan_kvcache};
+use flash_codegen::DType;
 use flash_runtime::{FlashAttention, KvOptions};
 
 use crate::gpu_support::{Placed, attn_params, report_case};
@@ -116,37 +113,14 @@ impl Case {
     }
 }
 
-/// The split count the runtime's planner picks for `c` on this GPU: `plan_kvcache` (what
-/// `forward_kvcache_into` calls) on contiguous descriptions of the same shapes at made-up
-/// addresses (the count depends on the shapes, the mask, the request and the GPU only).
+/// The split count the runtime plans for the case (what the case line reports).
 pub fn planned_splits(rt: &FlashAttention, c: &Case) -> Result<u32, Box<dyn Error>> {
-    let sms = rt
-        .context()
-        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
-    let desc = |shape: [usize; 4], ptr: u64| TensorDesc {
-        shape,
-        strides: contiguous_strides(shape),
-        ptr,
-        len: shape.iter().product::<usize>().max(1),
-        dtype: c.dtype,
-    };
     let (qs, ks) = ([c.b, c.sq, c.h, c.d], [c.b, c.cap, c.hk, c.d]);
-    let args = KvArgs {
-        q: desc(qs, 1 << 40),
-        k: desc(ks, 2 << 40),
-        v: desc(ks, 3 << 40),
-        o: desc(qs, 4 << 40),
-        lse: None,
-        seqlens_k: None,
-        params: attn_params(c.causal, None),
-        num_splits: c.opts().num_splits,
-    };
-    let gpu = GpuFill {
-        sms: sms.max(1) as u32,
-        smem_optin: rt.smem_limit(),
-    };
-    // FlashAttention runs the sm_80 kernels on every GPU (FlashAttention::new)
-    Ok(plan_kvcache(&args, Arch::Sm80, gpu)?.num_splits)
+    let params = attn_params(c.causal, None);
+    Ok(match c.dtype {
+        DType::F16 => rt.kvcache_splits::<half::f16>(qs, ks, &params, &c.opts())?,
+        DType::Bf16 => rt.kvcache_splits::<half::bf16>(qs, ks, &params, &c.opts())?,
+    })
 }
 
 /// Where a `[b, cap, hk, d]` cache sits in its buffer, and the buffer's length.

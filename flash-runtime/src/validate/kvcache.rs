@@ -9,7 +9,7 @@
 
 use flash_codegen::abi::decode::{combine_grid, split_grid};
 use flash_codegen::abi::{self};
-use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling, Tuning};
+use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling, Tuning};
 
 use super::fwd::check_lse;
 use super::{
@@ -229,13 +229,68 @@ fn check_seqlens(s: &BufDesc, b: usize) -> Result<u64> {
     Ok(s.ptr)
 }
 
+/// The fwdsplit kernel of a call with q `[b, sq, h, d]` and caches `[b, capacity, hk, d]`
+/// on kernel head dim `kernel_d`: the key-split rows for a decode step's few packed rows,
+/// 64-row tiles from 17 on; the compact row where the GPU's shared memory per block is
+/// below the standard row's.
+fn split_spec(
+    [_, sq, h, _]: [usize; 4],
+    [_, _, hk, _]: [usize; 4],
+    (kernel_d, dtype, mask): (u32, DType, Mask),
+    arch: Arch,
+    smem_optin: u64,
+) -> KernelSpec {
+    let packed = sq.saturating_mul(h.checked_div(hk).unwrap_or(1));
+    KernelSpec {
+        pass: Pass::FwdSplit,
+        head_dim: kernel_d,
+        dtype,
+        mask,
+        tiling: Tiling::Standard,
+        arch,
+    }
+    .for_packed_rows(packed)
+    .for_smem(smem_optin)
+}
+
+/// The split count a KV-cache forward of q `[b, sq, h, d]` over caches `[b, capacity, hk,
+/// d]` runs with (`num_splits`: [`KvArgs::num_splits`]), on kernels of `arch` on a GPU
+/// described by `gpu`: what [`plan_kvcache`] plans, from the shapes alone
+/// ([`crate::FlashAttention::kvcache_splits`]).
+pub fn kvcache_splits(
+    q_shape: [usize; 4],
+    k_shape: [usize; 4],
+    (dtype, params): (DType, &AttnParams),
+    num_splits: Option<u32>,
+    arch: Arch,
+    gpu: GpuFill,
+) -> Result<u32> {
+    let d = q_shape[3];
+    let kernel_d = KernelSpec::kernel_head_dim(d as u32)
+        .filter(|_| d <= 256)
+        .ok_or(FlashError::UnsupportedHeadDim { head_dim: d })?;
+    let spec = split_spec(
+        q_shape,
+        k_shape,
+        (kernel_d, dtype, params.kernel_mask()),
+        arch,
+        gpu.smem_optin,
+    );
+    resolve_splits(num_splits, (q_shape, k_shape), &spec, gpu)
+}
+
 /// The split count of the call: an explicit one checked and lowered to the cache's key
 /// blocks, else [`num_splits_for`].
-fn resolve_splits(a: &KvArgs, split: &KernelSpec, gpu: GpuFill) -> Result<u32> {
-    match a.num_splits {
-        None => Ok(num_splits_for(split, a.q.shape, a.k.shape, gpu)),
+fn resolve_splits(
+    num_splits: Option<u32>,
+    (q_shape, k_shape): ([usize; 4], [usize; 4]),
+    split: &KernelSpec,
+    gpu: GpuFill,
+) -> Result<u32> {
+    match num_splits {
+        None => Ok(num_splits_for(split, q_shape, k_shape, gpu)),
         Some(n) if (1..=MAX_SPLITS).contains(&n) => {
-            let n_blocks = a.k.shape[1].div_ceil(split.tiles().block_n() as usize);
+            let n_blocks = k_shape[1].div_ceil(split.tiles().block_n() as usize);
             Ok(n.min(n_blocks.max(1).min(MAX_SPLITS as usize) as u32))
         }
         Some(n) => Err(FlashError::InvalidParam(format!(
@@ -305,13 +360,9 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         tiling: Tiling::Standard,
         arch,
     };
-    // key-split rows for a decode step's few packed rows, 64-row tiles from 17 on; the
-    // compact row where the GPU's shared memory per block is below the standard row's
-    let packed = sq.saturating_mul(h.checked_div(hk).unwrap_or(1));
-    let split_spec = spec(Pass::FwdSplit, a.params.kernel_mask())
-        .for_packed_rows(packed)
-        .for_smem(gpu.smem_optin);
-    let splits = resolve_splits(a, &split_spec, gpu)?;
+    let kernel = (kernel_d, dtype, a.params.kernel_mask());
+    let split_spec = split_spec(a.q.shape, a.k.shape, kernel, arch, gpu.smem_optin);
+    let splits = resolve_splits(a.num_splits, (a.q.shape, a.k.shape), &split_spec, gpu)?;
     if b == 0 || h == 0 || sq == 0 {
         return Ok(KvPlan {
             split: LaunchPlan::noop(split_spec),

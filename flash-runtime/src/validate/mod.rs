@@ -19,7 +19,7 @@ mod kvcache;
 mod layout;
 pub use bwd::{BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with};
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
-pub use kvcache::{GpuFill, KvArgs, KvPlan, num_splits_for, plan_kvcache};
+pub use kvcache::{GpuFill, KvArgs, KvPlan, kvcache_splits, num_splits_for, plan_kvcache};
 pub use layout::contiguous_runs;
 
 /// Largest grid x dimension.
