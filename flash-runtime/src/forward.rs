@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaStream, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice};
+use cudarc::driver::{
+    CudaSlice, CudaStream, CudaViewMut, DevicePtr, DevicePtrMut, DeviceSlice, SyncOnDrop,
+};
 
 use crate::FlashAttention;
 use crate::attention::{alloc, prod_of};
@@ -26,13 +28,14 @@ impl FlashAttention {
         v: &Tensor4<'_, T>,
         params: &AttnParams,
     ) -> Result<Forward<T>> {
-        let shape = q.shape();
-        let [b, sq, h, _] = shape;
-        let mut o = alloc(stream, prod_of(&shape))?;
-        let mut lse = alloc(stream, prod_of(&[b, h, sq]))?;
-        let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
+        let (mut o, mut lse) = alloc_outputs(stream, q.shape())?;
+        let mut o_t = Tensor4Mut::contiguous(&mut o, q.shape());
         self.forward_into(stream, q, k, v, &mut o_t, Some(lse.as_view_mut()), params)?;
-        Ok(Forward { o, lse, shape })
+        Ok(Forward {
+            o,
+            lse,
+            shape: q.shape(),
+        })
     }
 
     /// Attention forward into preallocated outputs: `o = softmax(q k^T * scale + mask) v`
@@ -68,14 +71,7 @@ impl FlashAttention {
         let (v_ptr, _v_guard) = v.view.device_ptr(stream);
         let o_desc = o.desc(0);
         let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
-        let (lse_desc, _lse_guard) = match lse.as_mut() {
-            Some(l) => {
-                let len = l.len();
-                let (ptr, guard) = l.device_ptr_mut(stream);
-                (Some(LseDesc { ptr, len }), Some(guard))
-            }
-            None => (None, None),
-        };
+        let (lse_desc, _lse_guard) = lse_arg(stream, &mut lse);
         let args = FwdArgs {
             q: q.desc(q_ptr),
             k: k.desc(k_ptr),
@@ -100,5 +96,34 @@ impl FlashAttention {
         // - q/k/v are only read; o and lse are borrowed mutably, so nothing else aliases them.
         // - The guards above outlive the launch, so no buffer is freed or reused early.
         unsafe { self.launch_unchecked(stream, &f, &plan) }
+    }
+}
+
+/// Contiguous outputs of a forward of q shaped `shape` (`[b, sq, h, d]`): o like q and lse
+/// f32 `[b, h, sq]`, zeroed, on `stream`.
+pub(crate) fn alloc_outputs<T: Element>(
+    stream: &Arc<CudaStream>,
+    shape: [usize; 4],
+) -> Result<(CudaSlice<T>, CudaSlice<f32>)> {
+    let [b, sq, h, _] = shape;
+    Ok((
+        alloc(stream, prod_of(&shape))?,
+        alloc(stream, prod_of(&[b, h, sq]))?,
+    ))
+}
+
+/// The optional lse output's pointer and length, and its guard: `stream` waits for the
+/// buffer's earlier uses, and the guard, dropped after the launch, records this one.
+pub(crate) fn lse_arg<'a>(
+    stream: &'a Arc<CudaStream>,
+    lse: &'a mut Option<CudaViewMut<'_, f32>>,
+) -> (Option<LseDesc>, Option<SyncOnDrop<'a>>) {
+    match lse.as_mut() {
+        Some(l) => {
+            let len = l.len();
+            let (ptr, guard) = l.device_ptr_mut(stream);
+            (Some(LseDesc { ptr, len }), Some(guard))
+        }
+        None => (None, None),
     }
 }

@@ -11,12 +11,13 @@ use cudarc::driver::{
 };
 
 use crate::FlashAttention;
-use crate::attention::{alloc, lock, prod_of};
+use crate::attention::lock;
 use crate::error::{FlashError, Result};
+use crate::forward::{alloc_outputs, lse_arg};
 use crate::outputs::Forward;
 use crate::params::{AttnParams, KvOptions};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{BufDesc, GpuFill, KvArgs, LseDesc, kvcache_splits, plan_kvcache};
+use crate::validate::{BufDesc, GpuFill, KvArgs, kvcache_splits, plan_kvcache};
 
 /// An uninitialised f32 scratch buffer of `n > 0` elements on `stream`.
 fn scratch(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<f32>> {
@@ -72,15 +73,16 @@ impl FlashAttention {
         params: &AttnParams,
         opts: &KvOptions,
     ) -> Result<Forward<T>> {
-        let shape = q.shape();
-        let [b, sq, h, _] = shape;
-        let mut o = alloc(stream, prod_of(&shape))?;
-        let mut lse = alloc(stream, prod_of(&[b, h, sq]))?;
-        let mut o_t = Tensor4Mut::contiguous(&mut o, shape);
+        let (mut o, mut lse) = alloc_outputs(stream, q.shape())?;
+        let mut o_t = Tensor4Mut::contiguous(&mut o, q.shape());
         let lse_v = Some(lse.as_view_mut());
         let (k, v) = (k_cache, v_cache);
         self.forward_kvcache_into(stream, q, k, v, seqlens_k, &mut o_t, lse_v, params, opts)?;
-        Ok(Forward { o, lse, shape })
+        Ok(Forward {
+            o,
+            lse,
+            shape: q.shape(),
+        })
     }
 
     /// The number of key-range splits [`FlashAttention::forward_kvcache`] runs for q
@@ -167,14 +169,7 @@ impl FlashAttention {
         };
         let o_desc = o.desc(0);
         let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
-        let (lse_desc, _lse_guard) = match lse.as_mut() {
-            Some(l) => {
-                let len = l.len();
-                let (ptr, guard) = l.device_ptr_mut(stream);
-                (Some(LseDesc { ptr, len }), Some(guard))
-            }
-            None => (None, None),
-        };
+        let (lse_desc, _lse_guard) = lse_arg(stream, &mut lse);
         let args = KvArgs {
             q: q.desc(q_ptr),
             k: k_cache.desc(k_ptr),
