@@ -14,7 +14,7 @@
 //! `lse = -inf`.
 
 use super::half_fmt;
-use super::params::Params;
+use super::params::{Params, row_stats_base};
 use super::softmax::NEG_INF;
 use crate::abi::decode::MAX_SPLITS;
 use crate::abi::{HEAD_DIM, HEADS, HEADS_PER_KV, LSE, LSE_ACCUM, NUM_SPLITS, O, O_ACCUM, SEQLEN_Q};
@@ -279,13 +279,7 @@ fn store_row(
     let on = b.setp_u64(Cmp::Ne, lse_ptr, 0i64);
     let lane0 = b.setp_u32(Cmp::Eq, lane, 0u32);
     let on = b.and_pred(on, lane0);
-    let bh = b.mad_lo_u32(batch, p.get(HEADS), head);
-    let idx = b.mad_wide_u32(bh, p.get(SEQLEN_Q), 0i64);
-    let pos64 = b.cvt_u64_u32(pos);
-    let idx = b.add_s64(idx, pos64);
-    let off = b.shl_b64(idx, 2);
-    let base = b.cvta_global(lse_ptr);
-    let at = b.add_s64(base, off);
+    let at = row_stats_base(b, p, LSE, p.get(HEADS), batch, head, pos);
     b.when(on, false, |b| {
         b.st(Space::Global, Ty::F32, Addr::Global(at, 0), &[lse])
     });

@@ -6,7 +6,7 @@ use super::SplitBlock;
 use crate::abi::{
     HEAD_DIM, HEADS, HEADS_PER_KV, LSE, LSE_ACCUM, NUM_SPLITS, O, O_ACCUM, SEQLEN_Q, TensorArgs,
 };
-use crate::kernels::params::Params;
+use crate::kernels::params::{Params, row_stats_base};
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, Reg, Space, Special, Ty};
 use crate::tile::acc::AccTile;
 
@@ -26,7 +26,6 @@ impl SplitBlock<'_> {
         let lse_on = b.setp_u64(Cmp::Ne, p.get(LSE), 0i64);
         let quad0 = b.setp_u32(Cmp::Eq, q.t2, 0u32);
         let lse_on = b.and_pred(lse_on, quad0);
-        let lse_base = b.cvta_global(p.get(LSE));
         for (r, &row) in q.rows.iter().enumerate() {
             let past = b.setp_u32(Cmp::Ge, row, q.q_rows);
             b.unless(past, |b| {
@@ -42,13 +41,7 @@ impl SplitBlock<'_> {
                         b.st(Space::Global, Ty::B32, at, &[word])
                     });
                 }
-                // lse[(batch * heads + head) * seqlen_q + pos]
-                let bh = b.mad_lo_u32(q.batch, p.get(HEADS), head);
-                let idx = b.mad_wide_u32(bh, p.get(SEQLEN_Q), 0i64);
-                let pos64 = b.cvt_u64_u32(pos);
-                let idx = b.add_s64(idx, pos64);
-                let off = b.shl_b64(idx, 2);
-                let at = b.add_s64(lse_base, off);
+                let at = row_stats_base(b, p, LSE, p.get(HEADS), q.batch, head, pos);
                 b.when(lse_on, false, |b| {
                     b.st(Space::Global, Ty::F32, Addr::Global(at, 0), &[lse[r]])
                 });
