@@ -91,7 +91,7 @@ fn atomic_plan_follows_the_abi() {
     assert!(p.scratch_bound && p.zero_fill.is_empty() && !p.is_noop());
     assert_eq!(p.scratch, ScratchNeed::of([2, 100, 8, 128], false));
     for l in &p.launches {
-        assert_eq!(l.grid, grid(&l.spec, 2, 100, 300, 8, 2), "{}", l.spec);
+        assert_eq!(Some(l.grid), grid(&l.spec, 2, 100, 300, 8, 2), "{}", l.spec);
         assert_eq!(l.block, [l.spec.tiles().threads(), 1, 1]);
         assert_eq!(l.smem_bytes, l.spec.smem_bytes());
         let abi = params(l.spec.pass);

@@ -134,7 +134,9 @@ pub fn launch(plan: &KernelPlan) -> Launch {
     }
 }
 
-/// The grid of a pass for a problem (batch, seqlen_q, seqlen_k, heads, heads_k).
+/// The grid of a pass for a problem (batch, seqlen_q, seqlen_k, heads, heads_k); `None`
+/// for the split-KV passes, whose grids also take the split count
+/// ([`decode::split_grid`], [`decode::combine_grid`]).
 pub fn grid(
     spec: &KernelSpec,
     batch: u32,
@@ -142,14 +144,12 @@ pub fn grid(
     seqlen_k: u32,
     heads: u32,
     heads_k: u32,
-) -> [u32; 3] {
+) -> Option<[u32; 3]> {
     let t = spec.tiles();
     match spec.pass {
-        Pass::Bwd => [seqlen_k.div_ceil(t.block_n()), heads_k, batch],
-        Pass::FwdSplit | Pass::FwdCombine => {
-            panic!("{spec}: the split-KV grids also take num_splits (abi::decode)")
-        }
-        _ => [seqlen_q.div_ceil(t.block_m()), heads, batch],
+        Pass::Bwd => Some([seqlen_k.div_ceil(t.block_n()), heads_k, batch]),
+        Pass::FwdSplit | Pass::FwdCombine => None,
+        _ => Some([seqlen_q.div_ceil(t.block_m()), heads, batch]),
     }
 }
 

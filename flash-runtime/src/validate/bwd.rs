@@ -292,7 +292,8 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     };
     let mut launches = Vec::with_capacity(3);
     for s in [pre, main, last] {
-        let g = grid(&s, b32, sq32, sk32, h32, hk32);
+        let g = grid(&s, b32, sq32, sk32, h32, hk32)
+            .ok_or_else(|| FlashError::Internal(format!("{s} has no backward grid")))?;
         launches.push(launch(s, g, bind_params(s.pass, value)?));
     }
     Ok(BwdPlan {
