@@ -96,22 +96,12 @@ impl TileCopy {
         valid_rows: Reg<B32>,
     ) {
         let mut src = b.add_s64(base, self.gmem_off);
-        let phases = self.smem_off.len() as u32;
         for i in 0..self.count {
             if i > 0 {
                 src = b.add_s64(src, self.gmem_step);
             }
             let row = b.add_u32(self.row0, i * self.step);
-            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
-            let ok = b.and_pred(row_ok, self.chunk_ok);
-            let size = b.selp_b32(16u32, 0u32, ok);
-            let from = b.selp_b64(src, base, ok);
-            let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
-            let below = (i / phases) * phases * self.step * ROW_BYTES;
-            let dst = Addr::Shared(dst, (tile_base + below) as i32);
-            b.when(self.in_kernel, false, |b| {
-                b.cp_async(CpSize::B16, dst, Addr::Global(from, 0), Some(size.into()))
-            });
+            self.copy(b, i, (smem, tile_base), (src, base), (row, valid_rows));
         }
     }
 
@@ -127,21 +117,35 @@ impl TileCopy {
         valid_rows: Reg<B32>,
         mut row_addr: impl FnMut(&mut Builder, Reg<B32>) -> Reg<B64>,
     ) {
-        let phases = self.smem_off.len() as u32;
         for i in 0..self.count {
             let row = b.add_u32(self.row0, i * self.step);
             let src = row_addr(b, row);
             let src = b.add_s64(src, self.col_bytes);
-            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
-            let ok = b.and_pred(row_ok, self.chunk_ok);
-            let size = b.selp_b32(16u32, 0u32, ok);
-            let from = b.selp_b64(src, fallback, ok);
-            let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
-            let below = (i / phases) * phases * self.step * ROW_BYTES;
-            let dst = Addr::Shared(dst, (tile_base + below) as i32);
-            b.when(self.in_kernel, false, |b| {
-                b.cp_async(CpSize::B16, dst, Addr::Global(from, 0), Some(size.into()))
-            });
+            self.copy(b, i, (smem, tile_base), (src, fallback), (row, valid_rows));
         }
+    }
+
+    /// The thread's copy `i` of tile row `row` from global byte address `src` (its
+    /// chunk's): 16 bytes, or zero-filled from `fallback` where the row is not below
+    /// `valid_rows` or the chunk is past the problem's head dim.
+    fn copy(
+        &self,
+        b: &mut Builder,
+        i: u32,
+        (smem, tile_base): (Reg<B32>, u32),
+        (src, fallback): (Reg<B64>, Reg<B64>),
+        (row, valid_rows): (Reg<B32>, Reg<B32>),
+    ) {
+        let phases = self.smem_off.len() as u32;
+        let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
+        let ok = b.and_pred(row_ok, self.chunk_ok);
+        let size = b.selp_b32(16u32, 0u32, ok);
+        let from = b.selp_b64(src, fallback, ok);
+        let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
+        let below = (i / phases) * phases * self.step * ROW_BYTES;
+        let dst = Addr::Shared(dst, (tile_base + below) as i32);
+        b.when(self.in_kernel, false, |b| {
+            b.cp_async(CpSize::B16, dst, Addr::Global(from, 0), Some(size.into()))
+        });
     }
 }
