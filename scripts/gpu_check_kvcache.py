@@ -84,7 +84,9 @@ def reference(q, kc, vc, lens, causal, scale):
 
 def check(b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_lens=True, big_cache=False):
     """Both tilings of the split pass (the key-split one the runtime picks up to 16
-    packed rows, the 64-row one from 17): each computes any problem."""
+    packed rows, the 64-row one from 17) and both of the combine (4 warps a row up to 32
+    splits, 8 from 33: the runtime's pick with the key-split pass, the other one with
+    the 64-row pass): each computes any problem."""
     return all([check_on(t, b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_lens, big_cache)
                 for t in ("", "_long")])
 
@@ -93,7 +95,9 @@ def check_on(tiling, b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_len
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
     kd = next(x for x in HEAD_DIMS if x >= d)
     split = f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}{tiling}_sm80"
-    comb = f"fa2_fwdcombine_d{kd}_{dt}_sm80"
+    wide = f"fa2_fwdcombine_d{kd}_{dt}_long_sm80"
+    picked = splits >= KERNELS[wide]["min_seqlen_q"]
+    comb = wide if picked != (tiling == "_long") else f"fa2_fwdcombine_d{kd}_{dt}_sm80"
     bm = KERNELS[split]["tiles"]["block_m"]
     q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
     # the caches: views of a larger buffer (capacity + 7 rows, 3 extra heads) when big_cache

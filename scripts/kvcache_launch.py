@@ -42,14 +42,14 @@ def num_splits(kern, b, sq, h, hk, cap, d, causal, sms):
         if kv_head > 50 * 2**20 and m_blocks >= 2 * slots and not causal:
             return min(math.ceil(kv_head / (50 * 2**20)), 128)
         return 1
-    if n <= 4:
+    if n <= 4 or (total >= 0.45 * slots and cap * d * 4 < 4 * 2**20):
         return 1
     mx = min(64, slots, n // 2)
     if total * mx <= slots:
         return mx
     eff = [(total * s / slots) / math.ceil(total * s / slots) for s in range(1, mx + 1)]
     best = max(eff)
-    return next(s for s in range(1, mx + 1) if eff[s - 1] >= 0.85 * best)
+    return next(s for s in range(1, mx + 1) if eff[s - 1] >= 0.95 * best)
 
 
 class Call:
@@ -62,19 +62,22 @@ class Call:
                 f(grid, block, args, shared_mem=smem)
 
 
-def prepare(q, k, v, causal, seqlens=None, splits=None, o=None, lse=None):
-    """q [b, sq, h, d], k/v caches [b, cap, hk, d] (views allowed); returns a callable."""
+def prepare(q, k, v, causal, seqlens=None, splits=None, o=None, lse=None, tiling=None):
+    """q [b, sq, h, d], k/v caches [b, cap, hk, d] (views allowed); returns a callable.
+    `tiling` (tuning aid): "", "_compact" or "_long" instead of the rule below."""
     b, sq, h, d = q.shape
     cap, hk = k.shape[1], k.shape[2]
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
     kd = next(x for x in HEAD_DIMS if x >= d)
     # the key-split tiling up to 16 packed rows (seqlen_q * heads_per_kv), the long one from
     # 17; the compact one where the GPU allows less shared memory per block (not here)
-    tiling = "_long" if sq * (h // hk) >= 17 else ""
+    if tiling is None:
+        tiling = "_long" if sq * (h // hk) >= 17 else ""
     split = KERNELS[f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}{tiling}_sm80"]
-    comb = KERNELS[f"fa2_fwdcombine_d{kd}_{dt}_sm80"]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     s = splits or num_splits(split, b, sq, h, hk, cap, d, causal, sms)
+    wide = KERNELS[f"fa2_fwdcombine_d{kd}_{dt}_long_sm80"]
+    comb = wide if s >= wide["min_seqlen_q"] else KERNELS[f"fa2_fwdcombine_d{kd}_{dt}_sm80"]
     o = o if o is not None else torch.empty_like(q)
     lse = lse if lse is not None else torch.empty(b, h, sq, device=q.device, dtype=torch.float32)
     oa = torch.empty(s * b * h * sq * kd if s > 1 else 1, device=q.device, dtype=torch.float32)

@@ -26,6 +26,14 @@ fn split_and_combine_follow_the_abi() {
     let (split, combine) = (&p.split, p.combine.as_ref().unwrap());
     assert_eq!(split.spec.name(), "fa2_fwdsplit_d128_bf16_causal_sm80");
     assert_eq!(combine.spec.name(), "fa2_fwdcombine_d128_bf16_sm80");
+    // more than 32 splits: the combine with 8 warps a row
+    let wide = plan(&args(1, 1, 32768, 8, 1, 128)).unwrap();
+    assert_eq!(wide.num_splits, 64);
+    let wc = wide.combine.as_ref().unwrap();
+    assert_eq!(wc.spec.name(), "fa2_fwdcombine_d128_bf16_long_sm80");
+    assert_follows_abi(wc);
+    let few = plan(&with_splits(args(1, 1, 32768, 8, 1, 128), 32)).unwrap();
+    assert_eq!(few.combine.as_ref().unwrap().spec.name(), "fa2_fwdcombine_d128_bf16_sm80");
     let dims = [b as u32, sq as u32, h as u32, hk as u32];
     assert_eq!(split.grid, split_grid(&split.spec, dims, n));
     assert_eq!(split.grid, [1, 8, 2 * n]); // 3 * 4 packed rows fit one 64-row tile
@@ -88,7 +96,7 @@ fn one_split_runs_alone_without_scratch() {
     );
 }
 
-/// FA3's rule, case by case.
+/// The split rule (after FA3's), case by case.
 #[test]
 fn the_split_rule_fills_the_gpu() {
     // on the tiling the planner runs the problem on (key-split up to 16 packed rows)
@@ -102,6 +110,16 @@ fn the_split_rule_fills_the_gpu() {
     let fill = (8 * n) as f64 / slots(128, H200) as f64;
     assert!((0.85..=1.0).contains(&fill), "{n} splits fill {fill}");
     assert_eq!(rule(1, 1, 32768, 32, 8, 128, KMask::Causal), n);
+    // the fullest single wave, not the first within 0.85 of it: 16 x 8 CTAs on 132 SMs
+    assert_eq!(n, 16);
+    // 64 CTAs (0.48 of the 132 slots) with 1-2 MiB of K and V each: unsplit; with
+    // 32 MiB (128K keys): two splits
+    assert_eq!(rule(8, 1, 4096, 32, 8, 64, KMask::None), 1);
+    assert_eq!(rule(8, 1, 4096, 32, 8, 128, KMask::None), 1);
+    assert_eq!(rule(64, 1, 4096, 8, 1, 64, KMask::None), 1);
+    assert_eq!(rule(8, 1, 131072, 32, 8, 64, KMask::None), 2);
+    // fewer CTAs than half the slots still split a short cache
+    assert!(rule(4, 1, 4096, 32, 8, 128, KMask::None) > 1);
     // one KV head at batch 1: not a wave even at the most splits, so the most: 64, or
     // half the key blocks (4K keys: 64 blocks of 64)
     assert_eq!(rule(1, 1, 32768, 8, 1, 128, KMask::None), 64);

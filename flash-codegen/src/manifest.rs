@@ -105,7 +105,8 @@ pub struct KernelInfo {
     /// For a `long` tiling: the fewest query rows (`seqlen_q`) it is meant for; it then
     /// replaces the `standard` kernel of the same pass, head dim, dtype and causal flag in
     /// atomic mode (non-null `dq_accum`); for fwdsplit, the fewest packed rows
-    /// (`seqlen_q * heads_per_kv`). Null for the standard tiling.
+    /// (`seqlen_q * heads_per_kv`); for fwdcombine, the fewest splits (`num_splits`). Null
+    /// for the standard tiling.
     pub min_seqlen_q: Option<u32>,
     /// For a `compact` tiling: the dynamic shared memory of the `standard` kernel it
     /// stands in for; it replaces that kernel on GPUs whose opt-in shared memory per block

@@ -70,7 +70,7 @@ mod tests;
 /// KiB of shared memory per block, e.g. RTX 30/40; `KernelSpec::for_smem`).
 /// `kvcache` brings the KV-cache forward (`FlashAttention::forward_kvcache`): the split-KV
 /// kernel `fwdsplit` (causal or not, as `causal` says) and its combine step `fwdcombine`
-/// (no causal variant).
+/// (no causal variant; with its `_long` kernel, 8 warps a row, run from 33 splits).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

@@ -140,7 +140,7 @@ fn errors_say_what_is_wrong() {
 }
 
 /// `kvcache` brings the split-KV forward in each of its tilings (key-split, long, compact)
-/// and its combine step (no causal variant).
+/// and its combine step in both its tilings (4 and 8 warps a row; no causal variant).
 #[test]
 fn kvcache_brings_the_split_forward_and_its_combine() {
     let input = parse(quote! {
@@ -158,6 +158,7 @@ fn kvcache_brings_the_split_forward_and_its_combine() {
             "fa2_fwdsplit_d128_bf16_causal_long_sm80",
             "fa2_fwdsplit_d128_bf16_causal_compact_sm80",
             "fa2_fwdcombine_d128_bf16_sm80",
+            "fa2_fwdcombine_d128_bf16_long_sm80",
         ]
     );
 }

@@ -7,8 +7,10 @@
 //! Then the warps share the splits for `o = sum_s exp(lse_s - lse) o_s` (each split's
 //! partial `o_s` is already normalised): warp `w` takes splits `w, w + warps, ..`, in runs
 //! of `STEP` whose partial rows and lse values are loaded before their products, so that
-//! `STEP x warps` splits are in flight at once; lane `l` owns the
-//! 4-float column chunks `l, l + 32, ..` of the kernel's head dim. The warps' sums meet
+//! `STEP x warps` splits are in flight at once (the first run's loads go out with the lse
+//! loads, before the row's lse is reduced; every load is `ld.volatile` so that ptxas
+//! keeps that order); lane `l` owns the 4-float column chunks `l, l + 32, ..` of the
+//! kernel's head dim. The warps' sums meet
 //! in shared memory, warp 0 adds them, converts and stores. A split that saw no key of the
 //! row (`lse_s = -inf`, its partial 0) weighs 0; a row no split saw gets `o = 0`,
 //! `lse = -inf`.
@@ -73,12 +75,16 @@ pub fn build(plan: &KernelPlan) -> Entry {
             let v = b.mov(NEG_INF);
             b.when(ok, false, |b| {
                 let a = Addr::Global(at, 0);
-                b.ld_into(Space::Global, LdCache::Default, Ty::F32, a, &[v])
+                b.ld_into(Space::Global, LdCache::Volatile, Ty::F32, a, &[v])
             });
             v
         };
+        let sum = WeightedSum::new(b, plan, &p, (lane, warp), (first, split_rows));
+        // the first run's loads go out before the row's lse is known: one round trip to
+        // L2 for both at up to STEP x warps splits
+        let run0 = sum.load_run(b, 0, &lse_of);
         let l2 = row_lse(b, lane, splits, &lse_of);
-        let acc = weighted_sum(b, plan, &p, (lane, warp), (first, split_rows), l2, &lse_of);
+        let acc = sum.finish(b, run0, l2, &lse_of);
         b.comment("-- the warps' sums meet in shared memory; warp 0 adds and stores --");
         let smem = b.smem_base();
         let col = b.shl_b32(lane, 2u32);
@@ -160,77 +166,125 @@ fn row_lse(
     b.selp_f32(f32::INFINITY, l2, empty)
 }
 
-/// This warp's share of `sum_s exp2(lse_s log2 e - l2) o_s`: the lane's 4-float chunks.
-fn weighted_sum(
-    b: &mut Builder,
-    plan: &KernelPlan,
-    p: &Params,
-    (lane, warp): (Reg<B32>, Reg<B32>),
-    (first, split_rows): (Reg<B64>, Reg<B64>),
-    l2: Reg<F32>,
-    lse_of: &impl Fn(&mut Builder, Reg<B32>, Reg<Pred>) -> Reg<F32>,
-) -> Vec<[Reg<F32>; 4]> {
-    let (d, warps) = (plan.spec.head_dim, plan.tiles.warps());
-    b.comment("-- o = sum_s w_s o_s: runs of splits per warp, loads first --");
-    let splits = p.get(NUM_SPLITS);
-    let neg_l2 = b.neg_f32(l2);
-    let chunks = d.div_ceil(4 * 32) as usize;
-    let col = b.shl_b32(lane, 2u32);
-    let acc: Vec<[Reg<F32>; 4]> = (0..chunks)
-        .map(|_| std::array::from_fn(|_| b.mov(0.0f32)))
-        .collect();
-    let in_kernel = chunks_in(b, col, d, chunks);
-    // o_s of this row and lane: o_acc + ((s * batches + batch) * rows + row) * 4 d + 4 col
-    let o_acc = b.cvta_global(p.get(O_ACCUM));
-    let at0 = b.mul_lo_u64(first, 4 * i64::from(d));
-    let at0 = b.add_s64(o_acc, at0);
-    let col_bytes = b.mul_wide_u32(col, 4u32);
-    let at0 = b.add_s64(at0, col_bytes);
-    let split_bytes = b.mul_lo_u64(split_rows, 4 * i64::from(d));
-    let step = STEP;
-    let split_stride = b.mul_lo_u64(split_bytes, i64::from(warps));
-    let done = b.label();
-    for k in 0..MAX_SPLITS.div_ceil(step * warps) {
-        let s0 = b.add_u32(warp, k * step * warps);
-        let past = b.setp_u32(Cmp::Le, splits, s0);
-        b.bra_if(past, false, done, true);
+/// This warp's share of `sum_s exp2(lse_s log2 e - l2) o_s` (the lane's 4-float chunks),
+/// in runs of [`STEP`] splits whose loads go out before their products.
+struct WeightedSum<'a> {
+    p: &'a Params,
+    warps: u32,
+    chunks: usize,
+    warp: Reg<B32>,
+    in_kernel: Vec<Reg<Pred>>,
+    /// The lane's chunk of split 0's partial row.
+    at0: Reg<B64>,
+    /// Bytes from one split's partial rows to the next's.
+    split_bytes: Reg<B64>,
+}
+
+impl<'a> WeightedSum<'a> {
+    fn new(
+        b: &mut Builder,
+        plan: &KernelPlan,
+        p: &'a Params,
+        (lane, warp): (Reg<B32>, Reg<B32>),
+        (first, split_rows): (Reg<B64>, Reg<B64>),
+    ) -> Self {
+        let (d, warps) = (plan.spec.head_dim, plan.tiles.warps());
+        let chunks = d.div_ceil(4 * 32) as usize;
+        let col = b.shl_b32(lane, 2u32);
+        let in_kernel = chunks_in(b, col, d, chunks);
+        // o_s of this row and lane: o_acc + ((s * batches + batch) * rows + row) * 4 d + 4 col
+        let o_acc = b.cvta_global(p.get(O_ACCUM));
+        let at0 = b.mul_lo_u64(first, 4 * i64::from(d));
+        let at0 = b.add_s64(o_acc, at0);
+        let col_bytes = b.mul_wide_u32(col, 4u32);
+        let at0 = b.add_s64(at0, col_bytes);
+        let split_bytes = b.mul_lo_u64(split_rows, 4 * i64::from(d));
+        Self {
+            p,
+            warps,
+            chunks,
+            warp,
+            in_kernel,
+            at0,
+            split_bytes,
+        }
+    }
+
+    /// Run `k`'s loads: splits `warp + (k STEP + u) warps` for `u < STEP` (lse -inf and
+    /// partial 0 past the split count).
+    fn load_run(
+        &self,
+        b: &mut Builder,
+        k: u32,
+        lse_of: &impl Fn(&mut Builder, Reg<B32>, Reg<Pred>) -> Reg<F32>,
+    ) -> Vec<Loaded> {
+        let (splits, warps) = (self.p.get(NUM_SPLITS), self.warps);
+        let s0 = b.add_u32(self.warp, k * STEP * warps);
         let s0_64 = b.cvt_u64_u32(s0);
-        let off = b.mul_lo_u64(s0_64, split_bytes);
-        let at = b.add_s64(at0, off);
-        let run: Vec<Loaded> = (0..step)
+        let off = b.mul_lo_u64(s0_64, self.split_bytes);
+        let at = b.add_s64(self.at0, off);
+        let split_stride = b.mul_lo_u64(self.split_bytes, i64::from(warps));
+        (0..STEP)
             .map(|u| {
                 let s = b.add_u32(s0, u * warps);
                 let here = b.setp_u32(Cmp::Lt, s, splits);
                 let lse = lse_of(b, s, here);
                 let off = b.mul_lo_u64(split_stride, i64::from(u));
                 let at = b.add_s64(at, off);
-                let xs = (0..chunks)
+                let xs = (0..self.chunks)
                     .map(|c| {
                         let x: [Reg<F32>; 4] = std::array::from_fn(|_| b.mov(0.0f32));
-                        let ok = b.and_pred(here, in_kernel[c]);
+                        let ok = b.and_pred(here, self.in_kernel[c]);
                         b.when(ok, false, |b| {
                             let addr = Addr::Global(at, 512 * c as i32);
-                            b.ld_into(Space::Global, LdCache::Default, Ty::F32, addr, &x)
+                            b.ld_into(Space::Global, LdCache::Volatile, Ty::F32, addr, &x)
                         });
                         x
                     })
                     .collect();
                 (lse, xs)
             })
+            .collect()
+    }
+
+    /// The sum: run 0 (loaded) and the runs after it that hold a split.
+    fn finish(
+        &self,
+        b: &mut Builder,
+        run0: Vec<Loaded>,
+        l2: Reg<F32>,
+        lse_of: &impl Fn(&mut Builder, Reg<B32>, Reg<Pred>) -> Reg<F32>,
+    ) -> Vec<[Reg<F32>; 4]> {
+        b.comment("-- o = sum_s w_s o_s: runs of splits per warp, loads first --");
+        let splits = self.p.get(NUM_SPLITS);
+        let neg_l2 = b.neg_f32(l2);
+        let acc: Vec<[Reg<F32>; 4]> = (0..self.chunks)
+            .map(|_| std::array::from_fn(|_| b.mov(0.0f32)))
             .collect();
-        for (lse, xs) in &run {
-            let w = b.fma_f32(*lse, LOG2_E, neg_l2);
-            let w = b.ex2(w);
-            for (a, x) in acc.iter().zip(xs) {
-                for (r, &xi) in a.iter().zip(x) {
-                    let y = b.fma_f32(w, xi, *r);
-                    b.assign(*r, y);
+        let add_run = |b: &mut Builder, run: &[Loaded]| {
+            for (lse, xs) in run {
+                let w = b.fma_f32(*lse, LOG2_E, neg_l2);
+                let w = b.ex2(w);
+                for (a, x) in acc.iter().zip(xs) {
+                    for (r, &xi) in a.iter().zip(x) {
+                        let y = b.fma_f32(w, xi, *r);
+                        b.assign(*r, y);
+                    }
                 }
             }
+        };
+        add_run(b, &run0);
+        let done = b.label();
+        for k in 1..MAX_SPLITS.div_ceil(STEP * self.warps) {
+            let s0 = b.add_u32(self.warp, k * STEP * self.warps);
+            let past = b.setp_u32(Cmp::Le, splits, s0);
+            b.bra_if(past, false, done, true);
+            let run = self.load_run(b, k, lse_of);
+            add_run(b, &run);
         }
+        b.place(done);
+        acc
     }
-    b.place(done);
-    acc
 }
 
 /// Whether each of the lane's chunks (columns `col + 128 c ..`) is inside the kernel's

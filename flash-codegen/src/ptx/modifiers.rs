@@ -147,6 +147,9 @@ pub enum LdCache {
     Default,
     /// Read-only, non-coherent path (`.nc`): data this kernel never writes.
     NonCoherent,
+    /// `ld.volatile`: kept in program order with the kernel's other volatile accesses
+    /// (ptxas neither merges nor moves them), so that loads issued early stay early.
+    Volatile,
 }
 
 /// Vector width of a load or store.

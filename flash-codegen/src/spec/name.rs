@@ -125,10 +125,10 @@ mod tests {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
         // 136 dense-attention kernels, 96 split-KV forwards (standard, long, compact),
-        // 16 combine steps
-        assert_eq!(KernelSpec::all().len(), 248);
-        let split = |s: &KernelSpec| s.pass == Pass::FwdSplit;
-        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 96);
+        // 32 combine steps (standard, long)
+        assert_eq!(KernelSpec::all().len(), 264);
+        let split = |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine);
+        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 128);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
             all.filter(|s| s.tiling == tiling && !split(s))

@@ -102,6 +102,18 @@ impl KernelSpec {
         }
     }
 
+    /// A combine step of `splits` splits on the tiling the runtime runs it on: the long
+    /// row (8 warps a row) from [`KernelSpec::long_from`] splits on, else the standard
+    /// one. Other passes are unchanged.
+    pub fn for_splits(self, splits: u32) -> KernelSpec {
+        match self.pass == super::Pass::FwdCombine
+            && self.long_from().is_some_and(|from| splits >= from)
+        {
+            true => self.with_tiling(Tiling::Long),
+            false => self,
+        }
+    }
+
     /// This spec with the tiling a problem of `seqlen_q` query rows runs on: its long
     /// row from [`KernelSpec::long_from`] rows on when `atomic_dq` (the backward adds dQ
     /// with atomics), else the standard one.

@@ -141,7 +141,13 @@ fn set_param(plan: &mut LaunchPlan, name: &str, value: ParamValue) -> Result<()>
 /// against 18.5 at 109, 34.0 at 128K against 34.9; docs/performance.md).
 const RULE_MAX_SPLITS: u64 = 64;
 
-/// The split count FlashAttention-3's `num_splits_heuristic` picks for a KV-cache forward
+/// One KV head's K and V bytes below which a grid that fills half the GPU's slots runs
+/// unsplit: on the H200 (8 KV heads, batch 8, 132 SMs) 4K keys ran faster in one split
+/// than in two (d64, 1 MiB: 27.3 against 29.7 us; d128, 2 MiB: 46.0 against 47.1), 128K
+/// in two (d64, 32 MiB: 491 against 578; scripts/sweep_splits.py).
+const SPLIT_PAYS_BYTES: u64 = 4 << 20;
+
+/// The split count, after FlashAttention-3's `num_splits_heuristic`, for a KV-cache forward
 /// with q `[b, sq, h, d]` and a cache `[b, capacity, hk, d]` on the fwdsplit kernel
 /// `split`, with `slots = gpu.sms * ctas_per_sm_hint` CTAs resident at once:
 ///
@@ -151,11 +157,14 @@ const RULE_MAX_SPLITS: u64 = 64;
 ///   twice (`m_blocks >= 2 * slots`) and the mask is not causal: then
 ///   `min(ceil(bytes / 50 MiB), 128)` (and at most one split per key block).
 /// - With `n_blocks = ceil(capacity / block_n) <= 4` key blocks: 1.
+/// - If the CTAs fill 45% of the slots (`total >= 0.45 slots`) and one KV head's K and V are
+///   under [`SPLIT_PAYS_BYTES`]: 1 (the combine costs more than the SMs it brings).
 /// - Else, with `max = min(64, slots, n_blocks / 2)` (two key blocks a split at least,
 ///   and at most 64 splits: measured faster, see `RULE_MAX_SPLITS`): `max` when
 ///   `total * max <= slots` (not one wave even then: each split more brings an SM more),
-///   otherwise the smallest `s <= max` whose wave efficiency `w / ceil(w)`
-///   (`w = total * s / slots`) is at least 0.85 of the best one's.
+///   otherwise the smallest `s <= max` whose wave efficiency `w / ceil(w)` (`w = total * s / slots`) is at least
+///   0.95 of the best one's (FlashAttention-3 takes 0.85; measured, 15 splits of 8 CTAs
+///   on 132 SMs ran slower than 16).
 ///
 /// The count is then lowered so that `b * s` fits the grid's z limit (65535). The rule
 /// sizes for a full cache: it does not see `seqlens_k` (on the device); a caller whose
@@ -190,7 +199,7 @@ pub fn num_splits_for(
             true => kv_head_bytes.div_ceil(L2_BYTES).min(n_blocks),
             false => 1,
         }
-    } else if n_blocks <= 4 {
+    } else if n_blocks <= 4 || (total * 20 >= slots * 9 && kv_head_bytes < SPLIT_PAYS_BYTES) {
         1
     } else {
         // at least two key blocks a split, at most 64 splits: one-block splits, and more
@@ -205,7 +214,7 @@ pub fn num_splits_for(
             // not even one wave at the most splits (batch 1, few KV heads): every split
             // more is an SM more reading the cache
             true => max,
-            false => (1..=max).find(|&s| eff(s) >= 0.85 * best).unwrap_or(1),
+            false => (1..=max).find(|&s| eff(s) >= 0.95 * best).unwrap_or(1),
         }
     };
     s.min(u64::from(MAX_SPLITS)).min(MAX_GRID_YZ / b).max(1) as u32
@@ -427,7 +436,7 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     let combine = match splits {
         1 => None,
         _ => {
-            let s = spec(Pass::FwdCombine, Mask::None);
+            let s = spec(Pass::FwdCombine, Mask::None).for_splits(splits);
             let g = combine_grid(&s, [b32, sq32, h32]);
             Some(launch(s, g, bind_params(Pass::FwdCombine, value)?))
         }

@@ -23,11 +23,13 @@ fn vec_suffix(n: usize) -> &'static str {
     }
 }
 
-/// The cache operator of a global load (`.nc`: the read-only, non-coherent path).
+/// The cache operator of a global load (`.nc`: the read-only, non-coherent path;
+/// `.volatile` is a qualifier of its own, printed before the state space).
 fn ld_cache(c: LdCache) -> &'static str {
     match c {
         LdCache::Default => "",
         LdCache::NonCoherent => ".nc",
+        LdCache::Volatile => "",
     }
 }
 
@@ -55,7 +57,10 @@ pub(super) fn write<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
         } => {
             let (s, nc, v, t) = (space(*s), ld_cache(*cache), vec_suffix(d.len()), ty(*t));
             let dst = list(d.iter().map(|r| A(*r)), d.len() > 1);
-            write!(w, "ld.{s}{nc}{v}.{t} {dst}, {};", Ad(*addr))
+            match cache {
+                LdCache::Volatile => write!(w, "ld.volatile.{s}{v}.{t} {dst}, {};", Ad(*addr)),
+                _ => write!(w, "ld.{s}{nc}{v}.{t} {dst}, {};", Ad(*addr)),
+            }
         }
         Inst::St {
             space: s,

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{KernelSpec, Pass, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
-    BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMBINE_TILES,
-    FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_TILES, FWD_TILES,
+    BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
+    FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES,
+    FWD_SPLIT_TILES, FWD_TILES,
 };
 
 mod rules;
@@ -137,11 +138,13 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
 }
 
 /// The (fewest query rows, tiles) of the long row of `spec`'s pass and head dim (for
-/// fwdsplit: the fewest packed rows, `seqlen_q * heads_per_kv`).
+/// fwdsplit: the fewest packed rows, `seqlen_q * heads_per_kv`; for fwdcombine: the
+/// fewest splits).
 pub(crate) fn long_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
     let table: &[(u32, u32, Sm80Tiles)] = match spec.pass {
         Pass::Bwd => &BWD_LONG_TILES,
         Pass::FwdSplit => &FWD_SPLIT_LONG_TILES,
+        Pass::FwdCombine => &FWD_COMBINE_LONG_TILES,
         _ => return None,
     };
     table
