@@ -83,12 +83,19 @@ def reference(q, kc, vc, lens, causal, scale):
 
 
 def check(b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_lens=True, big_cache=False):
-    """Both tilings of the split pass (the key-split one the runtime picks up to 16
-    packed rows, the 64-row one from 17) and both of the combine (4 warps a row up to 32
+    """Every tiling of the split pass (the key-split one the runtime picks up to 16
+    packed rows, the 64-row one from 17, the prefill one from 128 where the head dim has
+    one) and both of the combine (4 warps a row up to 32
     splits, 8 from 33: the runtime's pick with the key-split pass, the other one with
     the 64-row pass): each computes any problem."""
     return all([check_on(t, b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_lens, big_cache)
-                for t in ("", "_long")])
+                for t in ("", "_long", "_prefill") if has_split(d, dtype, causal, t)])
+
+
+def has_split(d, dtype, causal, tiling):
+    dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
+    kd = next(x for x in HEAD_DIMS if x >= d)
+    return f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}{tiling}_sm80" in KERNELS
 
 
 def check_on(tiling, b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_lens=True, big_cache=False):

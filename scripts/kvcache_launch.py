@@ -64,15 +64,19 @@ class Call:
 
 def prepare(q, k, v, causal, seqlens=None, splits=None, o=None, lse=None, tiling=None):
     """q [b, sq, h, d], k/v caches [b, cap, hk, d] (views allowed); returns a callable.
-    `tiling` (tuning aid): "", "_compact" or "_long" instead of the rule below."""
+    `tiling` (tuning aid): "", "_compact", "_long" or "_prefill" instead of the rule below."""
     b, sq, h, d = q.shape
     cap, hk = k.shape[1], k.shape[2]
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
     kd = next(x for x in HEAD_DIMS if x >= d)
     # the key-split tiling up to 16 packed rows (seqlen_q * heads_per_kv), the long one from
-    # 17; the compact one where the GPU allows less shared memory per block (not here)
+    # its min_seqlen_q (17), the prefill one from its min_seqlen_q where the head dim has
+    # one; the compact one where the GPU allows less shared memory per block (not here)
     if tiling is None:
-        tiling = "_long" if sq * (h // hk) >= 17 else ""
+        base = f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}"
+        rows = sq * (h // hk)
+        tiling = next((t for t in ("_prefill", "_long") if f"{base}{t}_sm80" in KERNELS
+                       and rows >= KERNELS[f"{base}{t}_sm80"]["min_seqlen_q"]), "")
     split = KERNELS[f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}{tiling}_sm80"]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     s = splits or num_splits(split, b, sq, h, hk, cap, d, causal, sms)

@@ -33,7 +33,10 @@ fn split_and_combine_follow_the_abi() {
     assert_eq!(wc.spec.name(), "fa2_fwdcombine_d128_bf16_long_sm80");
     assert_follows_abi(wc);
     let few = plan(&with_splits(args(1, 1, 32768, 8, 1, 128), 32)).unwrap();
-    assert_eq!(few.combine.as_ref().unwrap().spec.name(), "fa2_fwdcombine_d128_bf16_sm80");
+    assert_eq!(
+        few.combine.as_ref().unwrap().spec.name(),
+        "fa2_fwdcombine_d128_bf16_sm80"
+    );
     let dims = [b as u32, sq as u32, h as u32, hk as u32];
     assert_eq!(split.grid, split_grid(&split.spec, dims, n));
     assert_eq!(split.grid, [1, 8, 2 * n]); // 3 * 4 packed rows fit one 64-row tile
@@ -133,7 +136,7 @@ fn the_split_rule_fills_the_gpu() {
     assert_eq!(rule(1, 1, 0, 32, 8, 128, KMask::None), 1);
     // a full GPU whose KV head (1M keys, d128: 512 MiB) overflows L2, the queries sweeping
     // it at least twice: one split per 50 MiB; never causal
-    let long = split_spec(128, KMask::None).with_tiling(Tiling::Long);
+    let long = split_spec(128, KMask::None).with_tiling(Tiling::Prefill);
     let long_slots = u64::from(H200.sms) * u64::from(long.plan(&Tuning::NONE).ctas_per_sm_hint());
     let sq = 2 * long_slots as usize * long.tiles().block_m() as usize;
     assert_eq!(rule(1, sq, 1 << 20, 1, 1, 128, KMask::None), 11);
@@ -368,7 +371,10 @@ fn scratch_binding_is_checked() {
 #[test]
 fn mqa_packs_the_heads_into_rows() {
     let p = plan(&with_splits(args(3, 4, 512, 32, 1, 128), 2)).unwrap();
-    assert_eq!(p.split.grid, [2, 1, 6]); // 4 * 32 packed rows = two 64-row tiles
+    assert_eq!(p.split.grid, [1, 1, 6]); // 4 * 32 packed rows = one 128-row prefill tile
+    assert_eq!(p.split.spec.tiling, Tiling::Prefill);
+    let p64 = plan(&with_splits(args(3, 4, 512, 32, 1, 64), 2)).unwrap();
+    assert_eq!(p64.split.grid, [2, 1, 6]); // d64 (no prefill row): two 64-row tiles
     assert_eq!(p.split.param("heads_per_kv"), Some(ParamValue::U32(32)));
     let combine = p.combine.unwrap();
     let rows_per_cta = combine.spec.tiles().block_m();

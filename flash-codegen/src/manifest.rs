@@ -236,6 +236,7 @@ pub fn kernel(spec: &KernelSpec, tuning: &Tuning) -> KernelInfo {
         spec: *spec,
         min_seqlen_q: match spec.tiling {
             Tiling::Long => spec.long_from(),
+            Tiling::Prefill => spec.prefill_from(),
             _ => None,
         },
         smem_optin_below: match spec.tiling {

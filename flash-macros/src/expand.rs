@@ -104,6 +104,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Tiling::Standard => quote!(Standard),
         Tiling::Long => quote!(Long),
         Tiling::Compact => quote!(Compact),
+        Tiling::Prefill => quote!(Prefill),
     };
     let mask = match spec.mask {
         Mask::None => quote!(None),

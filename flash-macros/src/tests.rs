@@ -139,7 +139,8 @@ fn errors_say_what_is_wrong() {
     }
 }
 
-/// `kvcache` brings the split-KV forward in each of its tilings (key-split, long, compact)
+/// `kvcache` brings the split-KV forward in each of its tilings (key-split, long, compact,
+/// and prefill at d128)
 /// and its combine step in both its tilings (4 and 8 warps a row; no causal variant).
 #[test]
 fn kvcache_brings_the_split_forward_and_its_combine() {
@@ -154,9 +155,11 @@ fn kvcache_brings_the_split_forward_and_its_combine() {
             "fa2_fwdsplit_d128_bf16_sm80",
             "fa2_fwdsplit_d128_bf16_long_sm80",
             "fa2_fwdsplit_d128_bf16_compact_sm80",
+            "fa2_fwdsplit_d128_bf16_prefill_sm80",
             "fa2_fwdsplit_d128_bf16_causal_sm80",
             "fa2_fwdsplit_d128_bf16_causal_long_sm80",
             "fa2_fwdsplit_d128_bf16_causal_compact_sm80",
+            "fa2_fwdsplit_d128_bf16_causal_prefill_sm80",
             "fa2_fwdcombine_d128_bf16_sm80",
             "fa2_fwdcombine_d128_bf16_long_sm80",
         ]

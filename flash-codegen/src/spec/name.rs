@@ -54,17 +54,19 @@ impl FromStr for KernelSpec {
             return Err(err("expected 5 to 7 parts separated by `_`"));
         }
         let n = parts.len();
-        // between the dtype and the arch: `causal`, then `long` or `compact`, each optional
+        // between the dtype and the arch: `causal`, then `long`, `compact` or `prefill`,
+        // each optional
         let middle = &parts[4..n - 1];
         let causal = middle.first() == Some(&"causal");
         let tiling = match middle.last() {
             Some(&"long") => Tiling::Long,
             Some(&"compact") => Tiling::Compact,
+            Some(&"prefill") => Tiling::Prefill,
             _ => Tiling::Standard,
         };
         if middle.len() != usize::from(causal) + usize::from(tiling != Tiling::Standard) {
             return Err(err(
-                "between the dtype and the arch only `causal`, then `long` or `compact`, may stand",
+                "between the dtype and the arch only `causal`, then `long`, `compact` or `prefill`, may stand",
             ));
         }
         if parts[0] != "fa2" {
@@ -102,6 +104,7 @@ impl FromStr for KernelSpec {
             let name = match tiling {
                 Tiling::Long => "long",
                 Tiling::Compact => "compact",
+                Tiling::Prefill => "prefill",
                 Tiling::Standard => "standard", // (every supported head dim has one)
             };
             return Err(err(&format!(
@@ -124,11 +127,11 @@ mod tests {
         for s in KernelSpec::all() {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
-        // 136 dense-attention kernels, 96 split-KV forwards (standard, long, compact),
-        // 32 combine steps (standard, long)
-        assert_eq!(KernelSpec::all().len(), 264);
+        // 136 dense-attention kernels, 100 split-KV forwards (standard, long, compact;
+        // prefill at d128), 32 combine steps (standard, long)
+        assert_eq!(KernelSpec::all().len(), 268);
         let split = |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine);
-        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 128);
+        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 132);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
             all.filter(|s| s.tiling == tiling && !split(s))

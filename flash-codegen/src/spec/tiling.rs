@@ -24,6 +24,10 @@ pub enum Tiling {
     /// (RTX 30/40: 99 KiB), where the pass has one (the d256 forward, whose standard row
     /// takes 104.5 KiB; [`KernelSpec::for_smem`]). Same grid, same result.
     Compact,
+    /// The split-KV forward's row for many packed query rows (a chunked prefill against a
+    /// KV cache), where the head dim has one: the dense forward's tile (d128: 128 rows,
+    /// 32 keys a block), from [`KernelSpec::prefill_from`] packed rows on. Same result.
+    Prefill,
 }
 
 impl Tiling {
@@ -33,6 +37,7 @@ impl Tiling {
             Tiling::Standard => "",
             Tiling::Long => "_long",
             Tiling::Compact => "_compact",
+            Tiling::Prefill => "_prefill",
         }
     }
 }
@@ -58,12 +63,18 @@ impl KernelSpec {
     }
 
     /// This spec in each tiling its pass and head dim have: [`Tiling::Standard`], then
-    /// [`Tiling::Long`] and [`Tiling::Compact`] where there are such rows.
+    /// [`Tiling::Long`], [`Tiling::Compact`] and [`Tiling::Prefill`] where there are
+    /// such rows.
     pub fn tilings(self) -> impl Iterator<Item = KernelSpec> {
-        [Tiling::Standard, Tiling::Long, Tiling::Compact]
-            .map(|tiling| self.with_tiling(tiling))
-            .into_iter()
-            .filter(KernelSpec::is_supported)
+        [
+            Tiling::Standard,
+            Tiling::Long,
+            Tiling::Compact,
+            Tiling::Prefill,
+        ]
+        .map(|tiling| self.with_tiling(tiling))
+        .into_iter()
+        .filter(KernelSpec::is_supported)
     }
 
     /// This spec with the tiling a GPU allowing `smem_optin` bytes of dynamic shared
@@ -89,16 +100,25 @@ impl KernelSpec {
         self.long_threshold()
     }
 
+    /// The fewest packed rows (`seqlen_q * heads_per_kv`) from which a split-KV forward
+    /// runs on [`Tiling::Prefill`]; `None` where its head dim has no such row.
+    pub fn prefill_from(&self) -> Option<u32> {
+        match self.arch {
+            Arch::Sm80 => sm80::prefill_row(self).map(|(from, _)| from),
+        }
+    }
+
     /// A split-KV forward with `rows` packed rows (`seqlen_q * heads_per_kv`) on the
     /// tiling the runtime runs it on: the key-split standard row up to 16 rows (a decode
-    /// step), the long row (64-row tiles) from [`KernelSpec::long_from`] on. Other passes
+    /// step), the long row (64-row tiles) from [`KernelSpec::long_from`] on, the prefill
+    /// row from [`KernelSpec::prefill_from`] on where the head dim has one. Other passes
     /// are unchanged.
     pub fn for_packed_rows(self, rows: usize) -> KernelSpec {
-        match self.pass == super::Pass::FwdSplit
-            && self.long_from().is_some_and(|from| rows >= from as usize)
-        {
-            true => self.with_tiling(Tiling::Long),
-            false => self,
+        let from = |f: Option<u32>| f.is_some_and(|from| rows >= from as usize);
+        match self.pass == super::Pass::FwdSplit {
+            true if from(self.prefill_from()) => self.with_tiling(Tiling::Prefill),
+            true if from(self.long_from()) => self.with_tiling(Tiling::Long),
+            _ => self,
         }
     }
 

@@ -8,7 +8,7 @@ use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
     BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
     FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES,
-    FWD_SPLIT_TILES, FWD_TILES,
+    FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES, FWD_TILES,
 };
 
 mod rules;
@@ -134,6 +134,19 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         (Tiling::Compact, Pass::Fwd) => find(&FWD_COMPACT_TILES),
         (Tiling::Compact, Pass::FwdSplit) => find(&FWD_SPLIT_COMPACT_TILES),
         (Tiling::Compact, _) => None,
+        (Tiling::Prefill, _) => prefill_row(spec).map(|(_, t)| t),
+    }
+}
+
+/// The (fewest packed rows, tiles) of the split-KV forward's prefill row for `spec`'s
+/// head dim, if it has one.
+pub(crate) fn prefill_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
+    match spec.pass {
+        Pass::FwdSplit => FWD_SPLIT_PREFILL_TILES
+            .iter()
+            .find(|(d, _, _)| *d == spec.head_dim)
+            .map(|&(_, from, t)| (from, t)),
+        _ => None,
     }
 }
 
