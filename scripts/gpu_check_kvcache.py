@@ -23,6 +23,9 @@ SENTINEL = 12345.0
 MAN = json.load(open(os.path.join(PTX_DIR, "manifest.json")))
 assert MAN["format"] == 2
 KERNELS = {k["name"]: k for k in MAN["kernels"]}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kvcache_launch as kl  # the manifest's rules, as a CuPy user follows them
+kl.load(PTX_DIR)
 _fns = {}
 NP = {"uint64": np.uint64, "uint32": np.uint32, "float32": np.float32}
 
@@ -85,9 +88,9 @@ def reference(q, kc, vc, lens, causal, scale):
 def check(b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_lens=True, big_cache=False):
     """Every tiling of the split pass (the key-split one the runtime picks up to 16
     packed rows, the 64-row one from 17, the prefill one from 128 where the head dim has
-    one) and both of the combine (4 warps a row up to 32
-    splits, 8 from 33: the runtime's pick with the key-split pass, the other one with
-    the 64-row pass): each computes any problem."""
+    one) and each of the combine's three (a row per warp up to 8 splits, 4 warps a row to
+    32, 8 from 33: the runtime's pick, the next one with the 64-row pass): each computes
+    any problem."""
     return all([check_on(t, b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_lens, big_cache)
                 for t in ("", "_long", "_prefill") if has_split(d, dtype, causal, t)])
 
@@ -102,9 +105,11 @@ def check_on(tiling, b, sq, cap, h, hk, d, dtype, causal, lens, splits, with_len
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
     kd = next(x for x in HEAD_DIMS if x >= d)
     split = f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}{tiling}_sm80"
-    wide = f"fa2_fwdcombine_d{kd}_{dt}_long_sm80"
-    picked = splits >= KERNELS[wide]["min_seqlen_q"]
-    comb = wide if picked != (tiling == "_long") else f"fa2_fwdcombine_d{kd}_{dt}_sm80"
+    # the combine the rule picks (kvcache_launch.combine_name), the next of the three
+    # with the 64-row split pass
+    combs = [f"fa2_fwdcombine_d{kd}_{dt}{t}_sm80" for t in ("_prefill", "", "_long")]
+    i = combs.index(kl.combine_name(kd, dt, splits))
+    comb = combs[(i + 1) % 3] if tiling == "_long" else combs[i]
     bm = KERNELS[split]["tiles"]["block_m"]
     q = torch.randn(b, sq, h, d, device="cuda", dtype=dtype)
     # the caches: views of a larger buffer (capacity + 7 rows, 3 extra heads) when big_cache

@@ -32,8 +32,7 @@ def fn(name):
 def num_splits(kern, b, sq, h, hk, cap, d, causal, sms):
     """The manifest's split rule (notes.kv_cache)."""
     t = kern["tiles"]
-    ctas = max(1, min(228 * 1024 // (kern["launch"]["dynamic_smem_bytes"] + 1024), 65536 // (32 * t["warps"] * 256)))
-    slots = sms * ctas
+    slots = slots_of(kern, sms)
     m_blocks = math.ceil(sq * (h // hk) / t["block_m"])
     total = m_blocks * hk * b
     n = math.ceil(cap / t["block_n"])
@@ -50,6 +49,36 @@ def num_splits(kern, b, sq, h, hk, cap, d, causal, sms):
     eff = [(total * s / slots) / math.ceil(total * s / slots) for s in range(1, mx + 1)]
     best = max(eff)
     return next(s for s in range(1, mx + 1) if eff[s - 1] >= 0.95 * best)
+
+
+def slots_of(kern, sms):
+    t = kern["tiles"]
+    return sms * max(1, min(228 * 1024 // (kern["launch"]["dynamic_smem_bytes"] + 1024),
+                            65536 // (32 * t["warps"] * 256)))
+
+
+def split_tiling(base, b, sq, h, hk, cap, sms):
+    """The manifest's kernel choice: the key-split tiling up to 16 packed rows
+    (seqlen_q * heads_per_kv), the long one from its min_seqlen_q (17), the prefill one
+    from its min_seqlen_q where the head dim has one and its CTAs x min(64, n / 2) reach
+    the slots; the compact one where the GPU allows less shared memory per block (not here)."""
+    rows = sq * (h // hk)
+    pre = KERNELS.get(f"{base}_prefill_sm80")
+    if pre and rows >= pre["min_seqlen_q"]:
+        t = pre["tiles"]
+        total = math.ceil(rows / t["block_m"]) * hk * b
+        if total * max(1, min(64, math.ceil(cap / t["block_n"]) // 2)) >= slots_of(pre, sms):
+            return "_prefill"
+    return "_long" if rows >= KERNELS[f"{base}_long_sm80"]["min_seqlen_q"] else ""
+
+
+def combine_name(kd, dt, s):
+    """The manifest's combine choice: prefill (a row per warp) up to 8 splits, standard
+    from 9 to 32, long from its min_seqlen_q (33)."""
+    long = f"fa2_fwdcombine_d{kd}_{dt}_long_sm80"
+    if s >= KERNELS[long]["min_seqlen_q"]:
+        return long
+    return f"fa2_fwdcombine_d{kd}_{dt}{'_prefill' if s <= 8 else ''}_sm80"
 
 
 class Call:
@@ -69,19 +98,13 @@ def prepare(q, k, v, causal, seqlens=None, splits=None, o=None, lse=None, tiling
     cap, hk = k.shape[1], k.shape[2]
     dt = {torch.float16: "f16", torch.bfloat16: "bf16"}[q.dtype]
     kd = next(x for x in HEAD_DIMS if x >= d)
-    # the key-split tiling up to 16 packed rows (seqlen_q * heads_per_kv), the long one from
-    # its min_seqlen_q (17), the prefill one from its min_seqlen_q where the head dim has
-    # one; the compact one where the GPU allows less shared memory per block (not here)
-    if tiling is None:
-        base = f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}"
-        rows = sq * (h // hk)
-        tiling = next((t for t in ("_prefill", "_long") if f"{base}{t}_sm80" in KERNELS
-                       and rows >= KERNELS[f"{base}{t}_sm80"]["min_seqlen_q"]), "")
-    split = KERNELS[f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}{tiling}_sm80"]
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    base = f"fa2_fwdsplit_d{kd}_{dt}{'_causal' if causal else ''}"
+    if tiling is None:
+        tiling = split_tiling(base, b, sq, h, hk, cap, sms)
+    split = KERNELS[f"{base}{tiling}_sm80"]
     s = splits or num_splits(split, b, sq, h, hk, cap, d, causal, sms)
-    wide = KERNELS[f"fa2_fwdcombine_d{kd}_{dt}_long_sm80"]
-    comb = wide if s >= wide["min_seqlen_q"] else KERNELS[f"fa2_fwdcombine_d{kd}_{dt}_sm80"]
+    comb = KERNELS[combine_name(kd, dt, s)]
     o = o if o is not None else torch.empty_like(q)
     lse = lse if lse is not None else torch.empty(b, h, sq, device=q.device, dtype=torch.float32)
     oa = torch.empty(s * b * h * sq * kd if s > 1 else 1, device=q.device, dtype=torch.float32)

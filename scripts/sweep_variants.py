@@ -4,7 +4,7 @@ build (a PTX directory with its manifest.json, e.g. one emitted with --tile or f
 older commit), the median GPU time of split + combine (bench_kvcache's timing), the
 builds taken in turn per row so that drift hits them alike.
 Usage: python3 sweep_variants.py ROWS DIR [DIR...]
-ROWS: ';'-separated `b,L,sq,h,hk,d,tiling,s1/s2/..` (tiling: key, compact or long)."""
+ROWS: ';'-separated `b,L,sq,h,hk,d,tiling,s1/s2/..` (tiling: key, compact, long or prefill)."""
 import sys, os, torch
 sys.path.insert(0, os.path.dirname(__file__))
 rows_arg, dirs = sys.argv[1], sys.argv[2:]
@@ -17,7 +17,7 @@ for d in dirs:
     ours.KERNELS, ours.FNS, ours.DIR = {}, {}, [None]
     ours.load(d)
     builds[d] = (ours.KERNELS, ours.FNS, ours.DIR)
-TILING = {"key": "", "compact": "_compact", "long": "_long"}
+TILING = {"key": "", "compact": "_compact", "long": "_long", "prefill": "_prefill"}
 for row in rows_arg.split(";"):
     b, L, sq, h, hk, d, tiling, splits = row.split(",")
     b, L, sq, h, hk, d = map(int, (b, L, sq, h, hk, d))

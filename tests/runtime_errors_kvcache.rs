@@ -1,17 +1,17 @@
 //! Argument checks of the KV-cache (split-KV) forward, through the pure validate layer (no
 //! GPU needed): every bad input gives its typed `FlashError` with an actionable message,
-//! good inputs give the split and combine launches the ABI expects, and the split rule
-//! picks counts that fill the GPU.
+//! good inputs give the split and combine launches the ABI expects (the split rule:
+//! runtime_split_rule.rs).
 
 mod kvcache_support;
 
+use flash_codegen::DType;
 use flash_codegen::abi::decode::{combine_grid, split_grid};
-use flash_codegen::{DType, KernelSpec, Mask as KMask, Pass, Tiling, Tuning};
-use flash_runtime::validate::{GpuFill, LaunchPlan, ParamValue, TensorDesc, num_splits_for};
+use flash_runtime::validate::{LaunchPlan, ParamValue, TensorDesc};
 use flash_runtime::{FlashError, Mask};
 use kvcache_support::{
-    BF, H200, SEQLENS, args, assert_follows_abi, buf, err, misaligned_cases, plan,
-    shape_mismatch_cases, slots, split_spec, stride_mismatch_cases, with_splits,
+    BF, SEQLENS, args, assert_follows_abi, buf, err, misaligned_cases, plan, shape_mismatch_cases,
+    stride_mismatch_cases, with_splits,
 };
 
 #[test]
@@ -25,18 +25,22 @@ fn split_and_combine_follow_the_abi() {
     assert!(n > 1 && !p.is_noop() && !p.scratch_bound, "{n}");
     let (split, combine) = (&p.split, p.combine.as_ref().unwrap());
     assert_eq!(split.spec.name(), "fa2_fwdsplit_d128_bf16_causal_sm80");
-    assert_eq!(combine.spec.name(), "fa2_fwdcombine_d128_bf16_sm80");
-    // more than 32 splits: the combine with 8 warps a row
+    assert_eq!(n, 8); // 2 x 8 CTAs a split on 132 SMs
+    assert_eq!(combine.spec.name(), "fa2_fwdcombine_d128_bf16_prefill_sm80");
+    // up to 8 splits: a row per warp; more than 32: 8 warps a row
     let wide = plan(&args(1, 1, 32768, 8, 1, 128)).unwrap();
     assert_eq!(wide.num_splits, 64);
     let wc = wide.combine.as_ref().unwrap();
     assert_eq!(wc.spec.name(), "fa2_fwdcombine_d128_bf16_long_sm80");
     assert_follows_abi(wc);
-    let few = plan(&with_splits(args(1, 1, 32768, 8, 1, 128), 32)).unwrap();
-    assert_eq!(
-        few.combine.as_ref().unwrap().spec.name(),
-        "fa2_fwdcombine_d128_bf16_sm80"
-    );
+    let name = |n| {
+        let p = plan(&with_splits(args(1, 1, 32768, 8, 1, 128), n)).unwrap();
+        p.combine.unwrap().spec.name()
+    };
+    assert_eq!(name(32), "fa2_fwdcombine_d128_bf16_sm80");
+    assert_eq!(name(9), "fa2_fwdcombine_d128_bf16_sm80");
+    assert_eq!(name(8), "fa2_fwdcombine_d128_bf16_prefill_sm80");
+    assert_eq!(name(2), "fa2_fwdcombine_d128_bf16_prefill_sm80");
     let dims = [b as u32, sq as u32, h as u32, hk as u32];
     assert_eq!(split.grid, split_grid(&split.spec, dims, n));
     assert_eq!(split.grid, [1, 8, 2 * n]); // 3 * 4 packed rows fit one 64-row tile
@@ -97,96 +101,6 @@ fn one_split_runs_alone_without_scratch() {
         plan(&a).unwrap().split.param("seqlens_k"),
         Some(ParamValue::U64(0))
     );
-}
-
-/// The split rule (after FA3's), case by case.
-#[test]
-fn the_split_rule_fills_the_gpu() {
-    // on the tiling the planner runs the problem on (key-split up to 16 packed rows)
-    let rule = |b, sq, cap, h, hk, d, mask| {
-        let spec = split_spec(KernelSpec::kernel_head_dim(d as u32).unwrap(), mask)
-            .for_packed_rows(sq * (h / hk));
-        num_splits_for(&spec, [b, sq, h, d], [b, cap, hk, d], H200)
-    };
-    // decode, b1, a 32K cache, d128, 8 KV heads: 8 CTAs per split, split to fill the GPU
-    let n = rule(1, 1, 32768, 32, 8, 128, KMask::None);
-    let fill = (8 * n) as f64 / slots(128, H200) as f64;
-    assert!((0.85..=1.0).contains(&fill), "{n} splits fill {fill}");
-    assert_eq!(rule(1, 1, 32768, 32, 8, 128, KMask::Causal), n);
-    // the fullest single wave, not the first within 0.85 of it: 16 x 8 CTAs on 132 SMs
-    assert_eq!(n, 16);
-    // 64 CTAs (0.48 of the 132 slots) with 1-2 MiB of K and V each: unsplit; with
-    // 32 MiB (128K keys): two splits
-    assert_eq!(rule(8, 1, 4096, 32, 8, 64, KMask::None), 1);
-    assert_eq!(rule(8, 1, 4096, 32, 8, 128, KMask::None), 1);
-    assert_eq!(rule(64, 1, 4096, 8, 1, 64, KMask::None), 1);
-    assert_eq!(rule(8, 1, 131072, 32, 8, 64, KMask::None), 2);
-    // fewer CTAs than half the slots still split a short cache
-    assert!(rule(4, 1, 4096, 32, 8, 128, KMask::None) > 1);
-    // one KV head at batch 1: not a wave even at the most splits, so the most: 64, or
-    // half the key blocks (4K keys: 64 blocks of 64)
-    assert_eq!(rule(1, 1, 32768, 8, 1, 128, KMask::None), 64);
-    assert_eq!(rule(1, 1, 4096, 8, 1, 128, KMask::None), 32);
-    // b64 with a 4K cache: 512 CTAs already fill the GPU
-    assert_eq!(rule(64, 1, 4096, 32, 8, 128, KMask::None), 1);
-    // at most 4 key blocks: no split; 5: split
-    let bn = split_spec(128, KMask::None).tiles().block_n() as usize;
-    assert_eq!(rule(1, 1, 4 * bn, 32, 8, 128, KMask::None), 1);
-    assert!(rule(1, 1, 4 * bn + 1, 32, 8, 128, KMask::None) > 1);
-    assert_eq!(rule(1, 1, 0, 32, 8, 128, KMask::None), 1);
-    // a full GPU whose KV head (1M keys, d128: 512 MiB) overflows L2, the queries sweeping
-    // it at least twice: one split per 50 MiB; never causal
-    let long = split_spec(128, KMask::None).with_tiling(Tiling::Prefill);
-    let long_slots = u64::from(H200.sms) * u64::from(long.plan(&Tuning::NONE).ctas_per_sm_hint());
-    let sq = 2 * long_slots as usize * long.tiles().block_m() as usize;
-    assert_eq!(rule(1, sq, 1 << 20, 1, 1, 128, KMask::None), 11);
-    assert_eq!(rule(1, sq, 1 << 20, 1, 1, 128, KMask::Causal), 1);
-    assert_eq!(rule(1, sq / 2, 1 << 20, 1, 1, 128, KMask::None), 1);
-    // empty problems and specs that are no fwdsplit kernel: 1
-    assert_eq!(rule(0, 1, 32768, 32, 8, 128, KMask::None), 1);
-    let mut fwd = split_spec(128, KMask::None);
-    fwd.pass = Pass::Fwd;
-    assert_eq!(
-        num_splits_for(&fwd, [1, 1, 32, 128], [1, 32768, 8, 128], H200),
-        1
-    );
-    // the chosen count always fits the grid's z limit, even on a huge GPU
-    let huge = GpuFill {
-        sms: 100_000,
-        smem_optin: H200.smem_optin,
-    };
-    let spec = split_spec(128, KMask::None);
-    let n = num_splits_for(&spec, [1000, 1, 1, 128], [1000, 1 << 16, 1, 128], huge);
-    assert!(n > 1 && 1000 * n <= 65535, "{n}");
-    // and plans pick it up
-    assert_eq!(
-        plan(&args(1, 1, 32768, 32, 8, 128)).unwrap().num_splits,
-        rule(1, 1, 32768, 32, 8, 128, KMask::None)
-    );
-}
-
-/// An explicit count is kept, or lowered to the cache's key blocks (more would only add
-/// empty splits); out of 1..=128 it is an error naming the range.
-#[test]
-fn explicit_splits_are_clamped_or_rejected() {
-    let bn = split_spec(128, KMask::None).tiles().block_n() as usize;
-    let splits = |cap, n| plan(&with_splits(args(1, 1, cap, 8, 8, 128), n)).map(|p| p.num_splits);
-    assert_eq!(splits(32768, 7).unwrap(), 7);
-    assert_eq!(splits(32768, 128).unwrap(), 128);
-    assert_eq!(splits(3 * bn, 100).unwrap(), 3);
-    assert_eq!(splits(3 * bn + 1, 100).unwrap(), 4);
-    assert_eq!(splits(0, 16).unwrap(), 1);
-    for n in [0, 129, u32::MAX] {
-        let (e, msg) = err(&with_splits(args(1, 1, 4096, 8, 8, 128), n));
-        assert!(matches!(e, FlashError::InvalidParam(_)), "{e:?}");
-        assert!(
-            msg.contains("1..=128") && msg.contains("KvOptions"),
-            "{msg}"
-        );
-        // also on an empty problem: the value is wrong whatever the shapes
-        let (e, _) = err(&with_splits(args(0, 1, 4096, 8, 8, 128), n));
-        assert!(matches!(e, FlashError::InvalidParam(_)), "{e:?}");
-    }
 }
 
 #[test]
@@ -364,69 +278,5 @@ fn scratch_binding_is_checked() {
     assert!(
         matches!(e, FlashError::Internal(_)) && e.to_string().contains("lse_accum"),
         "{e}"
-    );
-}
-
-/// MQA decode: all query heads of the one KV head share a tile's rows.
-#[test]
-fn mqa_packs_the_heads_into_rows() {
-    let p = plan(&with_splits(args(3, 4, 512, 32, 1, 128), 2)).unwrap();
-    assert_eq!(p.split.grid, [1, 1, 6]); // 4 * 32 packed rows = one 128-row prefill tile
-    assert_eq!(p.split.spec.tiling, Tiling::Prefill);
-    let p64 = plan(&with_splits(args(3, 4, 512, 32, 1, 64), 2)).unwrap();
-    assert_eq!(p64.split.grid, [2, 1, 6]); // d64 (no prefill row): two 64-row tiles
-    assert_eq!(p.split.param("heads_per_kv"), Some(ParamValue::U32(32)));
-    let combine = p.combine.unwrap();
-    let rows_per_cta = combine.spec.tiles().block_m();
-    assert_eq!(combine.grid, [(32 * 4u32).div_ceil(rows_per_cta), 3, 1]);
-}
-
-/// `kvcache_splits` (shapes alone) gives the split count the plan has, for the rule's
-/// choice and for explicit counts, and refuses what the plan refuses.
-#[test]
-fn split_count_from_shapes_matches_the_plan() {
-    use flash_codegen::Arch;
-    use flash_runtime::validate::kvcache_splits;
-    for (b, sq, cap, h, hk, d) in [
-        (1, 1, 32768, 32, 8, 128),
-        (1, 1, 4096, 8, 1, 64),
-        (64, 1, 4096, 32, 8, 128),
-        (2, 300, 2048, 8, 2, 96),
-        (3, 1, 0, 4, 4, 256),
-    ] {
-        for n in [None, Some(1), Some(7), Some(128)] {
-            let mut a = args(b, sq, cap, h, hk, d);
-            a.num_splits = n;
-            let want = plan(&a).unwrap().num_splits;
-            let got = kvcache_splits(a.q.shape, a.k.shape, (BF, &a.params), n, Arch::Sm80, H200);
-            assert_eq!(
-                got.unwrap(),
-                want,
-                "b{b} sq{sq} cap{cap} {h}/{hk} d{d} {n:?}"
-            );
-        }
-    }
-    let a = args(1, 1, 64, 4, 4, 64);
-    let shapes = (a.q.shape, a.k.shape);
-    let bad = kvcache_splits(
-        shapes.0,
-        shapes.1,
-        (BF, &a.params),
-        Some(0),
-        Arch::Sm80,
-        H200,
-    );
-    assert!(matches!(bad, Err(FlashError::InvalidParam(_))), "{bad:?}");
-    let d = kvcache_splits(
-        [1, 1, 4, 60],
-        [1, 64, 4, 60],
-        (BF, &a.params),
-        None,
-        Arch::Sm80,
-        H200,
-    );
-    assert!(
-        matches!(d, Err(FlashError::UnsupportedHeadDim { head_dim: 60 })),
-        "{d:?}"
     );
 }

@@ -70,7 +70,8 @@ mod tests;
 /// KiB of shared memory per block, e.g. RTX 30/40; `KernelSpec::for_smem`).
 /// `kvcache` brings the KV-cache forward (`FlashAttention::forward_kvcache`): the split-KV
 /// kernel `fwdsplit` (causal or not, as `causal` says) and its combine step `fwdcombine`
-/// (no causal variant; with its `_long` kernel, 8 warps a row, run from 33 splits).
+/// (no causal variant; with its `_long` kernel, 8 warps a row, run from 33 splits, and
+/// its `_prefill` one, a row per warp, up to 8).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

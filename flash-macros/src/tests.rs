@@ -141,7 +141,8 @@ fn errors_say_what_is_wrong() {
 
 /// `kvcache` brings the split-KV forward in each of its tilings (key-split, long, compact,
 /// and prefill at d128)
-/// and its combine step in both its tilings (4 and 8 warps a row; no causal variant).
+/// and its combine step in each of its three (4 and 8 warps a row, a row per warp; no
+/// causal variant).
 #[test]
 fn kvcache_brings_the_split_forward_and_its_combine() {
     let input = parse(quote! {
@@ -162,6 +163,7 @@ fn kvcache_brings_the_split_forward_and_its_combine() {
             "fa2_fwdsplit_d128_bf16_causal_prefill_sm80",
             "fa2_fwdcombine_d128_bf16_sm80",
             "fa2_fwdcombine_d128_bf16_long_sm80",
+            "fa2_fwdcombine_d128_bf16_prefill_sm80",
         ]
     );
 }

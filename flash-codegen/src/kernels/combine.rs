@@ -41,24 +41,35 @@ type Loaded = (Reg<F32>, Vec<[Reg<F32>; 4]>);
 pub fn build(plan: &KernelPlan) -> Entry {
     let spec = &plan.spec;
     assert_eq!(spec.pass, Pass::FwdCombine);
-    let (d, warps) = (spec.head_dim, plan.tiles.warps());
-    assert_eq!(plan.tiles.block_m(), 1, "generator bug: one row per CTA");
+    let (d, warps, block_rows) = (spec.head_dim, plan.tiles.warps(), plan.tiles.block_m());
+    // one row per CTA (its warps share the splits) or one per warp (a warp takes them all)
+    let per_warp = block_rows > 1;
+    assert!(
+        block_rows == 1 || block_rows == warps,
+        "generator bug: one row per CTA or per warp"
+    );
+    let row_warps = warps / block_rows;
     let mut b = Builder::new();
     b.comment(format!(
-        "{}: o = sum_s exp(lse_s - lse) o_s, lse = log sum_s exp(lse_s); {warps} warps a row",
+        "{}: o = sum_s exp(lse_s - lse) o_s, lse = log sum_s exp(lse_s); {row_warps} warps a row",
         spec.name()
     ));
     let p = Params::load(&mut b, spec.pass);
     let tid = b.special(Special::TidX);
     let lane = b.and_b32(tid, 31u32);
     let warp = b.shr_u32(tid, 5u32);
-    let row = b.special(Special::CtaIdX);
+    let cta = b.special(Special::CtaIdX);
+    // the row, and the warp's place among the row's warps
+    let (row, sub) = match per_warp {
+        true => (b.mad_lo_u32(cta, block_rows, warp), b.mov(0u32)),
+        false => (cta, warp),
+    };
     let batch = b.special(Special::CtaIdY);
     let batches = b.special(Special::NCtaIdY);
     let (seqlen_q, heads, splits) = (p.get(SEQLEN_Q), p.get(HEADS), p.get(NUM_SPLITS));
     let rows = b.mul_lo_u32(heads, seqlen_q);
     let past = b.setp_u32(Cmp::Ge, row, rows);
-    b.unless_uniform(past, |b| {
+    let body = |b: &mut Builder| {
         // partial row (s, batch, row) = (s * batches + batch) * rows + row
         let first = b.mad_wide_u32(batch, rows, 0i64);
         let row64 = b.cvt_u64_u32(row);
@@ -79,12 +90,17 @@ pub fn build(plan: &KernelPlan) -> Entry {
             });
             v
         };
-        let sum = WeightedSum::new(b, plan, &p, (lane, warp), (first, split_rows));
+        let sum = WeightedSum::new(b, plan, &p, (lane, sub, row_warps), (first, split_rows));
         // the first run's loads go out before the row's lse is known: one round trip to
         // L2 for both at up to STEP x warps splits
         let run0 = sum.load_run(b, 0, &lse_of);
         let l2 = row_lse(b, lane, splits, &lse_of);
         let acc = sum.finish(b, run0, l2, &lse_of);
+        if per_warp {
+            let col = b.shl_b32(lane, 2u32);
+            store_row(b, plan, &p, (lane, col), (batch, row), &acc, l2);
+            return;
+        }
         b.comment("-- the warps' sums meet in shared memory; warp 0 adds and stores --");
         let smem = b.smem_base();
         let col = b.shl_b32(lane, 2u32);
@@ -119,7 +135,12 @@ pub fn build(plan: &KernelPlan) -> Entry {
             }
             store_row(b, plan, &p, (lane, col), (batch, row), &acc, l2);
         });
-    });
+    };
+    // (a warp's row is uniform in the warp only: no CTA barrier in that body)
+    match per_warp {
+        true => b.unless(past, body),
+        false => b.unless_uniform(past, body),
+    }
     let bounds = LaunchBounds {
         max_threads: Some(plan.tiles.threads()),
         min_ctas_per_sm: None,
@@ -185,10 +206,10 @@ impl<'a> WeightedSum<'a> {
         b: &mut Builder,
         plan: &KernelPlan,
         p: &'a Params,
-        (lane, warp): (Reg<B32>, Reg<B32>),
+        (lane, warp, warps): (Reg<B32>, Reg<B32>, u32),
         (first, split_rows): (Reg<B64>, Reg<B64>),
     ) -> Self {
-        let (d, warps) = (plan.spec.head_dim, plan.tiles.warps());
+        let d = plan.spec.head_dim;
         let chunks = d.div_ceil(4 * 32) as usize;
         let col = b.shl_b32(lane, 2u32);
         let in_kernel = chunks_in(b, col, d, chunks);

@@ -128,10 +128,10 @@ mod tests {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
         // 136 dense-attention kernels, 100 split-KV forwards (standard, long, compact;
-        // prefill at d128), 32 combine steps (standard, long)
-        assert_eq!(KernelSpec::all().len(), 268);
+        // prefill at d128), 48 combine steps (standard, long, prefill)
+        assert_eq!(KernelSpec::all().len(), 284);
         let split = |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine);
-        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 132);
+        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 148);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
             all.filter(|s| s.tiling == tiling && !split(s))

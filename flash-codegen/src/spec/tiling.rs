@@ -26,7 +26,9 @@ pub enum Tiling {
     Compact,
     /// The split-KV forward's row for many packed query rows (a chunked prefill against a
     /// KV cache), where the head dim has one: the dense forward's tile (d128: 128 rows,
-    /// 32 keys a block), from [`KernelSpec::prefill_from`] packed rows on. Same result.
+    /// 32 keys a block), from [`KernelSpec::prefill_from`] packed rows on; the combine
+    /// step's row for few splits (a row per warp, up to 8 splits;
+    /// [`KernelSpec::for_splits`]). Same result.
     Prefill,
 }
 
@@ -101,10 +103,12 @@ impl KernelSpec {
     }
 
     /// The fewest packed rows (`seqlen_q * heads_per_kv`) from which a split-KV forward
-    /// runs on [`Tiling::Prefill`]; `None` where its head dim has no such row.
+    /// may run on [`Tiling::Prefill`]; `None` where its head dim has no such row, and for
+    /// other passes.
     pub fn prefill_from(&self) -> Option<u32> {
-        match self.arch {
-            Arch::Sm80 => sm80::prefill_row(self).map(|(from, _)| from),
+        match (self.pass, self.arch) {
+            (super::Pass::FwdSplit, Arch::Sm80) => sm80::prefill_row(self).map(|(n, _)| n),
+            _ => None,
         }
     }
 
@@ -122,15 +126,20 @@ impl KernelSpec {
         }
     }
 
-    /// A combine step of `splits` splits on the tiling the runtime runs it on: the long
-    /// row (8 warps a row) from [`KernelSpec::long_from`] splits on, else the standard
-    /// one. Other passes are unchanged.
+    /// A combine step of `splits` splits on the tiling the runtime runs it on: the
+    /// prefill row (a row per warp) up to its most splits (8), the long row (8 warps a
+    /// row) from [`KernelSpec::long_from`] splits on, else the standard one (4 warps a
+    /// row). Other passes are unchanged.
     pub fn for_splits(self, splits: u32) -> KernelSpec {
-        match self.pass == super::Pass::FwdCombine
-            && self.long_from().is_some_and(|from| splits >= from)
-        {
-            true => self.with_tiling(Tiling::Long),
-            false => self,
+        let rows_max = match self.arch {
+            Arch::Sm80 => sm80::prefill_row(&self).map(|(n, _)| n),
+        };
+        match self.pass == super::Pass::FwdCombine {
+            true if rows_max.is_some_and(|n| splits <= n) => self.with_tiling(Tiling::Prefill),
+            true if self.long_from().is_some_and(|from| splits >= from) => {
+                self.with_tiling(Tiling::Long)
+            }
+            _ => self,
         }
     }
 

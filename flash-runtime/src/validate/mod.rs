@@ -17,10 +17,12 @@ mod bwd;
 mod fwd;
 mod kvcache;
 mod layout;
+mod split_rule;
 pub use bwd::{BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with};
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
-pub use kvcache::{GpuFill, KvArgs, KvPlan, kvcache_splits, num_splits_for, plan_kvcache};
+pub use kvcache::{KvArgs, KvPlan, plan_kvcache};
 pub use layout::contiguous_runs;
+pub use split_rule::{GpuFill, kvcache_splits, num_splits_for};
 
 /// Largest grid x dimension.
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;

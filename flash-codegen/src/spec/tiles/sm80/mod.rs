@@ -7,8 +7,8 @@ use crate::spec::{KernelSpec, Pass, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
     BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
-    FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES,
-    FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES, FWD_TILES,
+    FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES,
+    FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES, FWD_TILES,
 };
 
 mod rules;
@@ -138,16 +138,18 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
     }
 }
 
-/// The (fewest packed rows, tiles) of the split-KV forward's prefill row for `spec`'s
-/// head dim, if it has one.
+/// The prefill row of `spec`'s pass and head dim, if it has one: for fwdsplit (the fewest
+/// packed rows, tiles), for fwdcombine (the most splits, tiles).
 pub(crate) fn prefill_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
-    match spec.pass {
-        Pass::FwdSplit => FWD_SPLIT_PREFILL_TILES
-            .iter()
-            .find(|(d, _, _)| *d == spec.head_dim)
-            .map(|&(_, from, t)| (from, t)),
-        _ => None,
-    }
+    let table: &[(u32, u32, Sm80Tiles)] = match spec.pass {
+        Pass::FwdSplit => &FWD_SPLIT_PREFILL_TILES,
+        Pass::FwdCombine => &FWD_COMBINE_PREFILL_TILES,
+        _ => return None,
+    };
+    table
+        .iter()
+        .find(|(d, _, _)| *d == spec.head_dim)
+        .map(|&(_, n, t)| (n, t))
 }
 
 /// The (fewest query rows, tiles) of the long row of `spec`'s pass and head dim (for

@@ -11,12 +11,16 @@ impl Sm80Tiles {
         let t = self;
         let (bm, bn, warps) = (t.block_m, t.block_n, t.warps);
         if pass == Pass::FwdCombine {
-            // (kernels::combine) one row per CTA, the warps taking runs of the splits in turn
-            return match bm == 1 && warps > 0 && 16 % warps == 0 && t.layout == Streamed {
+            // (kernels::combine) one row per CTA, the warps taking runs of the splits in
+            // turn, or one row per warp
+            let rows_ok = bm == 1 || bm == warps;
+            return match rows_ok && warps > 0 && 16 % warps == 0 && t.layout == Streamed {
                 true => Ok(()),
-                false => {
-                    Err("fwdcombine: block_m 1 (a row per CTA), 1, 2, 4, 8 or 16 warps".into())
-                }
+                false => Err(
+                    "fwdcombine: 1, 2, 4, 8 or 16 warps and block_m 1 (a row per \
+                     CTA) or block_m = warps (a row per warp)"
+                        .into(),
+                ),
             };
         }
         if matches!(pass, Pass::BwdPre | Pass::BwdPost) {

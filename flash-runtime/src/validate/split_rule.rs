@@ -1,0 +1,211 @@
+//! The KV-cache forward's split rule: which fwdsplit kernel a call runs on and how many
+//! splits, from the shapes and the GPU alone (the manifest's kv_cache notes state the
+//! same rule for users without Rust).
+
+use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling, Tuning};
+
+use super::MAX_GRID_YZ;
+use crate::error::{FlashError, Result};
+use crate::params::{AttnParams, MAX_SPLITS};
+
+/// The L2 size the split rule assumes (FlashAttention-3's 50 MiB).
+const L2_BYTES: u64 = 50 << 20;
+
+/// What the KV-cache plan needs to know of the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuFill {
+    /// Streaming multiprocessors (`CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`; 0 counts as 1).
+    pub sms: u32,
+    /// Dynamic shared memory bytes allowed per block (the opt-in limit).
+    pub smem_optin: u64,
+}
+
+/// The most splits the rule picks (explicit counts go to [`MAX_SPLITS`]): on the H200,
+/// batch 1 with one KV head runs fastest at 64 splits from 32K keys on (17.3 us at 32K
+/// against 18.5 at 109, 34.0 at 128K against 34.9; docs/performance.md).
+const RULE_MAX_SPLITS: u64 = 64;
+
+/// One KV head's K and V bytes below which a grid that fills half the GPU's slots runs
+/// unsplit: on the H200 (8 KV heads, batch 8, 132 SMs) 4K keys ran faster in one split
+/// than in two (d64, 1 MiB: 27.3 against 29.7 us; d128, 2 MiB: 46.0 against 47.1), 128K
+/// in two (d64, 32 MiB: 491 against 578; scripts/sweep_splits.py).
+const SPLIT_PAYS_BYTES: u64 = 4 << 20;
+
+/// The split count, after FlashAttention-3's `num_splits_heuristic`, for a KV-cache forward
+/// with q `[b, sq, h, d]` and a cache `[b, capacity, hk, d]` on the fwdsplit kernel
+/// `split`, with `slots = gpu.sms * ctas_per_sm_hint` CTAs resident at once:
+///
+/// - `total = m_blocks * hk * b` CTAs per split (`m_blocks = ceil(sq * h / hk / block_m)`).
+///   If they nearly fill the GPU (`total >= 0.8 * slots`): 1, unless one KV head's K and V
+///   (`capacity * d * 4` bytes) overflow a 50 MiB L2, the queries sweep the keys at least
+///   twice (`m_blocks >= 2 * slots`) and the mask is not causal: then
+///   `min(ceil(bytes / 50 MiB), 128)` (and at most one split per key block).
+/// - With `n_blocks = ceil(capacity / block_n) <= 4` key blocks: 1.
+/// - If the CTAs fill 45% of the slots (`total >= 0.45 slots`) and one KV head's K and V are
+///   under [`SPLIT_PAYS_BYTES`]: 1 (the combine costs more than the SMs it brings).
+/// - Else, with `max = min(64, slots, n_blocks / 2)` (two key blocks a split at least,
+///   and at most 64 splits: measured faster, see `RULE_MAX_SPLITS`): `max` when
+///   `total * max <= slots` (not one wave even then: each split more brings an SM more),
+///   otherwise the smallest `s <= max` whose wave efficiency `w / ceil(w)` (`w = total * s / slots`) is at least
+///   0.95 of the best one's (FlashAttention-3 takes 0.85; measured, 15 splits of 8 CTAs
+///   on 132 SMs ran slower than 16).
+///
+/// The count is then lowered so that `b * s` fits the grid's z limit (65535). The rule
+/// sizes for a full cache: it does not see `seqlens_k` (on the device); a caller whose
+/// caches are mostly empty can pass fewer splits ([`crate::KvOptions::with_splits`]).
+/// 1 for a spec that is not a supported fwdsplit kernel, or an empty problem.
+pub fn num_splits_for(
+    split: &KernelSpec,
+    q_shape: [usize; 4],
+    k_shape: [usize; 4],
+    gpu: GpuFill,
+) -> u32 {
+    let [b, sq, h, d] = q_shape.map(|x| x as u64);
+    let [_, cap, hk, _] = k_shape.map(|x| x as u64);
+    if split.pass != Pass::FwdSplit
+        || !split.is_supported()
+        || hk == 0
+        || b == 0
+        || h == 0
+        || sq == 0
+    {
+        return 1;
+    }
+    let t = split.tiles();
+    let ctas = split.plan(&Tuning::NONE).ctas_per_sm_hint();
+    let slots = u64::from(gpu.sms.max(1)) * u64::from(ctas);
+    let m_blocks = sq.saturating_mul(h / hk).div_ceil(u64::from(t.block_m()));
+    let total = m_blocks.saturating_mul(hk).saturating_mul(b);
+    let n_blocks = cap.div_ceil(u64::from(t.block_n()));
+    let kv_head_bytes = cap.saturating_mul(d).saturating_mul(4);
+    let s = if total.saturating_mul(5) >= slots * 4 {
+        match kv_head_bytes > L2_BYTES && m_blocks >= 2 * slots && !split.mask.is_causal() {
+            true => kv_head_bytes.div_ceil(L2_BYTES).min(n_blocks),
+            false => 1,
+        }
+    } else if n_blocks <= 4 || (total * 20 >= slots * 9 && kv_head_bytes < SPLIT_PAYS_BYTES) {
+        1
+    } else {
+        // at least two key blocks a split, at most 64 splits: one-block splits, and more
+        // than 64 (the combine's share), measured slower than the waves they fill
+        let max = RULE_MAX_SPLITS.min(slots).min(n_blocks / 2);
+        let eff = |s: u64| {
+            let w = (total * s) as f64 / slots as f64;
+            w / w.ceil()
+        };
+        let best = (1..=max).map(eff).fold(0.0, f64::max);
+        match total * max <= slots {
+            // not even one wave at the most splits (batch 1, few KV heads): every split
+            // more is an SM more reading the cache
+            true => max,
+            false => (1..=max).find(|&s| eff(s) >= 0.95 * best).unwrap_or(1),
+        }
+    };
+    s.min(u64::from(MAX_SPLITS)).min(MAX_GRID_YZ / b).max(1) as u32
+}
+
+/// The fwdsplit kernel of a call with q `[b, sq, h, d]` and caches `[b, capacity, hk, d]`
+/// on kernel head dim `kernel_d`: the key-split rows for a decode step's few packed rows,
+/// 64-row tiles from 17 on, the prefill row (128-row tiles, d128) from 128 on where its
+/// CTAs fill the GPU at the most splits the rule gives ([`prefill_fills`]); the compact
+/// row where the GPU's shared memory per block is below the standard row's.
+pub(super) fn split_spec(
+    q_shape: [usize; 4],
+    k_shape: [usize; 4],
+    (kernel_d, dtype, mask): (u32, DType, Mask),
+    arch: Arch,
+    gpu: GpuFill,
+) -> KernelSpec {
+    let [_, sq, h, _] = q_shape;
+    let packed = sq.saturating_mul(h.checked_div(k_shape[2]).unwrap_or(1));
+    let base = KernelSpec {
+        pass: Pass::FwdSplit,
+        head_dim: kernel_d,
+        dtype,
+        mask,
+        tiling: Tiling::Standard,
+        arch,
+    };
+    let spec = base.for_packed_rows(packed);
+    let spec = match spec.tiling == Tiling::Prefill && !prefill_fills(&spec, q_shape, k_shape, gpu)
+    {
+        true => base.with_tiling(Tiling::Long),
+        false => spec,
+    };
+    spec.for_smem(gpu.smem_optin)
+}
+
+/// Whether the prefill kernel `spec`'s CTAs, at the most splits the rule gives
+/// (`min(64, n_blocks / 2)`), reach the GPU's slots. Where they do not (batch 1 with one
+/// KV head: 16 to 64 query rows x 8 heads), the long row's twice as many 64-row CTAs ran
+/// faster on the H200 (32K keys, 16 rows: 21.1 us against 27.1; 64 rows: 38.3 against
+/// 41.2), where they do (batch 8, 16 rows: 64.5 against 73.2; 512 rows x 8 KV heads, 8K
+/// keys: 61.9 against 68.2) the prefill row.
+fn prefill_fills(
+    spec: &KernelSpec,
+    q_shape: [usize; 4],
+    k_shape: [usize; 4],
+    gpu: GpuFill,
+) -> bool {
+    let [b, sq, h, _] = q_shape.map(|x| x as u64);
+    let [_, cap, hk, _] = k_shape.map(|x| x as u64);
+    let t = spec.tiles();
+    let ctas = spec.plan(&Tuning::NONE).ctas_per_sm_hint();
+    let slots = u64::from(gpu.sms.max(1)) * u64::from(ctas);
+    let packed = sq.saturating_mul(h.checked_div(hk).unwrap_or(1));
+    let total = packed
+        .div_ceil(u64::from(t.block_m()))
+        .saturating_mul(hk)
+        .saturating_mul(b);
+    let most = RULE_MAX_SPLITS
+        .min(cap.div_ceil(u64::from(t.block_n())) / 2)
+        .max(1);
+    total.saturating_mul(most) >= slots
+}
+
+/// The split count a KV-cache forward of q `[b, sq, h, d]` over caches `[b, capacity, hk,
+/// d]` runs with (`num_splits`: [`KvArgs::num_splits`]), on kernels of `arch` on a GPU
+/// described by `gpu`: what [`plan_kvcache`] plans, from the shapes alone
+/// ([`crate::FlashAttention::kvcache_splits`]).
+pub fn kvcache_splits(
+    q_shape: [usize; 4],
+    k_shape: [usize; 4],
+    (dtype, params): (DType, &AttnParams),
+    num_splits: Option<u32>,
+    arch: Arch,
+    gpu: GpuFill,
+) -> Result<u32> {
+    let d = q_shape[3];
+    let kernel_d = KernelSpec::kernel_head_dim(d as u32)
+        .filter(|_| d <= 256)
+        .ok_or(FlashError::UnsupportedHeadDim { head_dim: d })?;
+    let spec = split_spec(
+        q_shape,
+        k_shape,
+        (kernel_d, dtype, params.kernel_mask()),
+        arch,
+        gpu,
+    );
+    resolve_splits(num_splits, (q_shape, k_shape), &spec, gpu)
+}
+
+/// The split count of the call: an explicit one checked and lowered to the cache's key
+/// blocks, else [`num_splits_for`].
+pub(super) fn resolve_splits(
+    num_splits: Option<u32>,
+    (q_shape, k_shape): ([usize; 4], [usize; 4]),
+    split: &KernelSpec,
+    gpu: GpuFill,
+) -> Result<u32> {
+    match num_splits {
+        None => Ok(num_splits_for(split, q_shape, k_shape, gpu)),
+        Some(n) if (1..=MAX_SPLITS).contains(&n) => {
+            let n_blocks = k_shape[1].div_ceil(split.tiles().block_n() as usize);
+            Ok(n.min(n_blocks.max(1).min(MAX_SPLITS as usize) as u32))
+        }
+        Some(n) => Err(FlashError::InvalidParam(format!(
+            "num_splits must be in 1..={MAX_SPLITS}, got {n} (KvOptions::with_splits); use \
+             KvOptions::new() to let the runtime choose"
+        ))),
+    }
+}
