@@ -173,6 +173,10 @@ def main():
                 ok &= check(4, 1, 300, 32, 8, d, torch.bfloat16, causal, [0, 1, 117, 300], 3, big_cache=True)
                 ok &= check(2, 4, 177, 8, 1, d, torch.float16, causal, [177, 5], 2)
             ok &= check(2, 40, 200, 4, 2, 64, torch.bfloat16, causal, [200, -5], 1)
+            # the prefill split row (160 packed rows: a partial second tile), and 40 splits
+            # (the 8-warp combine; the row-per-warp one on the 64-row pass)
+            ok &= check(2, 40, 300, 8, 2, 128, torch.bfloat16, causal, [300, 7], 3)
+            ok &= check(1, 1, 4096, 8, 1, 128, torch.float16, causal, [4000], 40)
         print("ALL OK" if ok else "SOME FAILED")
         sys.exit(0 if ok else 1)
     for dtype in (torch.bfloat16, torch.float16):
