@@ -92,6 +92,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Pass::BwdPost => quote!(BwdPost),
         Pass::FwdSplit => quote!(FwdSplit),
         Pass::FwdCombine => quote!(FwdCombine),
+        Pass::FwdPaged => quote!(FwdPaged),
     };
     let dtype = match spec.dtype {
         DType::F16 => quote!(F16),

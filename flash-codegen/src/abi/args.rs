@@ -55,6 +55,14 @@ pub const LSE_ACCUM: Arg<B64> = Arg::ptr("lse_accum");
 pub const SEQLENS_K: Arg<B64> = Arg::ptr("seqlens_k");
 /// Key-range splits per (batch, KV head).
 pub const NUM_SPLITS: Arg<B32> = Arg::u32("num_splits");
+/// The paged KV cache's page table (i32 `[batch, max_pages]`).
+pub const BLOCK_TABLE: Arg<B64> = Arg::ptr("block_table");
+/// Entries per row of the page table.
+pub const MAX_PAGES: Arg<B32> = Arg::u32("max_pages");
+/// log2 of the rows per page.
+pub const PAGE_SHIFT: Arg<B32> = Arg::u32("page_shift");
+/// Pages in each of the K and V pools.
+pub const NUM_PAGES: Arg<B32> = Arg::u32("num_pages");
 /// Query sequence length.
 pub const SEQLEN_Q: Arg<B32> = Arg::u32("seqlen_q");
 /// Key/value sequence length.

@@ -23,8 +23,8 @@
 //! sequence (the queries are the last `seqlen_q` positions of the sequence).
 
 use super::args::{
-    HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM, NUM_SPLITS, O, O_ACCUM, Q, SCALE_LOG2,
-    SEQLEN_K, SEQLEN_Q, SEQLENS_K, V,
+    BLOCK_TABLE, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM, MAX_PAGES, NUM_PAGES,
+    NUM_SPLITS, O, O_ACCUM, PAGE_SHIFT, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SEQLENS_K, V,
 };
 use super::{ParamDesc, cat};
 use crate::spec::{KernelSpec, Pass};
@@ -77,6 +77,24 @@ pub const FWD_SPLIT_PARAMS: [ParamDesc; 27] = cat(
     ),
 );
 
+/// Paged split-KV forward parameters ([`Pass::FwdPaged`]), in launch order: those of
+/// [`FWD_SPLIT_PARAMS`], k and v pointing at page pools `[num_pages, page_size, heads_k,
+/// head_dim]` (their batch strides are the page strides; `seqlen_k` is the capacity,
+/// `max_pages * page_size`), then the page table. Key `n` of sequence `b` sits in row
+/// `n % page_size` of page `block_table[b, n / page_size]`; the kernel clamps every page
+/// index it reads to `[0, num_pages)`, so no table content makes it read outside the pools.
+pub const FWD_PAGED_PARAMS: [ParamDesc; 31] = cat(
+    FWD_SPLIT_PARAMS,
+    [
+        BLOCK_TABLE.desc(
+            "device pointer to the page table, i32 [batch, max_pages] (entries clamped to [0, num_pages))",
+        ),
+        MAX_PAGES.desc("entries per row of block_table; seqlen_k = max_pages * page_size"),
+        PAGE_SHIFT.desc("log2 of page_size (rows per page), 0 to 30"),
+        NUM_PAGES.desc("pages in each of the k and v pools, at least 1"),
+    ],
+);
+
 /// Combine parameters, in launch order. Grid: [`combine_grid`].
 pub const FWD_COMBINE_PARAMS: [ParamDesc; 12] = cat(
     [
@@ -100,7 +118,7 @@ pub fn split_grid(
     [batch, seqlen_q, heads, heads_k]: [u32; 4],
     num_splits: u32,
 ) -> [u32; 3] {
-    assert_eq!(spec.pass, Pass::FwdSplit);
+    assert!(matches!(spec.pass, Pass::FwdSplit | Pass::FwdPaged));
     let rows = seqlen_q * (heads / heads_k.max(1));
     [
         rows.div_ceil(spec.tiles().block_m()),

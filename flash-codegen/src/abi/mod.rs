@@ -18,11 +18,12 @@ mod fwd;
 mod tests;
 mod types;
 pub use args::{
-    DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM, NUM_SPLITS,
-    O, O_ACCUM, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SEQLENS_K, SOFTMAX_SCALE, TENSORS, V,
+    BLOCK_TABLE, DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM,
+    MAX_PAGES, NUM_PAGES, NUM_SPLITS, O, O_ACCUM, PAGE_SHIFT, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q,
+    SEQLENS_K, SOFTMAX_SCALE, TENSORS, V,
 };
 pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
-pub use decode::{FWD_COMBINE_PARAMS, FWD_SPLIT_PARAMS};
+pub use decode::{FWD_COMBINE_PARAMS, FWD_PAGED_PARAMS, FWD_SPLIT_PARAMS};
 pub use fwd::FWD_PARAMS;
 pub use types::{AbiTy, Arg, ArgKind, TensorArgs};
 
@@ -82,6 +83,7 @@ pub fn params(pass: Pass) -> &'static [ParamDesc] {
         Pass::BwdPost => &BWD_POST_PARAMS,
         Pass::FwdSplit => &FWD_SPLIT_PARAMS,
         Pass::FwdCombine => &FWD_COMBINE_PARAMS,
+        Pass::FwdPaged => &FWD_PAGED_PARAMS,
     }
 }
 
@@ -117,7 +119,7 @@ pub fn launch(plan: &KernelPlan) -> Launch {
             grid: ["ceil(seqlen_k / block_n)", "heads_k", "batch"],
             dynamic_smem_bytes: plan.smem.bytes,
         },
-        Pass::FwdSplit => Launch {
+        Pass::FwdSplit | Pass::FwdPaged => Launch {
             block: [t.threads(), 1, 1],
             grid: [
                 "ceil(seqlen_q * heads_per_kv / block_m)",
@@ -148,7 +150,7 @@ pub fn grid(
     let t = spec.tiles();
     match spec.pass {
         Pass::Bwd => Some([seqlen_k.div_ceil(t.block_n()), heads_k, batch]),
-        Pass::FwdSplit | Pass::FwdCombine => None,
+        Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged => None,
         _ => Some([seqlen_q.div_ceil(t.block_m()), heads, batch]),
     }
 }

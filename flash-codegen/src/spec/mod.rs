@@ -39,11 +39,16 @@ pub enum Pass {
     FwdSplit,
     /// The split-KV forward's combine step: O and LSE from the splits' partial results.
     FwdCombine,
+    /// [`Pass::FwdSplit`] over a paged KV cache: K and V pools of pages
+    /// `[num_pages, page_size, heads_k, head_dim]` and a `block_table` (i32
+    /// `[batch, max_pages]`) mapping each sequence's logical pages to physical ones. Same
+    /// tiles, grid, partial buffers and combine step.
+    FwdPaged,
 }
 
 impl Pass {
     /// Every pass, in generation order.
-    pub const ALL: [Pass; 7] = [
+    pub const ALL: [Pass; 8] = [
         Pass::Fwd,
         Pass::BwdPre,
         Pass::Bwd,
@@ -51,6 +56,7 @@ impl Pass {
         Pass::BwdPost,
         Pass::FwdSplit,
         Pass::FwdCombine,
+        Pass::FwdPaged,
     ];
     /// The pass's part of a kernel name (`fwd`, `bwdpre`, `bwd`, `bwddq`, `bwdpost`,
     /// `fwdsplit`, `fwdcombine`).
@@ -63,11 +69,24 @@ impl Pass {
             Pass::BwdPost => "bwdpost",
             Pass::FwdSplit => "fwdsplit",
             Pass::FwdCombine => "fwdcombine",
+            Pass::FwdPaged => "fwdpaged",
+        }
+    }
+
+    /// The pass whose tile rows and shared-memory plan this one uses: [`Pass::FwdSplit`]
+    /// for [`Pass::FwdPaged`] (only the K/V addressing differs), else itself.
+    pub fn tile_pass(self) -> Pass {
+        match self {
+            Pass::FwdPaged => Pass::FwdSplit,
+            p => p,
         }
     }
     /// Whether the pass has causal and non-causal variants (elementwise passes do not).
     pub fn has_mask(self) -> bool {
-        matches!(self, Pass::Fwd | Pass::Bwd | Pass::BwdDq | Pass::FwdSplit)
+        matches!(
+            self,
+            Pass::Fwd | Pass::Bwd | Pass::BwdDq | Pass::FwdSplit | Pass::FwdPaged
+        )
     }
 }
 

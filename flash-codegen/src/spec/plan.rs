@@ -91,7 +91,9 @@ mod tests {
                         + t.block_m * pad(t.block_n)
                         + t.warps * 32 * 4
                 }
-                Pass::Fwd | Pass::FwdSplit => t.block_m * row + 2 * t.stages * t.block_n * row,
+                Pass::Fwd | Pass::FwdSplit | Pass::FwdPaged => {
+                    t.block_m * row + 2 * t.stages * t.block_n * row
+                }
                 Pass::Bwd => {
                     2 * t.block_n * row
                         + 2 * t.stages * t.block_m * (row + 4)

@@ -107,7 +107,9 @@ impl KernelSpec {
     /// other passes.
     pub fn prefill_from(&self) -> Option<u32> {
         match (self.pass, self.arch) {
-            (super::Pass::FwdSplit, Arch::Sm80) => sm80::prefill_row(self).map(|(n, _)| n),
+            (super::Pass::FwdSplit | super::Pass::FwdPaged, Arch::Sm80) => {
+                sm80::prefill_row(self).map(|(n, _)| n)
+            }
             _ => None,
         }
     }
@@ -119,7 +121,7 @@ impl KernelSpec {
     /// are unchanged.
     pub fn for_packed_rows(self, rows: usize) -> KernelSpec {
         let from = |f: Option<u32>| f.is_some_and(|from| rows >= from as usize);
-        match self.pass == super::Pass::FwdSplit {
+        match self.pass.tile_pass() == super::Pass::FwdSplit {
             true if from(self.prefill_from()) => self.with_tiling(Tiling::Prefill),
             true if from(self.long_from()) => self.with_tiling(Tiling::Long),
             _ => self,

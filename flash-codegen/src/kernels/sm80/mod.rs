@@ -29,7 +29,7 @@ pub fn module(plan: &KernelPlan) -> Module {
         Pass::BwdPost => bwd_elementwise::build_post(plan),
         Pass::BwdDq => bwd_dq::build(plan),
         Pass::Bwd => bwd::build(plan),
-        Pass::FwdSplit => fwd_split::build(plan),
+        Pass::FwdSplit | Pass::FwdPaged => fwd_split::build(plan),
         Pass::FwdCombine => combine::build(plan),
     };
     Module {

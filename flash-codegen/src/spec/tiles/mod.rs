@@ -113,7 +113,7 @@ pub fn check(pass: Pass, head_dim: u32, t: &TileConfig) -> Result<(), String> {
         ));
     }
     match t {
-        TileConfig::Sm80(t) => t.check(pass, head_dim),
+        TileConfig::Sm80(t) => t.check(pass.tile_pass(), head_dim),
     }
 }
 

@@ -16,7 +16,7 @@ mod store;
 
 use super::key_split;
 use super::mainloop::QBlock;
-use super::stream::{BlockStream, CopyPlan};
+use super::stream::{BlockStream, CopyPlan, PagedRows};
 use super::warp::{AOperand, Warp};
 use crate::abi::{
     HEAD_DIM, HEADS_PER_KV, K, NUM_SPLITS, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SEQLENS_K,
@@ -31,7 +31,7 @@ use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, LdCache, Reg, Space, Special,
     Ty,
 };
-use crate::spec::{KernelPlan, Sm80Tiles};
+use crate::spec::{KernelPlan, Pass, Sm80Tiles};
 use crate::tile::acc::AccTile;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
@@ -183,8 +183,21 @@ impl<'a> SplitBlock<'a> {
         if t.layout.resident() {
             b.cp_async_commit(); // Q lands first, then its fragments move to registers
         }
-        let k_base = p.tensor(&mut b, &K, batch, zero, kv_head);
-        let v_base = p.tensor(&mut b, &V, batch, zero, kv_head);
+        // paged: K and V are pools of pages (their batch dim), the rows found in the
+        // sequence's page-table row; contiguous: the batch's cache
+        let kv_batch = match spec.pass {
+            Pass::FwdPaged => zero,
+            _ => batch,
+        };
+        let k_base = p.tensor(&mut b, &K, kv_batch, zero, kv_head);
+        let v_base = p.tensor(&mut b, &V, kv_batch, zero, kv_head);
+        let kv = match spec.pass {
+            Pass::FwdPaged => {
+                let pages = PagedRows::new(&mut b, &p, batch, [&K, &V], [k_base, v_base]);
+                kv.paged(pages)
+            }
+            _ => kv,
+        };
         kv.start(&mut b, smem, [k_base, v_base], first, seqlen_k, end);
         b.cp_async_commit();
         kv.start_ahead(&mut b, smem, seqlen_k, (first, end));

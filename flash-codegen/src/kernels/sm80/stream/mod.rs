@@ -9,8 +9,10 @@
 //! [`downward`]: BlockStream::downward
 
 mod iter;
+mod paged;
 
 pub use iter::StreamLoop;
+pub use paged::PagedRows;
 
 use crate::abi::{HEAD_DIM, TensorArgs};
 use crate::kernels::params::Params;
@@ -55,6 +57,9 @@ pub struct BlockStream {
     vectors: Vec<VecCopy>,
     /// Where the buffers sit.
     region: StreamRegion,
+    /// The operands' rows looked up in a page table ([`BlockStream::paged`]), or `None`:
+    /// consecutive rows from the block's address.
+    pages: Option<PagedRows>,
 }
 
 /// When a stream plans its per-thread copy offsets ([`TileCopy`]).
@@ -125,6 +130,21 @@ impl BlockStream {
             late: false,
             ahead: 1,
             vectors: vec![],
+            pages: None,
+        }
+    }
+
+    /// The same stream reading its rows through a page table: block `j`'s row `r` is key
+    /// `j * rows + r` of the sequence, wherever `pages` puts it (the addresses given to
+    /// `start` are then unused).
+    pub fn paged(self, pages: PagedRows) -> Self {
+        assert!(
+            self.vectors.is_empty() && !self.split(),
+            "generator bug: a paged stream has no vectors and two or more stages"
+        );
+        BlockStream {
+            pages: Some(pages),
+            ..self
         }
     }
 
@@ -260,6 +280,9 @@ impl BlockStream {
         };
         let row0 = b.mul_lo_u32(j, self.rows);
         let rows_left = b.sub_u32(seqlen, row0);
+        // paged: each copy's page and in-page row, looked up once for both operands
+        // (their tiles have one shape, so copy k of each moves the same row)
+        let mut located = Vec::new();
         for &(i, src) in srcs {
             let at_issue;
             let copy = match &self.copies {
@@ -277,7 +300,20 @@ impl BlockStream {
                     &at_issue
                 }
             };
-            copy.issue(b, stage_smem, self.tiles[i].base, src, rows_left);
+            let Some(pages) = &self.pages else {
+                copy.issue(b, stage_smem, self.tiles[i].base, src, rows_left);
+                continue;
+            };
+            let mut k = 0;
+            let tile = (stage_smem, self.tiles[i].base);
+            copy.issue_gathered(b, tile, pages.head(i), rows_left, |b, row| {
+                if k == located.len() {
+                    let key = b.add_u32(row0, row);
+                    located.push(pages.locate(b, key));
+                }
+                k += 1;
+                pages.addr(b, i, located[k - 1])
+            });
         }
         if !self.vectors.is_empty() {
             let in_block = b.setp_u32(Cmp::Lt, tid, self.rows);

@@ -128,11 +128,11 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),
         (Tiling::Standard, Pass::BwdDq) => find(&BWD_DQ_TILES),
         (Tiling::Standard, Pass::BwdPre | Pass::BwdPost) => find(&ELEMENTWISE_TILES),
-        (Tiling::Standard, Pass::FwdSplit) => find(&FWD_SPLIT_TILES),
+        (Tiling::Standard, Pass::FwdSplit | Pass::FwdPaged) => find(&FWD_SPLIT_TILES),
         (Tiling::Standard, Pass::FwdCombine) => find(&FWD_COMBINE_TILES),
         (Tiling::Long, _) => long_row(spec).map(|(_, t)| t),
         (Tiling::Compact, Pass::Fwd) => find(&FWD_COMPACT_TILES),
-        (Tiling::Compact, Pass::FwdSplit) => find(&FWD_SPLIT_COMPACT_TILES),
+        (Tiling::Compact, Pass::FwdSplit | Pass::FwdPaged) => find(&FWD_SPLIT_COMPACT_TILES),
         (Tiling::Compact, _) => None,
         (Tiling::Prefill, _) => prefill_row(spec).map(|(_, t)| t),
     }
@@ -141,7 +141,7 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
 /// The prefill row of `spec`'s pass and head dim, if it has one: for fwdsplit (the fewest
 /// packed rows, tiles), for fwdcombine (the most splits, tiles).
 pub(crate) fn prefill_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
-    let table: &[(u32, u32, Sm80Tiles)] = match spec.pass {
+    let table: &[(u32, u32, Sm80Tiles)] = match spec.pass.tile_pass() {
         Pass::FwdSplit => &FWD_SPLIT_PREFILL_TILES,
         Pass::FwdCombine => &FWD_COMBINE_PREFILL_TILES,
         _ => return None,
@@ -156,7 +156,7 @@ pub(crate) fn prefill_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
 /// fwdsplit: the fewest packed rows, `seqlen_q * heads_per_kv`; for fwdcombine: the
 /// fewest splits).
 pub(crate) fn long_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
-    let table: &[(u32, u32, Sm80Tiles)] = match spec.pass {
+    let table: &[(u32, u32, Sm80Tiles)] = match spec.pass.tile_pass() {
         Pass::Bwd => &BWD_LONG_TILES,
         Pass::FwdSplit => &FWD_SPLIT_LONG_TILES,
         Pass::FwdCombine => &FWD_COMBINE_LONG_TILES,

@@ -18,7 +18,7 @@ pub(crate) fn layout(spec: &KernelSpec, t: &Sm80Tiles) -> SmemLayout {
     let (fixed, stream, exchange, stats) = match spec.pass {
         // Q, then `stages` K and V tiles; exchange: P [block_m][block_n, in whole panels]
         // and the row statistics of every warp, [G][block_m] f32 = 32 rows a warp
-        Pass::Fwd | Pass::FwdSplit => {
+        Pass::Fwd | Pass::FwdSplit | Pass::FwdPaged => {
             let q = tile(0, t.block_m, dp);
             let kv = stream(q.end(), t.block_n, 0);
             let p = tile(kv.base + kv.bytes(), t.block_m, t.block_n.div_ceil(64) * 64);
