@@ -6,7 +6,8 @@ use crate::ptx::{Builder, LaunchBounds, Ty, print};
 
 /// Every handle: each scalar's, then each tensor's four.
 fn handles() -> Vec<(&'static str, AbiTy)> {
-    let b64 = [LSE, DVEC, DQ_ACCUM, O_ACCUM, LSE_ACCUM, SEQLENS_K].map(|a| (a.name(), a.ty()));
+    let b64 = [LSE, DVEC, DQ_ACCUM, O_ACCUM, LSE_ACCUM, SEQLENS_K, BLOCK_TABLE];
+    let b64 = b64.map(|a| (a.name(), a.ty()));
     let b32 = [
         SEQLEN_Q,
         SEQLEN_K,
@@ -14,6 +15,9 @@ fn handles() -> Vec<(&'static str, AbiTy)> {
         HEADS,
         HEADS_PER_KV,
         NUM_SPLITS,
+        MAX_PAGES,
+        PAGE_SHIFT,
+        NUM_PAGES,
     ];
     let b32 = b32.map(|a| (a.name(), a.ty()));
     let f32 = [SCALE_LOG2, SOFTMAX_SCALE].map(|a| (a.name(), a.ty()));

@@ -128,10 +128,12 @@ mod tests {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
         // 136 dense-attention kernels, 100 split-KV forwards (standard, long, compact;
-        // prefill at d128), 48 combine steps (standard, long, prefill)
-        assert_eq!(KernelSpec::all().len(), 284);
-        let split = |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine);
-        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 148);
+        // prefill at d128) and 100 paged ones, 48 combine steps (standard, long, prefill)
+        assert_eq!(KernelSpec::all().len(), 384);
+        let split = |s: &KernelSpec| {
+            matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged)
+        };
+        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 248);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
             all.filter(|s| s.tiling == tiling && !split(s))
