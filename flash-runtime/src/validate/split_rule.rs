@@ -62,7 +62,7 @@ pub fn num_splits_for(
 ) -> u32 {
     let [b, sq, h, d] = q_shape.map(|x| x as u64);
     let [_, cap, hk, _] = k_shape.map(|x| x as u64);
-    if split.pass != Pass::FwdSplit
+    if split.pass.tile_pass() != Pass::FwdSplit
         || !split.is_supported()
         || hk == 0
         || b == 0
@@ -72,8 +72,7 @@ pub fn num_splits_for(
         return 1;
     }
     let t = split.tiles();
-    let ctas = split.plan(&Tuning::NONE).ctas_per_sm_hint();
-    let slots = u64::from(gpu.sms.max(1)) * u64::from(ctas);
+    let slots = slots_of(split, gpu);
     let m_blocks = sq.saturating_mul(h / hk).div_ceil(u64::from(t.block_m()));
     let total = m_blocks.saturating_mul(hk).saturating_mul(b);
     let n_blocks = cap.div_ceil(u64::from(t.block_n()));
@@ -150,8 +149,6 @@ fn prefill_fills(
     let [b, sq, h, _] = q_shape.map(|x| x as u64);
     let [_, cap, hk, _] = k_shape.map(|x| x as u64);
     let t = spec.tiles();
-    let ctas = spec.plan(&Tuning::NONE).ctas_per_sm_hint();
-    let slots = u64::from(gpu.sms.max(1)) * u64::from(ctas);
     let packed = sq.saturating_mul(h.checked_div(hk).unwrap_or(1));
     let total = packed
         .div_ceil(u64::from(t.block_m()))
@@ -160,7 +157,13 @@ fn prefill_fills(
     let most = RULE_MAX_SPLITS
         .min(cap.div_ceil(u64::from(t.block_n())) / 2)
         .max(1);
-    total.saturating_mul(most) >= slots
+    total.saturating_mul(most) >= slots_of(spec, gpu)
+}
+
+/// The CTAs of `spec` resident at once on the GPU: SMs x its CTAs per SM.
+fn slots_of(spec: &KernelSpec, gpu: GpuFill) -> u64 {
+    let ctas = spec.plan(&Tuning::NONE).ctas_per_sm_hint();
+    u64::from(gpu.sms.max(1)) * u64::from(ctas)
 }
 
 /// The split count a KV-cache forward of q `[b, sq, h, d]` over caches `[b, capacity, hk,

@@ -146,9 +146,14 @@ pub(crate) fn prefill_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
         Pass::FwdCombine => &FWD_COMBINE_PREFILL_TILES,
         _ => return None,
     };
+    row_of(table, spec.head_dim)
+}
+
+/// The (threshold, tiles) of head dim `d` in a table of (head dim, threshold, tiles).
+fn row_of(table: &[(u32, u32, Sm80Tiles)], d: u32) -> Option<(u32, Sm80Tiles)> {
     table
         .iter()
-        .find(|(d, _, _)| *d == spec.head_dim)
+        .find(|(hd, _, _)| *hd == d)
         .map(|&(_, n, t)| (n, t))
 }
 
@@ -162,10 +167,7 @@ pub(crate) fn long_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
         Pass::FwdCombine => &FWD_COMBINE_LONG_TILES,
         _ => return None,
     };
-    table
-        .iter()
-        .find(|(d, _, _)| *d == spec.head_dim)
-        .map(|&(_, from, t)| (from, t))
+    row_of(table, spec.head_dim)
 }
 
 /// Parses an sm_80 row `PASS:D=BM,BN,WARPS,STAGES,SWEEPS[,FLAG...]` (flags: `resident`,
