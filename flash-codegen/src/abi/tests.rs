@@ -6,7 +6,15 @@ use crate::ptx::{Builder, LaunchBounds, Ty, print};
 
 /// Every handle: each scalar's, then each tensor's four.
 fn handles() -> Vec<(&'static str, AbiTy)> {
-    let b64 = [LSE, DVEC, DQ_ACCUM, O_ACCUM, LSE_ACCUM, SEQLENS_K, BLOCK_TABLE];
+    let b64 = [
+        LSE,
+        DVEC,
+        DQ_ACCUM,
+        O_ACCUM,
+        LSE_ACCUM,
+        SEQLENS_K,
+        BLOCK_TABLE,
+    ];
     let b64 = b64.map(|a| (a.name(), a.ty()));
     let b32 = [
         SEQLEN_Q,

@@ -130,9 +130,8 @@ mod tests {
         // 136 dense-attention kernels, 100 split-KV forwards (standard, long, compact;
         // prefill at d128) and 100 paged ones, 48 combine steps (standard, long, prefill)
         assert_eq!(KernelSpec::all().len(), 384);
-        let split = |s: &KernelSpec| {
-            matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged)
-        };
+        let split =
+            |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged);
         assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 248);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
