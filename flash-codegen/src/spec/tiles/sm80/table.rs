@@ -144,7 +144,8 @@ pub(crate) const FWD_SPLIT_LONG_TILES: [(u32, u32, Sm80Tiles); 8] = [
 /// The split-KV forward's rows for many packed rows ([`crate::spec::Tiling::Prefill`]):
 /// the dense forward's d128 tile from 128 packed rows (a chunked prefill). On the H200,
 /// 512 rows x 8 heads against 8K / 16K / 32K keys: 65.5 / 111.6 / 202.8 us at 8 splits
-/// against 68.2 / 123.2 / 226.3 on the long row's 64x64 tiles at 4 (its best).
+/// against 68.2 / 123.3 / 227.0 on the long row's 64x64 tiles at 4 (its best), same
+/// combine.
 pub(crate) const FWD_SPLIT_PREFILL_TILES: [(u32, u32, Sm80Tiles); 1] =
     [(128, 128, tc(128, 32, 4, 2, 1))];
 
