@@ -73,8 +73,7 @@ pub fn num_splits_for(
     }
     let t = split.tiles();
     let slots = slots_of(split, gpu);
-    let m_blocks = sq.saturating_mul(h / hk).div_ceil(u64::from(t.block_m()));
-    let total = m_blocks.saturating_mul(hk).saturating_mul(b);
+    let (m_blocks, total) = split_ctas(split, q_shape, k_shape);
     let n_blocks = cap.div_ceil(u64::from(t.block_n()));
     let kv_head_bytes = cap.saturating_mul(d).saturating_mul(4);
     let s = if total.saturating_mul(5) >= slots * 4 {
@@ -115,8 +114,7 @@ pub(super) fn split_spec(
     arch: Arch,
     gpu: GpuFill,
 ) -> KernelSpec {
-    let [_, sq, h, _] = q_shape;
-    let packed = sq.saturating_mul(h.checked_div(k_shape[2]).unwrap_or(1));
+    let packed = packed_rows(q_shape, k_shape) as usize;
     let base = KernelSpec {
         pass: Pass::FwdSplit,
         head_dim: kernel_d,
@@ -146,18 +144,25 @@ fn prefill_fills(
     k_shape: [usize; 4],
     gpu: GpuFill,
 ) -> bool {
-    let [b, sq, h, _] = q_shape.map(|x| x as u64);
-    let [_, cap, hk, _] = k_shape.map(|x| x as u64);
-    let t = spec.tiles();
-    let packed = sq.saturating_mul(h.checked_div(hk).unwrap_or(1));
-    let total = packed
-        .div_ceil(u64::from(t.block_m()))
-        .saturating_mul(hk)
-        .saturating_mul(b);
-    let most = RULE_MAX_SPLITS
-        .min(cap.div_ceil(u64::from(t.block_n())) / 2)
-        .max(1);
+    let (_, total) = split_ctas(spec, q_shape, k_shape);
+    let n_blocks = (k_shape[1] as u64).div_ceil(u64::from(spec.tiles().block_n()));
+    let most = RULE_MAX_SPLITS.min(n_blocks / 2).max(1);
     total.saturating_mul(most) >= slots_of(spec, gpu)
+}
+
+/// A sequence's packed query rows, `seqlen_q * (heads / heads_k)` (`heads_k` 0: as 1).
+fn packed_rows([_, sq, h, _]: [usize; 4], [_, _, hk, _]: [usize; 4]) -> u64 {
+    (sq as u64).saturating_mul((h as u64).checked_div(hk as u64).unwrap_or(1))
+}
+
+/// The split kernel `spec`'s packed row blocks per (batch, KV head) and its CTAs per
+/// split, `m_blocks * heads_k * batch`.
+fn split_ctas(spec: &KernelSpec, q_shape: [usize; 4], k_shape: [usize; 4]) -> (u64, u64) {
+    let m_blocks = packed_rows(q_shape, k_shape).div_ceil(u64::from(spec.tiles().block_m()));
+    let total = m_blocks
+        .saturating_mul(k_shape[2] as u64)
+        .saturating_mul(q_shape[0] as u64);
+    (m_blocks, total)
 }
 
 /// The CTAs of `spec` resident at once on the GPU: SMs x its CTAs per SM.
