@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
-    DeviceSlice,
+    DeviceSlice, SyncOnDrop,
 };
 
 use crate::FlashAttention;
@@ -15,9 +15,19 @@ use crate::attention::lock;
 use crate::error::{FlashError, Result};
 use crate::forward::{alloc_outputs, lse_arg};
 use crate::outputs::Forward;
+use crate::paged::KvSource;
 use crate::params::{AttnParams, KvOptions};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{BufDesc, GpuFill, KvArgs, kvcache_splits, plan_kvcache};
+use crate::validate::{BufDesc, GpuFill, KvArgs, PagedDesc, kvcache_splits, plan_kvcache};
+
+/// A read-only i32 device array's pointer and length, and its guard: `stream` waits for
+/// the buffer's earlier writes, and the guard, dropped after the launches, records this
+/// call's read.
+fn buf_arg<'a>(stream: &'a Arc<CudaStream>, s: &'a CudaView<'_, i32>) -> (BufDesc, SyncOnDrop<'a>) {
+    let len = s.len();
+    let (ptr, guard) = s.device_ptr(stream);
+    (BufDesc { ptr, len }, guard)
+}
 
 /// An uninitialised f32 scratch buffer of `n > 0` elements on `stream`.
 fn scratch(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<f32>> {
@@ -139,17 +149,43 @@ impl FlashAttention {
         v_cache: &Tensor4<'_, T>,
         seqlens_k: Option<&CudaView<'_, i32>>,
         o: &mut Tensor4Mut<'_, T>,
+        lse: Option<CudaViewMut<'_, f32>>,
+        params: &AttnParams,
+        opts: &KvOptions,
+    ) -> Result<()> {
+        let cache = KvSource::Dense {
+            k: k_cache,
+            v: v_cache,
+        };
+        self.run_kvcache(stream, q, cache, seqlens_k, o, lse, params, opts)
+    }
+
+    /// The checked KV-cache forward of either cache layout: context checks, the buffers'
+    /// guards, the plan, the scratch and the launches.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn run_kvcache<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        q: &Tensor4<'_, T>,
+        cache: KvSource<'_, '_, T>,
+        seqlens_k: Option<&CudaView<'_, i32>>,
+        o: &mut Tensor4Mut<'_, T>,
         mut lse: Option<CudaViewMut<'_, f32>>,
         params: &AttnParams,
         opts: &KvOptions,
     ) -> Result<()> {
+        let (k_cache, v_cache) = cache.pools();
+        let (kn, vn) = cache.names();
         self.check_ctx("stream", stream.context())?;
         self.check_ctx("q", q.view.stream().context())?;
-        self.check_ctx("k_cache", k_cache.view.stream().context())?;
-        self.check_ctx("v_cache", v_cache.view.stream().context())?;
+        self.check_ctx(kn, k_cache.view.stream().context())?;
+        self.check_ctx(vn, v_cache.view.stream().context())?;
         self.check_ctx("o", o.view.stream().context())?;
         if let Some(s) = seqlens_k {
             self.check_ctx("seqlens_k", s.stream().context())?;
+        }
+        if let KvSource::Paged(p) = &cache {
+            self.check_ctx("block_table", p.block_table.stream().context())?;
         }
         if let Some(l) = &lse {
             self.check_ctx("lse", l.stream().context())?;
@@ -161,11 +197,18 @@ impl FlashAttention {
         let (v_ptr, _v_guard) = v_cache.view.device_ptr(stream);
         let (seqlens_desc, _seqlens_guard) = match seqlens_k {
             Some(s) => {
-                let len = s.len();
-                let (ptr, guard) = s.device_ptr(stream);
-                (Some(BufDesc { ptr, len }), Some(guard))
+                let (desc, guard) = buf_arg(stream, s);
+                (Some(desc), Some(guard))
             }
             None => (None, None),
+        };
+        let (paged, _table_guard) = match &cache {
+            KvSource::Paged(p) => {
+                let (block_table, guard) = buf_arg(stream, &p.block_table);
+                let shape = p.table_shape;
+                (Some(PagedDesc { block_table, shape }), Some(guard))
+            }
+            KvSource::Dense { .. } => (None, None),
         };
         let o_desc = o.desc(0);
         let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
@@ -179,6 +222,7 @@ impl FlashAttention {
             seqlens_k: seqlens_desc,
             params: *params,
             num_splits: opts.num_splits,
+            paged,
         };
         let gpu = GpuFill {
             sms: self.sms,
@@ -231,9 +275,11 @@ impl FlashAttention {
             //   parameters in the order and PTX types of `abi::params(l.spec.pass)`.
             // - Every pointer comes from a live cudarc view or slice of this context (checked
             //   above); `plan_kvcache` proved that q, the caches and o stay inside their views
-            //   with 16-byte aligned bases and strides, that o's elements are disjoint, that
-            //   lse holds b*h*sq f32 and seqlens_k b i32 (4-byte aligned); the kernels clamp
-            //   each seqlens_k value to [0, capacity], so no value reads past a cache.
+            //   (or the page pools) with 16-byte aligned bases and strides, that o's
+            //   elements are disjoint, that lse holds b*h*sq f32, seqlens_k b i32 and a
+            //   block table b*max_pages i32 (4-byte aligned); the kernels clamp each
+            //   seqlens_k value to [0, capacity] and each table entry to [0, num_pages), so
+            //   no device value reads past a cache or a pool.
             //   `bind_scratch` checked that the partial buffers hold num_splits*b*h*sq*
             //   kernel_head_dim and num_splits*b*h*sq f32, or passed 0 with one split (the
             //   split pass then writes o and lse itself and no combine runs).

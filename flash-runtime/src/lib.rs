@@ -12,7 +12,8 @@
 //! preallocated (possibly strided) buffers. One [`AttnParams`] (mask, scale) serves both
 //! passes. [`FlashAttention::forward_kvcache`] (and `_into`) runs the forward against a
 //! KV cache (decoding, per-sequence key counts, the keys split across CTAs:
-//! [`KvOptions`]). [`mod@reference`] holds float64 CPU references of all three for tests.
+//! [`KvOptions`]), and [`FlashAttention::forward_kvcache_paged`] against a paged one
+//! ([`PagedKv`]: page pools and a page table). [`mod@reference`] holds float64 CPU references of all three for tests.
 //!
 //! ```no_run
 //! use flash_runtime::{AttnParams, FlashAttention, Tensor4};
@@ -39,6 +40,7 @@ mod forward;
 mod jit;
 mod kvcache;
 mod outputs;
+mod paged;
 mod params;
 mod probe;
 pub mod reference;
@@ -53,6 +55,7 @@ pub use backward::{BwdInputs, BwdScratch, GradsMut};
 pub use embedded::EmbeddedKernel;
 pub use error::{FlashError, Result};
 pub use outputs::{Forward, Gradients};
+pub use paged::PagedKv;
 pub use params::{AttnParams, BwdOptions, KvOptions, MAX_SPLITS, Mask};
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut, bhsd_layout};
 #[doc(hidden)]

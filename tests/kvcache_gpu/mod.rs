@@ -11,7 +11,9 @@ use flash_runtime::{FlashAttention, KvOptions};
 
 use crate::gpu_support::{Placed, attn_params, report_case};
 
+mod paged;
 mod run;
+pub use paged::Paging;
 use run::run_case;
 
 /// What fills o's buffer outside the view (exact in f16 and bf16).
@@ -48,6 +50,8 @@ pub struct Case {
     pub splits: Option<u32>,
     pub layout: Layout,
     pub lse: bool,
+    /// A paged cache (`forward_kvcache_paged`), or `None` (contiguous caches).
+    pub paged: Option<Paging>,
 }
 
 impl Case {
@@ -65,6 +69,7 @@ impl Case {
             splits: None,
             layout: Layout::Contiguous,
             lse: true,
+            paged: None,
         }
     }
 
@@ -96,9 +101,13 @@ impl Case {
             None => "auto".into(),
         };
         let planned = planned.map_or("?".into(), |n| n.to_string());
+        let paged = match &self.paged {
+            Some(p) => format!(" page={} shared={} spare={}", p.page, p.shared, p.spare),
+            None => String::new(),
+        };
         format!(
             "d={:3} {:4} {:6} b={} sq={:3} cap={:5} h={:2}/{:<2} lens={lens} splits={splits}->{planned} \
-             {:10} lse={}",
+             {:10} lse={}{paged}",
             self.d,
             self.dtype.name(),
             if self.causal { "causal" } else { "full" },

@@ -1,5 +1,5 @@
 //! One KV-cache case on the GPU (`run_case`): the inputs uploaded (the caches NaN past each
-//! sequence's length), `forward_kvcache_into` twice and `forward_kvcache` once, and every
+//! sequence's length; or page pools and a permuted page table, `paged.rs`), `forward_kvcache_into` twice and `forward_kvcache` once, and every
 //! check of the outputs against the f64 reference and each other.
 
 use std::error::Error;
@@ -8,8 +8,9 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use flash_runtime::reference::{Shape, attention_kvcache_f64};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention};
+use flash_runtime::{Element, FlashAttention, PagedKv};
 
+use super::paged::scatter;
 use super::{Case, LSE_GUARD, LSE_SENTINEL, Layout, O_SENTINEL, cache_place};
 use crate::gpu_support::{Outcome, Placed, attn_params, check_o, lse_abs_err, rounded, upload};
 
@@ -46,7 +47,7 @@ pub fn run_case<T: Element>(
     let lens = c.clamped_lens();
 
     // inputs: q padded or not (NaN gaps); the caches with NaN everywhere but the valid
-    // rows of each sequence
+    // rows of each sequence (paged: NaN in every pool row no sequence holds)
     let strided = c.layout == Layout::Strided;
     let pq = Placed::new(qs, strided);
     let q_d = upload(stream, &pq, &q)?;
@@ -62,7 +63,24 @@ pub fn run_case<T: Element>(
         }
         stream.clone_htod(&host)
     };
-    let (k_d, v_d) = (cache(&k)?, cache(&v)?);
+    let (k_d, v_d, kf, vf, pools) = match &c.paged {
+        None => (cache(&k)?, cache(&v)?, kf, vf, None),
+        Some(p) => {
+            let (pools, kf, vf) = scatter(c, p, &lens, (&k, &v), &mut rng);
+            let (k_d, v_d) = (stream.clone_htod(&pools.k)?, stream.clone_htod(&pools.v)?);
+            // an empty table still gets a buffer (of one garbage entry)
+            let table = match pools.table.is_empty() {
+                true => stream.clone_htod(&[i32::MAX])?,
+                false => stream.clone_htod(&pools.table)?,
+            };
+            (k_d, v_d, kf, vf, Some((pools, table)))
+        }
+    };
+    let (kd, vd) = (&k_d, &v_d);
+    let paged = pools.as_ref().map(|(p, table)| {
+        let t = [c.b, p.max_pages];
+        PagedKv::new(p.place.view(kd), p.place.view(vd), table.as_view(), t)
+    });
     let seqlens_d = match &c.lens {
         Some(l) => Some(stream.clone_htod(l)?),
         None => None,
@@ -88,17 +106,23 @@ pub fn run_case<T: Element>(
         {
             let mut o_t = po.view_mut(&mut o_buf);
             let lse_arg = c.lse.then(|| lse_buf.slice_mut(LSE_GUARD..));
-            rt.forward_kvcache_into(
-                stream,
-                &pq.view(&q_d),
-                &pk.view(&k_d),
-                &pk.view(&v_d),
-                seqlens_v.as_ref(),
-                &mut o_t,
-                lse_arg,
-                &params,
-                &opts,
-            )?;
+            let (q_t, lens_v) = (pq.view(&q_d), seqlens_v.as_ref());
+            match &paged {
+                None => rt.forward_kvcache_into(
+                    stream,
+                    &q_t,
+                    &pk.view(&k_d),
+                    &pk.view(&v_d),
+                    lens_v,
+                    &mut o_t,
+                    lse_arg,
+                    &params,
+                    &opts,
+                )?,
+                Some(cache) => rt.forward_kvcache_paged_into(
+                    stream, &q_t, cache, lens_v, &mut o_t, lse_arg, &params, &opts,
+                )?,
+            }
         }
         Ok(Run {
             o: stream.clone_dtoh(&o_buf)?,
@@ -107,15 +131,22 @@ pub fn run_case<T: Element>(
     };
     let first = into()?;
     let second = into()?;
-    let alloc = rt.forward_kvcache(
-        stream,
-        &pq.view(&q_d),
-        &pk.view(&k_d),
-        &pk.view(&v_d),
-        seqlens_v.as_ref(),
-        &params,
-        &opts,
-    )?;
+    let alloc = match &paged {
+        None => rt.forward_kvcache(
+            stream,
+            &pq.view(&q_d),
+            &pk.view(&k_d),
+            &pk.view(&v_d),
+            seqlens_v.as_ref(),
+            &params,
+            &opts,
+        )?,
+        Some(cache) => {
+            let q_t = pq.view(&q_d);
+            let lens_v = seqlens_v.as_ref();
+            rt.forward_kvcache_paged(stream, &q_t, cache, lens_v, &params, &opts)?
+        }
+    };
     let alloc_o: Vec<T> = stream.clone_dtoh(&alloc.o)?;
     let alloc_lse: Vec<f32> = stream.clone_dtoh(&alloc.lse)?;
 

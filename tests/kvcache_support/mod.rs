@@ -49,6 +49,7 @@ pub fn args(b: usize, sq: usize, cap: usize, h: usize, hk: usize, d: usize) -> K
         }),
         params: AttnParams::new(),
         num_splits: None,
+        paged: None,
     }
 }
 

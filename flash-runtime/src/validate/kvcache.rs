@@ -12,6 +12,7 @@ use flash_codegen::abi::{self};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
+use super::paged::{PagedCache, PagedDesc, check_paged, check_pool_rows};
 use super::split_rule::{GpuFill, resolve_splits, split_spec};
 use super::{
     BufDesc, LaunchPlan, LseDesc, MAX_GRID_X, MAX_GRID_YZ, ParamValue, Placed, TensorDesc,
@@ -40,6 +41,9 @@ pub struct KvArgs {
     pub params: AttnParams,
     /// Explicit split count, or `None` to let [`super::num_splits_for`] choose.
     pub num_splits: Option<u32>,
+    /// A paged cache's page table; `k` and `v` are then the page pools `[num_pages,
+    /// page_size, heads_k, head_dim]` and each sequence holds `max_pages * page_size` keys.
+    pub paged: Option<PagedDesc>,
 }
 
 /// A checked KV-cache forward: the split pass, the combine pass when the keys are split,
@@ -178,13 +182,19 @@ fn check_kv_grid([b, sq, h, hk]: [usize; 4], block_m: u32, splits: u32) -> Resul
 /// [`KvPlan::bind_scratch`].
 pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     let dtype = a.q.dtype;
-    check_dtypes(dtype, &[("k_cache", &a.k), ("v_cache", &a.v), ("o", &a.o)])?;
+    let (kn, vn) = match a.paged {
+        None => ("k_cache", "v_cache"),
+        Some(_) => ("k_pages", "v_pages"),
+    };
+    check_dtypes(dtype, &[(kn, &a.k), (vn, &a.v), ("o", &a.o)])?;
     let [b, sq, h, d] = a.q.shape;
-    let [_, cap, hk, _] = a.k.shape;
     if a.v.shape != a.k.shape {
+        let dims = match a.paged {
+            None => "[batch, capacity, heads_k, head_dim]",
+            Some(_) => "[num_pages, page_size, heads_k, head_dim]",
+        };
         return Err(shape_err(format!(
-            "v_cache has shape {:?} but k_cache has {:?}; both must be [batch, capacity, \
-             heads_k, head_dim]",
+            "{vn} has shape {:?} but {kn} has {:?}; both must be {dims}",
             a.v.shape, a.k.shape
         )));
     }
@@ -194,7 +204,26 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
             a.o.shape, a.q.shape
         )));
     }
-    let (kernel_d, scale) = check_problem(&a.q, &a.k, a.params.softmax_scale)?;
+    // The cache as the split rule and the kernels see it: [b, capacity, hk, d].
+    let paged = match &a.paged {
+        None => None,
+        Some(_) if a.k.shape[3] != d => {
+            return Err(shape_err(format!(
+                "k_pages has head_dim {} (dim 3) but q has {d}; the pools must be [num_pages,                  page_size, heads_k, head_dim] with q's head_dim",
+                a.k.shape[3]
+            )));
+        }
+        Some(p) => Some(check_paged(a, p, b)?),
+    };
+    let logical = match paged {
+        None => a.k,
+        Some(p) => TensorDesc {
+            shape: [b, p.capacity, a.k.shape[2], d],
+            ..a.k
+        },
+    };
+    let [_, cap, hk, _] = logical.shape;
+    let (kernel_d, scale) = check_problem(&a.q, &logical, a.params.softmax_scale)?;
     let spec = |pass: Pass, mask: Mask| KernelSpec {
         pass,
         head_dim: kernel_d,
@@ -204,8 +233,19 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         arch,
     };
     let kernel = (kernel_d, dtype, a.params.kernel_mask());
-    let split_spec = split_spec(a.q.shape, a.k.shape, kernel, arch, gpu);
-    let splits = resolve_splits(a.num_splits, (a.q.shape, a.k.shape), &split_spec, gpu)?;
+    let split_spec = split_spec(a.q.shape, logical.shape, kernel, arch, gpu);
+    let shapes = (a.q.shape, logical.shape);
+    let splits = resolve_splits(a.num_splits, shapes, &split_spec, gpu)?;
+    let (split_pass, split_spec) = match paged {
+        None => (Pass::FwdSplit, split_spec),
+        Some(_) => (
+            Pass::FwdPaged,
+            KernelSpec {
+                pass: Pass::FwdPaged,
+                ..split_spec
+            },
+        ),
+    };
     if b == 0 || h == 0 || sq == 0 {
         return Ok(KvPlan {
             split: LaunchPlan::noop(split_spec),
@@ -230,10 +270,11 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     let (k, v) = if cap == 0 {
         (Placed::default(), Placed::default()) // nothing of k or v is read
     } else {
-        (
-            place("k_cache", &a.k, false)?,
-            place("v_cache", &a.v, false)?,
-        )
+        if paged.is_some() {
+            check_pool_rows(kn, &a.k)?;
+            check_pool_rows(vn, &a.v)?;
+        }
+        (place(kn, &a.k, false)?, place(vn, &a.v, false)?)
     };
     let (k, v) = (Placed { ptr: a.k.ptr, ..k }, Placed { ptr: a.v.ptr, ..v });
     let lse = match &a.lse {
@@ -244,6 +285,13 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         None => 0,
         Some(s) => check_seqlens(s, b)?,
     };
+    let pages = paged.unwrap_or(PagedCache {
+        capacity: cap,
+        table: 0,
+        max_pages: 0,
+        page_shift: 0,
+        num_pages: 0,
+    });
 
     let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
     let value = |name: &str| {
@@ -262,11 +310,15 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
             "heads_per_kv" => U32(h32 / hk32),
             "scale_log2" => F32((scale * std::f64::consts::LOG2_E) as f32),
             "num_splits" => U32(splits),
+            "block_table" => U64(pages.table),
+            "max_pages" => U32(pages.max_pages),
+            "page_shift" => U32(pages.page_shift),
+            "num_pages" => U32(pages.num_pages),
             _ => return None,
         })
     };
     let g = split_grid(&split_spec, [b32, sq32, h32, hk32], splits);
-    let split = launch(split_spec, g, bind_params(Pass::FwdSplit, value)?);
+    let split = launch(split_spec, g, bind_params(split_pass, value)?);
     let combine = match splits {
         1 => None,
         _ => {
