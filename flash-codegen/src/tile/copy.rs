@@ -85,6 +85,16 @@ impl TileCopy {
         }
     }
 
+    /// Copies per thread.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The tile row of the thread's copy `i` (`row0 + i * step`).
+    pub fn row(&self, b: &mut Builder, i: u32) -> Reg<B32> {
+        b.add_u32(self.row0, i * self.step)
+    }
+
     /// Issues the copies of the block at global byte address `base` whose first
     /// `valid_rows` rows exist, into the tile at shared address `smem + tile_base`.
     pub fn issue(
@@ -118,7 +128,7 @@ impl TileCopy {
         mut row_addr: impl FnMut(&mut Builder, Reg<B32>) -> Reg<B64>,
     ) {
         for i in 0..self.count {
-            let row = b.add_u32(self.row0, i * self.step);
+            let row = self.row(b, i);
             let src = row_addr(b, row);
             let src = b.add_s64(src, self.col_bytes);
             self.copy(b, i, (smem, tile_base), (src, fallback), (row, valid_rows));

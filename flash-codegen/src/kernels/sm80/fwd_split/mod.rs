@@ -193,7 +193,11 @@ impl<'a> SplitBlock<'a> {
         let v_base = p.tensor(&mut b, &V, kv_batch, zero, kv_head);
         let kv = match spec.pass {
             Pass::FwdPaged => {
-                let pages = PagedRows::new(&mut b, &p, batch, [&K, &V], [k_base, v_base]);
+                // the table read a block ahead, one register per copy (d256's would
+                // spill: ptxas -v)
+                let ahead = if d < 256 { kv.copies_per_block() } else { 0 };
+                let copies = (batch, ahead);
+                let pages = PagedRows::new(&mut b, &p, copies, [&K, &V], [k_base, v_base]);
                 kv.paged(pages)
             }
             _ => kv,

@@ -137,15 +137,22 @@ impl BlockStream {
     /// The same stream reading its rows through a page table: block `j`'s row `r` is key
     /// `j * rows + r` of the sequence, wherever `pages` puts it (the addresses given to
     /// `start` are then unused).
+    /// `pages` must hold a table slot per copy ([`BlockStream::copies_per_block`]).
     pub fn paged(self, pages: PagedRows) -> Self {
         assert!(
-            self.vectors.is_empty() && !self.split(),
-            "generator bug: a paged stream has no vectors and two or more stages"
+            self.vectors.is_empty() && !self.split() && !self.down && self.copies.is_some(),
+            "generator bug: a paged stream runs upward on two or more stages, without \
+             vectors, its copies planned once"
         );
         BlockStream {
             pages: Some(pages),
             ..self
         }
+    }
+
+    /// A thread's copies of each operand's block (0 when they are planned at each issue).
+    pub fn copies_per_block(&self) -> u32 {
+        self.copy_count()
     }
 
     /// The same stream running its blocks from the last to the first (two or more
@@ -255,7 +262,29 @@ impl BlockStream {
             cur.truncate(1);
         }
         let has_blocks = b.setp_u32(Cmp::Lt, first, n_blocks);
-        b.if_uniform(has_blocks, |b| self.issue(b, smem, j0, seqlen, &cur));
+        b.if_uniform(has_blocks, |b| {
+            if let Some(pages) = self.pages.as_ref().filter(|p| p.looks_ahead()) {
+                // the first block's table entries (each later block's come with the
+                // issue of the block before it)
+                let row0 = b.mul_lo_u32(j0, self.rows);
+                for k in 0..self.copy_count() {
+                    let row = self.copy(0).map(|c| c.row(b, k));
+                    let key = b.add_u32(row0, row.expect("a paged stream plans once"));
+                    pages.fetch(b, k as usize, key);
+                }
+            }
+            self.issue(b, smem, j0, seqlen, &cur)
+        });
+    }
+
+    /// Operand `i`'s copies, planned once (`None` with [`CopyPlan::AtIssue`]).
+    fn copy(&self, i: usize) -> Option<&TileCopy> {
+        self.copies.as_ref().map(|c| &c[i])
+    }
+
+    /// A thread's copies of each operand's block (0 with [`CopyPlan::AtIssue`]).
+    fn copy_count(&self) -> u32 {
+        self.copy(0).map_or(0, TileCopy::count)
     }
 
     /// One buffer per operand, taking turns (see the module docs).
@@ -280,8 +309,10 @@ impl BlockStream {
         };
         let row0 = b.mul_lo_u32(j, self.rows);
         let rows_left = b.sub_u32(seqlen, row0);
-        // paged: each copy's page and in-page row, looked up once for both operands
-        // (their tiles have one shape, so copy k of each moves the same row)
+        // paged: each copy's page and in-page row, from the entry fetched with the block
+        // before, once for both operands (their tiles have one shape, so copy k of each
+        // moves the same row); then the entry of the same row of block j+1 (blocks issue
+        // in order: the next issue is block j+1's)
         let mut located = Vec::new();
         for &(i, src) in srcs {
             let at_issue;
@@ -309,7 +340,11 @@ impl BlockStream {
             copy.issue_gathered(b, tile, pages.head(i), rows_left, |b, row| {
                 if k == located.len() {
                     let key = b.add_u32(row0, row);
-                    located.push(pages.locate(b, key));
+                    located.push(pages.take(b, k, key));
+                    if pages.looks_ahead() {
+                        let next = b.add_u32(key, self.rows);
+                        pages.fetch(b, k, next);
+                    }
                 }
                 k += 1;
                 pages.addr(b, i, located[k - 1])

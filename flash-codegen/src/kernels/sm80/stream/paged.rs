@@ -2,7 +2,9 @@
 //! key `n` of a sequence sits in row `n % page_size` of page `block_table[n / page_size]`
 //! of the sequence's table row, in each of the K and V pools. Every table index and every
 //! page index read is clamped (to the table row and to the pools), so no table content
-//! moves an address outside the pools.
+//! moves an address outside the pools. A thread's table entries are loaded one block
+//! ahead of the copies that use them ([`PagedRows::fetch`], [`PagedRows::take`]): the
+//! copies of block j then issue without waiting on the table.
 
 use crate::abi::{BLOCK_TABLE, MAX_PAGES, NUM_PAGES, PAGE_SHIFT, TensorArgs};
 use crate::kernels::params::Params;
@@ -23,6 +25,10 @@ pub struct PagedRows {
     heads: [Reg<B64>; 2],
     page_bytes: [Reg<B64>; 2],
     row_bytes: [Reg<B32>; 2],
+    /// Loop-carried: the raw table entry of each of the thread's copies of the next block
+    /// to issue (loaded by `fetch`, used by `take`); empty: no lookahead, `take` reads
+    /// the table itself.
+    pending: Vec<Reg<B32>>,
 }
 
 /// One row's place: its page (clamped) and its row within the page.
@@ -34,11 +40,13 @@ pub struct PageRow {
 
 impl PagedRows {
     /// The pages of sequence `batch`, for operands `operands` (the pools) whose head
-    /// `kv_head`'s row 0 of page 0 is at `heads`.
+    /// `kv_head`'s row 0 of page 0 is at `heads`, read by a thread making `copies` copies
+    /// of each block, its table entries loaded a block ahead (`copies` registers through
+    /// the loop; 0: each read when its copy issues).
     pub fn new(
         b: &mut Builder,
         p: &Params,
-        batch: Reg<B32>,
+        (batch, copies): (Reg<B32>, u32),
         operands: [&TensorArgs; 2],
         heads: [Reg<B64>; 2],
     ) -> Self {
@@ -68,21 +76,45 @@ impl PagedRows {
             heads,
             page_bytes,
             row_bytes,
+            pending: (0..copies).map(|_| b.mov(0u32)).collect(),
         }
     }
 
-    /// The page and in-page row of key `key`: one read of the table (read-only path).
-    pub fn locate(&self, b: &mut Builder, key: Reg<B32>) -> PageRow {
+    /// Whether the table entries are loaded a block ahead (`fetch` does anything).
+    pub fn looks_ahead(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Loads the table entry of key `key` into copy `k`'s slot (read-only path), for the
+    /// next [`PagedRows::take`] of that copy. The entry index is clamped to the table row,
+    /// so any key reads inside the table.
+    pub fn fetch(&self, b: &mut Builder, k: usize, key: Reg<B32>) {
+        if let Some(&slot) = self.pending.get(k) {
+            self.load_entry(b, key, slot);
+        }
+    }
+
+    /// Loads the (clamped) table entry of key `key` into `slot`.
+    fn load_entry(&self, b: &mut Builder, key: Reg<B32>, slot: Reg<B32>) {
         let entry = b.shr_u32(key, self.shift);
         let entry = b.min_u32(entry, self.last_entry);
         let at = b.mad_wide_u32(entry, 4u32, self.table);
-        let [page]: [Reg<B32>; 1] = b.ld(
-            Space::Global,
-            LdCache::NonCoherent,
-            Ty::B32,
-            Addr::Global(at, 0),
-        );
-        let page = b.max_s32(page, 0i32);
+        let addr = Addr::Global(at, 0);
+        b.ld_into(Space::Global, LdCache::NonCoherent, Ty::B32, addr, &[slot]);
+    }
+
+    /// The page (the fetched entry clamped to the pools) and in-page row of key `key`,
+    /// whose entry the last `fetch` of copy `k` loaded (without lookahead: read now).
+    pub fn take(&self, b: &mut Builder, k: usize, key: Reg<B32>) -> PageRow {
+        let entry = match self.pending.get(k) {
+            Some(&slot) => slot,
+            None => {
+                let slot = b.reg::<B32>();
+                self.load_entry(b, key, slot);
+                slot
+            }
+        };
+        let page = b.max_s32(entry, 0i32);
         let page = b.min_u32(page, self.last_page);
         let row = b.and_b32(key, self.in_page);
         PageRow { page, row }
