@@ -23,7 +23,9 @@
 //! (calls whose enqueue outlasted the spin). The last line
 //! is the summary: the geomean and the worst of each ratio.
 //!
-//! Env: BENCH_OUT (also write the JSON lines to this file), BENCH_ROUNDS (default 3).
+//! Env: BENCH_OUT (also write the JSON lines to this file), BENCH_ROUNDS (default 3),
+//! BENCH_TABLE=identity (page `g` of the cache in pool page `g`: the pages in order, to
+//! tell the kernel's cost from that of scattered pages).
 //! Run: `cargo run --release --features gpu --example bench_paged`.
 
 use std::error::Error;
@@ -114,8 +116,12 @@ fn paged(
             p
         })
         .collect();
+    let identity = std::env::var("BENCH_TABLE").is_ok_and(|v| v == "identity");
     let table: Vec<i32> = (0..logical)
-        .map(|g| i32::try_from(perms[g % period][g / period] * period + g % period))
+        .map(|g| match identity {
+            true => i32::try_from(g),
+            false => i32::try_from(perms[g % period][g / period] * period + g % period),
+        })
         .collect::<Result<_, _>>()?;
     Ok(Paged {
         k: tiled(stream, &fill.k, pages * page_elems)?,

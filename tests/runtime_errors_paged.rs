@@ -207,7 +207,25 @@ fn misaligned_strided_and_mistyped_pools() {
         ),
         "{e:?}"
     );
-    assert!(msg.contains("below 2^31"), "{msg}");
+    assert!(msg.contains("row stride (dim 1, within a page)"), "{msg}");
+    let mut a = base();
+    a.v.strides[0] = 1 << 31;
+    a.v.len = usize::MAX;
+    let (e, msg) = err(&a);
+    assert!(
+        matches!(
+            e,
+            FlashError::StrideMismatch {
+                tensor: "v_pages",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        msg.contains("page stride (dim 0) 2147483648 must be below 2^31"),
+        "{msg}"
+    );
     let mut a = base();
     a.v = TensorDesc {
         dtype: DType::F16,

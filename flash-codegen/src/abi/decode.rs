@@ -83,6 +83,8 @@ pub const FWD_SPLIT_PARAMS: [ParamDesc; 27] = cat(
 /// `max_pages * page_size`), then the page table. Key `n` of sequence `b` sits in row
 /// `n % page_size` of page `block_table[b, n / page_size]`; the kernel clamps every page
 /// index it reads to `[0, num_pages)`, so no table content makes it read outside the pools.
+/// The pools' page and row strides must each be below 2^31 elements (the kernel scales
+/// them in 32 bits).
 pub const FWD_PAGED_PARAMS: [ParamDesc; 31] = cat(
     FWD_SPLIT_PARAMS,
     [

@@ -90,6 +90,38 @@ impl TileCopy {
         self.count
     }
 
+    /// Rows between a thread's successive copies.
+    pub fn step(&self) -> u32 {
+        self.step
+    }
+
+    /// The byte offset of the thread's chunk inside a row where it is inside the problem's
+    /// head dim, else 0 (the chunk is zero-filled; its source then stays in the row).
+    pub fn col_bytes_in_row(&self, b: &mut Builder) -> Reg<B64> {
+        b.selp_b64(self.col_bytes, 0i64, self.chunk_ok)
+    }
+
+    /// Issues copies `k0 .. k0 + n` of the thread, copy `k0`'s chunk at global byte
+    /// address `src` and each next one `step` rows further (the rows lie in one run of
+    /// the source). Every address must lie inside the source buffer: rows not below
+    /// `valid_rows` and chunks past the problem's head dim are zero-filled from it.
+    pub fn issue_run(
+        &self,
+        b: &mut Builder,
+        (smem, tile_base): (Reg<B32>, u32),
+        mut src: Reg<B64>,
+        (k0, n): (u32, u32),
+        valid_rows: Reg<B32>,
+    ) {
+        for i in k0..k0 + n {
+            if i > k0 {
+                src = b.add_s64(src, self.gmem_step);
+            }
+            let row = self.row(b, i);
+            self.copy(b, i, (smem, tile_base), (src, None), (row, valid_rows));
+        }
+    }
+
     /// The tile row of the thread's copy `i` (`row0 + i * step`).
     pub fn row(&self, b: &mut Builder, i: u32) -> Reg<B32> {
         b.add_u32(self.row0, i * self.step)
@@ -110,8 +142,14 @@ impl TileCopy {
             if i > 0 {
                 src = b.add_s64(src, self.gmem_step);
             }
-            let row = b.add_u32(self.row0, i * self.step);
-            self.copy(b, i, (smem, tile_base), (src, base), (row, valid_rows));
+            let row = self.row(b, i);
+            self.copy(
+                b,
+                i,
+                (smem, tile_base),
+                (src, Some(base)),
+                (row, valid_rows),
+            );
         }
     }
 
@@ -131,26 +169,36 @@ impl TileCopy {
             let row = self.row(b, i);
             let src = row_addr(b, row);
             let src = b.add_s64(src, self.col_bytes);
-            self.copy(b, i, (smem, tile_base), (src, fallback), (row, valid_rows));
+            self.copy(
+                b,
+                i,
+                (smem, tile_base),
+                (src, Some(fallback)),
+                (row, valid_rows),
+            );
         }
     }
 
     /// The thread's copy `i` of tile row `row` from global byte address `src` (its
-    /// chunk's): 16 bytes, or zero-filled from `fallback` where the row is not below
-    /// `valid_rows` or the chunk is past the problem's head dim.
+    /// chunk's): 16 bytes, or zero-filled where the row is not below `valid_rows` or the
+    /// chunk is past the problem's head dim, from `fallback` (`None`: from `src`, which
+    /// the caller keeps inside the buffer).
     fn copy(
         &self,
         b: &mut Builder,
         i: u32,
         (smem, tile_base): (Reg<B32>, u32),
-        (src, fallback): (Reg<B64>, Reg<B64>),
+        (src, fallback): (Reg<B64>, Option<Reg<B64>>),
         (row, valid_rows): (Reg<B32>, Reg<B32>),
     ) {
         let phases = self.smem_off.len() as u32;
         let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
         let ok = b.and_pred(row_ok, self.chunk_ok);
         let size = b.selp_b32(16u32, 0u32, ok);
-        let from = b.selp_b64(src, fallback, ok);
+        let from = match fallback {
+            Some(f) => b.selp_b64(src, f, ok),
+            None => src,
+        };
         let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
         let below = (i / phases) * phases * self.step * ROW_BYTES;
         let dst = Addr::Shared(dst, (tile_base + below) as i32);

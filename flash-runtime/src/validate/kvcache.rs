@@ -12,7 +12,7 @@ use flash_codegen::abi::{self};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
-use super::paged::{PagedCache, PagedDesc, check_paged, check_pool_rows};
+use super::paged::{PagedCache, PagedDesc, check_paged, check_pool_strides};
 use super::split_rule::{GpuFill, resolve_splits, split_spec};
 use super::{
     BufDesc, LaunchPlan, LseDesc, MAX_GRID_X, MAX_GRID_YZ, ParamValue, Placed, TensorDesc,
@@ -271,8 +271,8 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         (Placed::default(), Placed::default()) // nothing of k or v is read
     } else {
         if paged.is_some() {
-            check_pool_rows(kn, &a.k)?;
-            check_pool_rows(vn, &a.v)?;
+            check_pool_strides(kn, &a.k)?;
+            check_pool_strides(vn, &a.v)?;
         }
         (place(kn, &a.k, false)?, place(vn, &a.v, false)?)
     };

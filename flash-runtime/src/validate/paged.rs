@@ -95,17 +95,20 @@ pub(crate) fn check_paged(a: &KvArgs, p: &PagedDesc, b: usize) -> Result<PagedCa
     })
 }
 
-/// The kernels address a pool row as `row * row_stride * 2` bytes in 32 bits: a pool's row
-/// stride must stay below 2^31 elements.
-pub(crate) fn check_pool_rows(name: &'static str, t: &TensorDesc) -> Result<()> {
-    match t.shape[1] > 1 && t.strides[1] >= 1 << 31 {
-        true => Err(FlashError::StrideMismatch {
-            tensor: name,
-            why: format!(
-                "its row stride {} (dim 1, within a page) must be below 2^31 elements",
-                t.strides[1]
-            ),
-        }),
-        false => Ok(()),
+/// The kernels address a pool page as `page * page_stride * 2` bytes and a row within it
+/// as `row * row_stride * 2` bytes, each factor in 32 bits: a pool's page stride (dim 0)
+/// and row stride (dim 1) must stay below 2^31 elements.
+pub(crate) fn check_pool_strides(name: &'static str, t: &TensorDesc) -> Result<()> {
+    for (dim, what) in [
+        (0, "page stride (dim 0)"),
+        (1, "row stride (dim 1, within a page)"),
+    ] {
+        if t.shape[dim] > 1 && t.strides[dim] >= 1 << 31 {
+            return Err(FlashError::StrideMismatch {
+                tensor: name,
+                why: format!("its {what} {} must be below 2^31 elements", t.strides[dim]),
+            });
+        }
     }
+    Ok(())
 }

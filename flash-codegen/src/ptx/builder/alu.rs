@@ -286,6 +286,18 @@ impl Builder {
         });
         d
     }
+    /// `cvt.u32.u64`: the low 32 bits.
+    pub fn cvt_u32_u64(&mut self, a: Reg<B64>) -> Reg<B32> {
+        let d = self.reg::<B32>();
+        self.push(Inst::Cvt {
+            d_ty: Ty::U32,
+            s_ty: Ty::U64,
+            d: d.into(),
+            a: a.into(),
+        });
+        d
+    }
+
     /// `cvt.rn.f32.s32`: a signed integer as f32.
     pub fn cvt_f32_s32(&mut self, a: Reg<B32>) -> Reg<F32> {
         let d = self.reg::<F32>();

@@ -193,11 +193,13 @@ impl<'a> SplitBlock<'a> {
         let v_base = p.tensor(&mut b, &V, kv_batch, zero, kv_head);
         let kv = match spec.pass {
             Pass::FwdPaged => {
-                // the table read a block ahead, one register per copy (d256's would
-                // spill: ptxas -v)
-                let ahead = if d < 256 { kv.copies_per_block() } else { 0 };
-                let copies = (batch, ahead);
-                let pages = PagedRows::new(&mut b, &p, copies, [&K, &V], [k_base, v_base]);
+                // table entries read a block ahead, one register per run of copies; at
+                // most 4 from d224 on (ptxas -v: 8 bytes of spills with 8)
+                let slots = if d < 224 { u32::MAX } else { 4 };
+                let copy = kv.planned_copy().expect("fwdsplit plans its copies once");
+                let geometry = (batch, kv.block_rows(), slots);
+                let pools = ([&K, &V], [k_base, v_base]);
+                let pages = PagedRows::new(&mut b, &p, geometry, pools, copy);
                 kv.paged(pages)
             }
             _ => kv,

@@ -137,7 +137,7 @@ impl BlockStream {
     /// The same stream reading its rows through a page table: block `j`'s row `r` is key
     /// `j * rows + r` of the sequence, wherever `pages` puts it (the addresses given to
     /// `start` are then unused).
-    /// `pages` must hold a table slot per copy ([`BlockStream::copies_per_block`]).
+    /// `pages` must be planned from this stream's copies ([`BlockStream::planned_copy`]).
     pub fn paged(self, pages: PagedRows) -> Self {
         assert!(
             self.vectors.is_empty() && !self.split() && !self.down && self.copies.is_some(),
@@ -150,9 +150,15 @@ impl BlockStream {
         }
     }
 
-    /// A thread's copies of each operand's block (0 when they are planned at each issue).
-    pub fn copies_per_block(&self) -> u32 {
-        self.copy_count()
+    /// Operand 0's copies, planned once (`None` with [`CopyPlan::AtIssue`]): what a
+    /// [`PagedRows`] for this stream is planned from.
+    pub fn planned_copy(&self) -> Option<&TileCopy> {
+        self.copy(0)
+    }
+
+    /// Rows per block.
+    pub fn block_rows(&self) -> u32 {
+        self.rows
     }
 
     /// The same stream running its blocks from the last to the first (two or more
@@ -263,15 +269,10 @@ impl BlockStream {
         }
         let has_blocks = b.setp_u32(Cmp::Lt, first, n_blocks);
         b.if_uniform(has_blocks, |b| {
-            if let Some(pages) = self.pages.as_ref().filter(|p| p.looks_ahead()) {
-                // the first block's table entries (each later block's come with the
-                // issue of the block before it)
+            if let (Some(pages), Some(copy)) = (&self.pages, self.copy(0)) {
+                // the first block's table entries
                 let row0 = b.mul_lo_u32(j0, self.rows);
-                for k in 0..self.copy_count() {
-                    let row = self.copy(0).map(|c| c.row(b, k));
-                    let key = b.add_u32(row0, row.expect("a paged stream plans once"));
-                    pages.fetch(b, k as usize, key);
-                }
+                pages.start(b, copy, row0);
             }
             self.issue(b, smem, j0, seqlen, &cur)
         });
@@ -280,11 +281,6 @@ impl BlockStream {
     /// Operand `i`'s copies, planned once (`None` with [`CopyPlan::AtIssue`]).
     fn copy(&self, i: usize) -> Option<&TileCopy> {
         self.copies.as_ref().map(|c| &c[i])
-    }
-
-    /// A thread's copies of each operand's block (0 with [`CopyPlan::AtIssue`]).
-    fn copy_count(&self) -> u32 {
-        self.copy(0).map_or(0, TileCopy::count)
     }
 
     /// One buffer per operand, taking turns (see the module docs).
@@ -309,11 +305,12 @@ impl BlockStream {
         };
         let row0 = b.mul_lo_u32(j, self.rows);
         let rows_left = b.sub_u32(seqlen, row0);
-        // paged: each copy's page and in-page row, from the entry fetched with the block
-        // before, once for both operands (their tiles have one shape, so copy k of each
-        // moves the same row); then the entry of the same row of block j+1 (blocks issue
-        // in order: the next issue is block j+1's)
-        let mut located = Vec::new();
+        if let (Some(pages), Some([c0, c1])) = (&self.pages, &self.copies) {
+            // paged: both operands (their tiles have one shape) through the table
+            let bases = [self.tiles[0].base, self.tiles[1].base];
+            pages.issue(b, [c0, c1], (stage_smem, bases), row0, rows_left);
+            return;
+        }
         for &(i, src) in srcs {
             let at_issue;
             let copy = match &self.copies {
@@ -331,24 +328,7 @@ impl BlockStream {
                     &at_issue
                 }
             };
-            let Some(pages) = &self.pages else {
-                copy.issue(b, stage_smem, self.tiles[i].base, src, rows_left);
-                continue;
-            };
-            let mut k = 0;
-            let tile = (stage_smem, self.tiles[i].base);
-            copy.issue_gathered(b, tile, pages.head(i), rows_left, |b, row| {
-                if k == located.len() {
-                    let key = b.add_u32(row0, row);
-                    located.push(pages.take(b, k, key));
-                    if pages.looks_ahead() {
-                        let next = b.add_u32(key, self.rows);
-                        pages.fetch(b, k, next);
-                    }
-                }
-                k += 1;
-                pages.addr(b, i, located[k - 1])
-            });
+            copy.issue(b, stage_smem, self.tiles[i].base, src, rows_left);
         }
         if !self.vectors.is_empty() {
             let in_block = b.setp_u32(Cmp::Lt, tid, self.rows);

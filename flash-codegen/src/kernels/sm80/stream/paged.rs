@@ -2,13 +2,21 @@
 //! key `n` of a sequence sits in row `n % page_size` of page `block_table[n / page_size]`
 //! of the sequence's table row, in each of the K and V pools. Every table index and every
 //! page index read is clamped (to the table row and to the pools), so no table content
-//! moves an address outside the pools. A thread's table entries are loaded one block
-//! ahead of the copies that use them ([`PagedRows::fetch`], [`PagedRows::take`]): the
-//! copies of block j then issue without waiting on the table.
+//! moves an address outside the pools.
+//!
+//! A thread's copies of a block are rows `r + k * step` (`k < count`, [`TileCopy`]). When
+//! pages hold at least `G * step` rows, each run of `G` copies (`k = g*G .. g*G + G`) lies
+//! in one page: one table read serves the run, whose rows then follow each other as in a
+//! contiguous cache. The kernel has a path per `G` (powers of two from `count` down to 1)
+//! and takes, uniformly, the largest the launch's page size allows: with pages of at least
+//! a block, one read per block (a contiguous block copy); with 16-row pages, `16 / step`
+//! copies per read. The reads are made a block ahead (one register per run, loop-carried)
+//! so that the copies of block j never wait on the table.
 
 use crate::abi::{BLOCK_TABLE, MAX_PAGES, NUM_PAGES, PAGE_SHIFT, TensorArgs};
 use crate::kernels::params::Params;
-use crate::ptx::{Addr, B32, B64, Builder, LdCache, Reg, Space, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, LdCache, Reg, Space, Ty};
+use crate::tile::copy::TileCopy;
 
 /// Where the rows of a sequence's pages sit.
 pub struct PagedRows {
@@ -20,35 +28,34 @@ pub struct PagedRows {
     /// `log2(page_size)`, and `page_size - 1`.
     shift: Reg<B32>,
     in_page: Reg<B32>,
-    /// Per operand (K, V): the head's row 0 of page 0, and the byte strides of a page and
-    /// of a row.
+    /// Per operand (K, V): the head's row 0 of page 0 plus the thread's chunk, and the
+    /// byte strides of a page and of a row (the runtime keeps both below 2^32).
     heads: [Reg<B64>; 2],
-    page_bytes: [Reg<B64>; 2],
+    page_bytes: [Reg<B32>; 2],
     row_bytes: [Reg<B32>; 2],
-    /// Loop-carried: the raw table entry of each of the thread's copies of the next block
-    /// to issue (loaded by `fetch`, used by `take`); empty: no lookahead, `take` reads
-    /// the table itself.
-    pending: Vec<Reg<B32>>,
-}
+    /// Copies per thread per operand, rows between them, rows per block.
+    count: u32,
+    step: u32,
+    rows: u32,
+    /// Loop-carried: the raw table entry of each run of the next block to issue, for the
+    /// paths that read a block ahead.
+    slots: Vec<Reg<B32>>,
 
-/// One row's place: its page (clamped) and its row within the page.
-#[derive(Clone, Copy)]
-pub struct PageRow {
-    page: Reg<B32>,
-    row: Reg<B32>,
+    /// Runs of more than this many slots read the table as they issue (registers).
+    max_slots: u32,
 }
 
 impl PagedRows {
-    /// The pages of sequence `batch`, for operands `operands` (the pools) whose head
-    /// `kv_head`'s row 0 of page 0 is at `heads`, read by a thread making `copies` copies
-    /// of each block, its table entries loaded a block ahead (`copies` registers through
-    /// the loop; 0: each read when its copy issues).
+    /// The pages of sequence `batch` for the pools `operands`, whose head `kv_head`'s
+    /// row 0 of page 0 is at `heads`, copied into blocks of `rows` rows by `copy` (each
+    /// operand's copies have one plan); at most `max_slots` registers hold table entries
+    /// through the loop.
     pub fn new(
         b: &mut Builder,
         p: &Params,
-        (batch, copies): (Reg<B32>, u32),
-        operands: [&TensorArgs; 2],
-        heads: [Reg<B64>; 2],
+        (batch, rows, max_slots): (Reg<B32>, u32, u32),
+        (operands, heads): ([&TensorArgs; 2], [Reg<B64>; 2]),
+        copy: &TileCopy,
     ) -> Self {
         let max_pages = p.get(MAX_PAGES);
         let table = b.cvta_global(p.get(BLOCK_TABLE));
@@ -62,11 +69,15 @@ impl PagedRows {
         let shift = b.min_u32(p.get(PAGE_SHIFT), 30u32);
         let size = b.shl_b32(1u32, shift);
         let in_page = b.sub_u32(size, 1u32);
+        let col = copy.col_bytes_in_row(b);
+        let heads = heads.map(|h| b.add_s64(h, col));
         let page_bytes = operands.map(|t| {
-            let s = p.get(t.batch_stride);
-            b.add_s64(s, s)
+            let s = b.cvt_u32_u64(p.get(t.batch_stride));
+            b.shl_b32(s, 1u32)
         });
         let row_bytes = operands.map(|t| b.shl_b32(p.row_stride(t), 1u32));
+        let (count, step) = (copy.count(), copy.step());
+        let n_slots = max_slots.min(count);
         PagedRows {
             table,
             last_entry,
@@ -76,25 +87,56 @@ impl PagedRows {
             heads,
             page_bytes,
             row_bytes,
-            pending: (0..copies).map(|_| b.mov(0u32)).collect(),
+            count,
+            step,
+            rows,
+            slots: (0..n_slots).map(|_| b.mov(0u32)).collect(),
+            max_slots: n_slots,
         }
     }
 
-    /// Whether the table entries are loaded a block ahead (`fetch` does anything).
-    pub fn looks_ahead(&self) -> bool {
-        !self.pending.is_empty()
-    }
-
-    /// Loads the table entry of key `key` into copy `k`'s slot (read-only path), for the
-    /// next [`PagedRows::take`] of that copy. The entry index is clamped to the table row,
-    /// so any key reads inside the table.
-    pub fn fetch(&self, b: &mut Builder, k: usize, key: Reg<B32>) {
-        if let Some(&slot) = self.pending.get(k) {
-            self.load_entry(b, key, slot);
+    /// Copies per table read of each path, largest first: powers of two from `count`
+    /// down to 1.
+    fn runs(&self) -> Vec<u32> {
+        let mut g = self.count.next_power_of_two();
+        let mut v = Vec::new();
+        while g >= 1 {
+            if g <= self.count && self.count.is_multiple_of(g) {
+                v.push(g);
+            }
+            g /= 2;
         }
+        v
     }
 
-    /// Loads the (clamped) table entry of key `key` into `slot`.
+    /// Runs `body(g)` for the path of run length `g` the launch's page size selects (the
+    /// largest `g` with `page_size >= g * step`; 1 always fits): a chain of warp-uniform
+    /// branches on `page_shift`.
+    fn select(&self, b: &mut Builder, mut body: impl FnMut(&mut Builder, u32)) {
+        let runs = self.runs();
+        let done = b.label();
+        for (i, &g) in runs.iter().enumerate() {
+            if i + 1 == runs.len() {
+                body(b, g);
+                break;
+            }
+            let other = b.label();
+            let fits = b.setp_u32(Cmp::Ge, self.shift, (g * self.step).trailing_zeros());
+            b.bra_if(fits, true, other, true);
+            body(b, g);
+            b.bra(done, true);
+            b.place(other);
+        }
+        b.place(done);
+    }
+
+    /// Whether the path of run length `g` reads its table entries a block ahead.
+    fn ahead(&self, g: u32) -> bool {
+        self.count / g <= self.max_slots
+    }
+
+    /// Loads the (clamped) table entry of key `key` into `slot` (read-only path): any key
+    /// reads inside the table row.
     fn load_entry(&self, b: &mut Builder, key: Reg<B32>, slot: Reg<B32>) {
         let entry = b.shr_u32(key, self.shift);
         let entry = b.min_u32(entry, self.last_entry);
@@ -103,33 +145,64 @@ impl PagedRows {
         b.ld_into(Space::Global, LdCache::NonCoherent, Ty::B32, addr, &[slot]);
     }
 
-    /// The page (the fetched entry clamped to the pools) and in-page row of key `key`,
-    /// whose entry the last `fetch` of copy `k` loaded (without lookahead: read now).
-    pub fn take(&self, b: &mut Builder, k: usize, key: Reg<B32>) -> PageRow {
-        let entry = match self.pending.get(k) {
-            Some(&slot) => slot,
-            None => {
-                let slot = b.reg::<B32>();
-                self.load_entry(b, key, slot);
-                slot
+    /// Key of the thread's copy `k` of block `j` (`row0 = j * rows`).
+    fn key(&self, b: &mut Builder, copy: &TileCopy, row0: Reg<B32>, k: u32) -> Reg<B32> {
+        let row = copy.row(b, k);
+        b.add_u32(row0, row)
+    }
+
+    /// Before the first block `j0` (`row0 = j0 * rows`) issues: its table entries, for
+    /// the paths that read ahead (each later block's are read with the issue of the
+    /// block before it).
+    pub fn start(&self, b: &mut Builder, copy: &TileCopy, row0: Reg<B32>) {
+        self.select(b, |b, g| {
+            if self.ahead(g) {
+                for (s, k) in (0..self.count).step_by(g as usize).enumerate() {
+                    let key = self.key(b, copy, row0, k);
+                    self.load_entry(b, key, self.slots[s]);
+                }
             }
-        };
-        let page = b.max_s32(entry, 0i32);
-        let page = b.min_u32(page, self.last_page);
-        let row = b.and_b32(key, self.in_page);
-        PageRow { page, row }
+        });
     }
 
-    /// Global byte address of row `at` of operand `i` (0: K, 1: V), column 0.
-    pub fn addr(&self, b: &mut Builder, i: usize, at: PageRow) -> Reg<B64> {
-        let page = b.cvt_u64_u32(at.page);
-        let off = b.mul_lo_u64(page, self.page_bytes[i]);
-        let off = b.mad_wide_u32(at.row, self.row_bytes[i], off);
-        b.add_s64(self.heads[i], off)
-    }
-
-    /// Operand `i`'s head at row 0 of page 0: the zero-fill source of rows past the end.
-    pub fn head(&self, i: usize) -> Reg<B64> {
-        self.heads[i]
+    /// Issues block `j` (`row0 = j * rows`, `rows_left` of its rows valid) of both
+    /// operands into the tiles at `smem + tile_bases[i]`, each run of copies from its
+    /// page; then (reading ahead) loads the entries of block j+1's runs: blocks issue in
+    /// order, so the next issue is block j+1's.
+    pub fn issue(
+        &self,
+        b: &mut Builder,
+        copies: [&TileCopy; 2],
+        (smem, tile_bases): (Reg<B32>, [u32; 2]),
+        row0: Reg<B32>,
+        rows_left: Reg<B32>,
+    ) {
+        self.select(b, |b, g| {
+            for (s, k0) in (0..self.count).step_by(g as usize).enumerate() {
+                let key = self.key(b, copies[0], row0, k0);
+                let entry = match self.ahead(g) {
+                    true => self.slots[s],
+                    false => {
+                        let slot = b.reg::<B32>();
+                        self.load_entry(b, key, slot);
+                        slot
+                    }
+                };
+                // clamped to [0, num_pages)
+                let page = b.max_s32(entry, 0i32);
+                let page = b.min_u32(page, self.last_page);
+                let in_row = b.and_b32(key, self.in_page);
+                for i in 0..2 {
+                    let at = b.mad_wide_u32(page, self.page_bytes[i], self.heads[i]);
+                    let at = b.mad_wide_u32(in_row, self.row_bytes[i], at);
+                    let tile = (smem, tile_bases[i]);
+                    copies[i].issue_run(b, tile, at, (k0, g), rows_left);
+                }
+                if self.ahead(g) {
+                    let next = b.add_u32(key, self.rows);
+                    self.load_entry(b, next, self.slots[s]);
+                }
+            }
+        });
     }
 }
