@@ -11,19 +11,23 @@
 //! chance): pool page `sigma(g)` holds logical page `g`, with `sigma` a random
 //! permutation within each class of pages whose contents the 8M-element fill repeats
 //! (`g mod M`). The paged call then computes exactly the contiguous one's problem, and
-//! its o and lse must equal the contiguous call's bit for bit (checked on every row and
-//! page size); the contiguous o is spot-checked against a float64 reference
-//! (`check_row`).
+//! where both run the same split count its o and lse must equal the contiguous call's
+//! bit for bit (else, small pages splitting sooner, the paged o is spot-checked against
+//! float64 as the contiguous o always is: `check_row`).
 //!
 //! Timing as `bench_kvcache`'s (3 warm-ups, then the median of 20 calls, each after the
 //! 256 MB L2 flush and a 200 000-cycle GPU spin, CUDA events around the call alone).
-//! One JSON object per line on stdout: the row's keys, `contig_us`, `p16_us`, `p256_us`
+//! One JSON object per line on stdout: the row's keys, `splits` (the contiguous call's
+//! count), `p16_splits`, `p256_splits` (the paged calls'), `contig_us`, `p16_us`, `p256_us`
 //! (medians of the round medians), `rounds` (each round's three medians), and
 //! `vs16` / `vs256` = contig_us / paged_us (1.0: as fast as contiguous), `sleep_short`
 //! (calls whose enqueue outlasted the spin). The last line
 //! is the summary: the geomean and the worst of each ratio.
 //!
 //! Env: BENCH_OUT (also write the JSON lines to this file), BENCH_ROUNDS (default 3),
+//! BENCH_PAGED_SPLITS=n (the paged calls with exactly n splits, the contiguous one the
+//! runtime's count: the paged o is then spot-checked against float64 instead of the
+//! contiguous bits),
 //! BENCH_TABLE=identity (page `g` of the cache in pool page `g`: the pages in order, to
 //! tell the kernel's cost from that of scattered pages).
 //! Run: `cargo run --release --features gpu --example bench_paged`.
@@ -145,6 +149,10 @@ fn round(
 ) -> Result<Round, Box<dyn Error>> {
     let (qs, ks) = ([r.b, r.sq, r.h, r.d], [r.b, r.l, r.hk, r.d]);
     let (params, opts) = (attn_params(false), KvOptions::new());
+    let paged_opts = match env_list("BENCH_PAGED_SPLITS", &[]).first() {
+        Some(&n) => KvOptions::with_splits(n as u32),
+        None => opts,
+    };
     let reps = 20;
     let q = Tensor4::contiguous(q_d, qs);
     let (mut times, mut short) = ([0.0; 3], 0);
@@ -177,7 +185,14 @@ fn round(
                     timer.time(stream, reps, || {
                         let lse = Some(lse_d.as_view_mut());
                         rt.forward_kvcache_paged_into(
-                            stream, &q, &cache, None, &mut o, lse, &params, &opts,
+                            stream,
+                            &q,
+                            &cache,
+                            None,
+                            &mut o,
+                            lse,
+                            &params,
+                            &paged_opts,
                         )?;
                         Ok(())
                     })?
@@ -206,13 +221,28 @@ fn run_row(
         .iter()
         .map(|&p| paged(stream, fill, r, p, &mut rng))
         .collect::<Result<Vec<_>, _>>()?;
+    // the split counts of the three calls: the paged o equals the contiguous bits where
+    // they agree (same kernel arithmetic), else it is spot-checked against float64
+    let q = [r.b, r.sq, r.h, r.d];
+    let (params, opts) = (attn_params(false), KvOptions::new());
+    let mut counts = vec![rt.kvcache_splits::<bf16>(q, [r.b, r.l, r.hk, r.d], &params, &opts)?];
+    for page in PAGES {
+        let shapes = ([r.b * r.l / page, page, r.hk, r.d], [r.b, r.l / page]);
+        counts.push(rt.kvcache_paged_splits::<bf16>(q, shapes, &params, &opts)?);
+    }
     let (mut medians, mut short): (Vec<[f64; 3]>, usize) = (Vec::new(), 0);
     for _ in 0..rounds {
         let (t, s, outs) = round(rt, stream, timer, r, (&k_d, &v_d, &pools), &q_d)?;
         short += s;
         let (o, lse) = &outs[0];
         check_row(fill, r, o, lse)?;
+        let forced = !env_list("BENCH_PAGED_SPLITS", &[]).is_empty();
         for (i, (po, pl)) in outs[1..].iter().enumerate() {
+            if forced || counts[i + 1] != counts[0] {
+                // other splits, other rounding: the float64 spot check instead
+                check_row(fill, r, po, pl)?;
+                continue;
+            }
             let same_o = po.iter().zip(o).all(|(a, b)| a.to_bits() == b.to_bits());
             let same_l = pl.iter().zip(lse).all(|(a, b)| a.to_bits() == b.to_bits());
             if !(same_o && same_l) {
@@ -233,9 +263,16 @@ fn run_row(
         &attn_params(false),
         &KvOptions::new(),
     )?;
+    let paged_splits = PAGES.map(|page| {
+        let pool = [r.b * r.l / page, page, r.hk, r.d];
+        let table = [r.b, r.l / page];
+        let q = [r.b, r.sq, r.h, r.d];
+        rt.kvcache_paged_splits::<bf16>(q, (pool, table), &attn_params(false), &KvOptions::new())
+    });
+    let [s16, s256] = paged_splits;
     Ok(json!({
         "kind": r.kind, "b": r.b, "L": r.l, "sq": r.sq, "h": r.h, "hk": r.hk, "d": r.d,
-        "splits": splits, "contig_us": c, "p16_us": p16, "p256_us": p256,
+        "splits": splits, "p16_splits": s16?, "p256_splits": s256?, "contig_us": c, "p16_us": p16, "p256_us": p256,
         "vs16": c / p16, "vs256": c / p256, "rounds": medians, "sleep_short": short,
     }))
 }

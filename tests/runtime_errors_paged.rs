@@ -7,10 +7,10 @@
 mod kvcache_support;
 
 use flash_codegen::abi::decode::split_grid;
-use flash_codegen::{DType, Pass};
+use flash_codegen::{DType, KernelSpec, Pass};
 use flash_runtime::FlashError;
-use flash_runtime::validate::{KvArgs, PagedDesc, ParamValue, TensorDesc};
-use kvcache_support::{args, assert_follows_abi, buf, err, plan, t, with_splits};
+use flash_runtime::validate::{KvArgs, PagedDesc, ParamValue, TensorDesc, num_splits_for_paged};
+use kvcache_support::{H200, args, assert_follows_abi, buf, err, plan, t, with_splits};
 
 /// Where `paged` puts the table.
 const TABLE: u64 = 0xc000_0000;
@@ -37,10 +37,11 @@ fn table(a: &mut KvArgs) -> &mut PagedDesc {
     a.paged.as_mut().unwrap()
 }
 
-/// The fwdpaged kernel in the split kernel's tiling and split count, the table's
+/// The fwdpaged kernel in the split kernel's tiling, the split count of the contiguous
+/// rule (pages of a key block or more) or of the small-page rule, the table's
 /// parameters, the capacity as seqlen_k, the pools' page stride as the batch stride.
 #[test]
-fn paged_plans_follow_the_abi_and_the_contiguous_rule() {
+fn paged_plans_follow_the_abi_and_the_split_rules() {
     for (shape, pages, page, max_pages) in [
         ((4, 1, 32, 8, 128), 4096, 16, 256), // decode, 4K keys a sequence, vLLM pages
         ((2, 4, 8, 1, 64), 64, 256, 16),     // speculative, MQA
@@ -54,12 +55,17 @@ fn paged_plans_follow_the_abi_and_the_contiguous_rule() {
         let dense = plan(&args(b, sq, cap, h, hk, d)).unwrap();
         assert_eq!(p.split.spec.pass, Pass::FwdPaged);
         assert_eq!(p.split.spec.tiling, dense.split.spec.tiling, "{shape:?}");
-        assert_eq!(p.num_splits, dense.num_splits, "{shape:?}");
-        assert_eq!(p.combine, dense.combine, "{shape:?}");
-        assert_eq!(
-            (p.o_accum_len, p.lse_accum_len),
-            (dense.o_accum_len, dense.lse_accum_len)
-        );
+        let fwdsplit = KernelSpec {
+            pass: Pass::FwdSplit,
+            ..p.split.spec
+        };
+        let logical = ([b, sq, h, d], [b, cap, hk, d]);
+        let rule = num_splits_for_paged(&fwdsplit, logical, H200, page);
+        assert_eq!(p.num_splits, rule, "{shape:?}");
+        if page >= p.split.spec.tiles().block_n() as usize {
+            assert_eq!(p.num_splits, dense.num_splits, "{shape:?}");
+            assert_eq!(p.combine, dense.combine, "{shape:?}");
+        }
         assert_follows_abi(&p.split);
         let dims = [b, sq, h, hk].map(|x| x as u32);
         assert_eq!(p.split.grid, split_grid(&p.split.spec, dims, p.num_splits));
@@ -79,6 +85,31 @@ fn paged_plans_follow_the_abi_and_the_contiguous_rule() {
     let p = plan(&args(1, 1, 4096, 8, 8, 128)).unwrap();
     assert_eq!(p.split.spec.pass, Pass::FwdSplit);
     assert_eq!(p.split.param("block_table"), None);
+}
+
+/// Pages smaller than a key block split sooner than a contiguous cache (measured on the
+/// H200: `num_splits_for_paged`); pages of a block or more as a contiguous cache.
+#[test]
+fn small_pages_split_sooner() {
+    for (shape, cap, small, large, dense) in [
+        ((8, 1, 32, 8, 128), 4096, 2, 1, 1), // 64 CTAs: 2 splits with 16-row pages
+        ((64, 1, 8, 1, 64), 4096, 2, 1, 1),  // MQA, 64 CTAs
+        ((1, 1, 8, 1, 64), 131072, 128, 64, 64), // one CTA a split: up to 128
+        ((64, 1, 32, 8, 128), 4096, 1, 1, 1), // 512 CTAs fill the GPU
+    ] {
+        let (b, sq, h, hk, d) = shape;
+        let splits = |page: usize| {
+            let a = paged(shape, b * cap / page, page, cap / page);
+            plan(&a).unwrap().num_splits
+        };
+        assert_eq!(
+            plan(&args(b, sq, cap, h, hk, d)).unwrap().num_splits,
+            dense,
+            "{shape:?}"
+        );
+        assert_eq!(splits(16), small, "{shape:?} page 16");
+        assert_eq!(splits(256), large, "{shape:?} page 256");
+    }
 }
 
 /// Strided pools (a view of a larger buffer: more layers, padded heads) and a table

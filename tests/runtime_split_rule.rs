@@ -130,7 +130,8 @@ fn split_count_from_shapes_matches_the_plan() {
             let mut a = args(b, sq, cap, h, hk, d);
             a.num_splits = n;
             let want = plan(&a).unwrap().num_splits;
-            let got = kvcache_splits(a.q.shape, a.k.shape, (BF, &a.params), n, Arch::Sm80, H200);
+            let cache = (a.k.shape, None);
+            let got = kvcache_splits(a.q.shape, cache, (BF, &a.params), n, Arch::Sm80, H200);
             assert_eq!(
                 got.unwrap(),
                 want,
@@ -142,7 +143,7 @@ fn split_count_from_shapes_matches_the_plan() {
     let shapes = (a.q.shape, a.k.shape);
     let bad = kvcache_splits(
         shapes.0,
-        shapes.1,
+        (shapes.1, None),
         (BF, &a.params),
         Some(0),
         Arch::Sm80,
@@ -151,7 +152,7 @@ fn split_count_from_shapes_matches_the_plan() {
     assert!(matches!(bad, Err(FlashError::InvalidParam(_))), "{bad:?}");
     let d = kvcache_splits(
         [1, 1, 4, 60],
-        [1, 64, 4, 60],
+        ([1, 64, 4, 60], None),
         (BF, &a.params),
         None,
         Arch::Sm80,

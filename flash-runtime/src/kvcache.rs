@@ -111,7 +111,31 @@ impl FlashAttention {
             smem_optin: self.smem_optin,
         };
         let problem = (T::DTYPE, params);
-        kvcache_splits(q_shape, k_shape, problem, opts.num_splits, self.arch, gpu)
+        let cache = (k_shape, None);
+        kvcache_splits(q_shape, cache, problem, opts.num_splits, self.arch, gpu)
+    }
+
+    /// The number of key-range splits [`FlashAttention::forward_kvcache_paged`] runs for
+    /// q `[b, sq, h, d]` over page pools `[num_pages, page_size, hk, d]` and a page table
+    /// `[b, max_pages]` of `T` with `params` and `opts` on this GPU; errors as
+    /// [`FlashAttention::kvcache_splits`]'. Pages smaller than the kernel's key block
+    /// split sooner than a contiguous cache (`validate::num_splits_for_paged`).
+    pub fn kvcache_paged_splits<T: Element>(
+        &self,
+        q_shape: [usize; 4],
+        (pool_shape, table_shape): ([usize; 4], [usize; 2]),
+        params: &AttnParams,
+        opts: &KvOptions,
+    ) -> Result<u32> {
+        let gpu = GpuFill {
+            sms: self.sms,
+            smem_optin: self.smem_optin,
+        };
+        let [_, page, hk, d] = pool_shape;
+        let k_shape = [table_shape[0], table_shape[1].saturating_mul(page), hk, d];
+        let problem = (T::DTYPE, params);
+        let cache = (k_shape, Some(page));
+        kvcache_splits(q_shape, cache, problem, opts.num_splits, self.arch, gpu)
     }
 
     /// KV-cache attention forward into preallocated outputs: the attention of q (the last

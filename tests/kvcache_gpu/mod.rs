@@ -126,9 +126,18 @@ impl Case {
 pub fn planned_splits(rt: &FlashAttention, c: &Case) -> Result<u32, Box<dyn Error>> {
     let (qs, ks) = ([c.b, c.sq, c.h, c.d], [c.b, c.cap, c.hk, c.d]);
     let params = attn_params(c.causal, None);
+    let opts = c.opts();
+    if let Some(p) = &c.paged {
+        let pool = [c.b * c.cap / p.page + p.spare, p.page, c.hk, c.d];
+        let shapes = (pool, [c.b, c.cap / p.page]);
+        return Ok(match c.dtype {
+            DType::F16 => rt.kvcache_paged_splits::<half::f16>(qs, shapes, &params, &opts)?,
+            DType::Bf16 => rt.kvcache_paged_splits::<half::bf16>(qs, shapes, &params, &opts)?,
+        });
+    }
     Ok(match c.dtype {
-        DType::F16 => rt.kvcache_splits::<half::f16>(qs, ks, &params, &c.opts())?,
-        DType::Bf16 => rt.kvcache_splits::<half::bf16>(qs, ks, &params, &c.opts())?,
+        DType::F16 => rt.kvcache_splits::<half::f16>(qs, ks, &params, &opts)?,
+        DType::Bf16 => rt.kvcache_splits::<half::bf16>(qs, ks, &params, &opts)?,
     })
 }
 

@@ -101,24 +101,45 @@ impl TileCopy {
         b.selp_b64(self.col_bytes, 0i64, self.chunk_ok)
     }
 
-    /// Issues copies `k0 .. k0 + n` of the thread, copy `k0`'s chunk at global byte
-    /// address `src` and each next one `step` rows further (the rows lie in one run of
-    /// the source). Every address must lie inside the source buffer: rows not below
-    /// `valid_rows` and chunks past the problem's head dim are zero-filled from it.
-    pub fn issue_run(
-        &self,
+    /// Issues copies `k0 .. k0 + n` of the thread into two tiles of one shape (K and V:
+    /// `copies[i]` plans tile `i`, at `smem + tile_bases[i]`), copy `k0`'s chunk of tile
+    /// `i` at global byte address `srcs[i]` and each next one `step` rows further (the
+    /// rows lie in one run of each source). The row and chunk tests and the shared
+    /// address are made once for both tiles. Every address must lie inside its source
+    /// buffer: rows not below `valid_rows` and chunks past the problem's head dim are
+    /// zero-filled from it.
+    pub fn issue_run_pair(
+        copies: [&TileCopy; 2],
         b: &mut Builder,
-        (smem, tile_base): (Reg<B32>, u32),
-        mut src: Reg<B64>,
+        (smem, tile_bases): (Reg<B32>, [u32; 2]),
+        mut srcs: [Reg<B64>; 2],
         (k0, n): (u32, u32),
         valid_rows: Reg<B32>,
     ) {
+        let c = copies[0];
+        assert!(
+            c.count == copies[1].count && c.step == copies[1].step,
+            "generator bug: a copy pair of two shapes"
+        );
+        let phases = c.smem_off.len() as u32;
         for i in k0..k0 + n {
             if i > k0 {
-                src = b.add_s64(src, self.gmem_step);
+                for (src, copy) in srcs.iter_mut().zip(copies) {
+                    *src = b.add_s64(*src, copy.gmem_step);
+                }
             }
-            let row = self.row(b, i);
-            self.copy(b, i, (smem, tile_base), (src, None), (row, valid_rows));
+            let row = c.row(b, i);
+            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
+            let ok = b.and_pred(row_ok, c.chunk_ok);
+            let size = b.selp_b32(16u32, 0u32, ok);
+            let dst = b.add_u32(smem, c.smem_off[(i % phases) as usize]);
+            let below = (i / phases) * phases * c.step * ROW_BYTES;
+            for (&src, base) in srcs.iter().zip(tile_bases) {
+                let at = Addr::Shared(dst, (base + below) as i32);
+                b.when(c.in_kernel, false, |b| {
+                    b.cp_async(CpSize::B16, at, Addr::Global(src, 0), Some(size.into()))
+                });
+            }
         }
     }
 
@@ -143,13 +164,7 @@ impl TileCopy {
                 src = b.add_s64(src, self.gmem_step);
             }
             let row = self.row(b, i);
-            self.copy(
-                b,
-                i,
-                (smem, tile_base),
-                (src, Some(base)),
-                (row, valid_rows),
-            );
+            self.copy(b, i, (smem, tile_base), (src, base), (row, valid_rows));
         }
     }
 
@@ -169,36 +184,26 @@ impl TileCopy {
             let row = self.row(b, i);
             let src = row_addr(b, row);
             let src = b.add_s64(src, self.col_bytes);
-            self.copy(
-                b,
-                i,
-                (smem, tile_base),
-                (src, Some(fallback)),
-                (row, valid_rows),
-            );
+            self.copy(b, i, (smem, tile_base), (src, fallback), (row, valid_rows));
         }
     }
 
     /// The thread's copy `i` of tile row `row` from global byte address `src` (its
-    /// chunk's): 16 bytes, or zero-filled where the row is not below `valid_rows` or the
-    /// chunk is past the problem's head dim, from `fallback` (`None`: from `src`, which
-    /// the caller keeps inside the buffer).
+    /// chunk's): 16 bytes, or zero-filled from `fallback` where the row is not below
+    /// `valid_rows` or the chunk is past the problem's head dim.
     fn copy(
         &self,
         b: &mut Builder,
         i: u32,
         (smem, tile_base): (Reg<B32>, u32),
-        (src, fallback): (Reg<B64>, Option<Reg<B64>>),
+        (src, fallback): (Reg<B64>, Reg<B64>),
         (row, valid_rows): (Reg<B32>, Reg<B32>),
     ) {
         let phases = self.smem_off.len() as u32;
         let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
         let ok = b.and_pred(row_ok, self.chunk_ok);
         let size = b.selp_b32(16u32, 0u32, ok);
-        let from = match fallback {
-            Some(f) => b.selp_b64(src, f, ok),
-            None => src,
-        };
+        let from = b.selp_b64(src, fallback, ok);
         let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
         let below = (i / phases) * phases * self.step * ROW_BYTES;
         let dst = Addr::Shared(dst, (tile_base + below) as i32);

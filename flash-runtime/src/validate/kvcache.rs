@@ -235,7 +235,8 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     let kernel = (kernel_d, dtype, a.params.kernel_mask());
     let split_spec = split_spec(a.q.shape, logical.shape, kernel, arch, gpu);
     let shapes = (a.q.shape, logical.shape);
-    let splits = resolve_splits(a.num_splits, shapes, &split_spec, gpu)?;
+    let page_size = paged.map(|p| 1usize << p.page_shift);
+    let splits = resolve_splits(a.num_splits, shapes, (&split_spec, page_size), gpu)?;
     let (split_pass, split_spec) = match paged {
         None => (Pass::FwdSplit, split_spec),
         Some(_) => (

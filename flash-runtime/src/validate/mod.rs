@@ -24,7 +24,7 @@ pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
 pub use kvcache::{KvArgs, KvPlan, plan_kvcache};
 pub use layout::contiguous_runs;
 pub use paged::PagedDesc;
-pub use split_rule::{GpuFill, kvcache_splits, num_splits_for};
+pub use split_rule::{GpuFill, kvcache_splits, num_splits_for, num_splits_for_paged};
 
 /// Largest grid x dimension.
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;

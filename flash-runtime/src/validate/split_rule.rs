@@ -60,6 +60,47 @@ pub fn num_splits_for(
     k_shape: [usize; 4],
     gpu: GpuFill,
 ) -> u32 {
+    rule(split, (q_shape, k_shape), gpu, Pages::Contiguous)
+}
+
+/// The split count of a paged cache of `page_size`-row pages with the logical shape
+/// `k_shape = [b, max_pages * page_size, hk, d]`: [`num_splits_for`]'s, except that with
+/// pages smaller than the kernel's key block (each block then costs each thread several
+/// table reads, and a CTA more time per block) the rule neither keeps a grid that fills
+/// 45% of the slots unsplit nor stops at 64 splits (up to 128). On the H200 with 16-row
+/// pages: batch 8 x 8 KV heads x 4K keys (d128) ran 49.3 us in 2 splits against 53.9 in
+/// 1, batch 64 x 1 KV head x 4K (d64) 31.9 against 34.0, batch 1 x 1 x 128K (d64) 22.6 in
+/// 128 against 23.8 in 64 (the contiguous cache: 46.7, 28.0, 20.8 at its own counts).
+pub fn num_splits_for_paged(
+    split: &KernelSpec,
+    (q_shape, k_shape): ([usize; 4], [usize; 4]),
+    gpu: GpuFill,
+    page_size: usize,
+) -> u32 {
+    let small = (page_size as u64) < u64::from(split.tiles().block_n());
+    let pages = if small {
+        Pages::Small
+    } else {
+        Pages::Contiguous
+    };
+    rule(split, (q_shape, k_shape), gpu, pages)
+}
+
+/// How the split kernel finds its keys, for [`rule`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pages {
+    /// A contiguous cache, or pages of a key block or more.
+    Contiguous,
+    /// Pages smaller than a key block.
+    Small,
+}
+
+fn rule(
+    split: &KernelSpec,
+    (q_shape, k_shape): ([usize; 4], [usize; 4]),
+    gpu: GpuFill,
+    pages: Pages,
+) -> u32 {
     let [b, sq, h, d] = q_shape.map(|x| x as u64);
     let [_, cap, hk, _] = k_shape.map(|x| x as u64);
     if split.pass.tile_pass() != Pass::FwdSplit
@@ -81,12 +122,21 @@ pub fn num_splits_for(
             true => kv_head_bytes.div_ceil(L2_BYTES).min(n_blocks),
             false => 1,
         }
-    } else if n_blocks <= 4 || (total * 20 >= slots * 9 && kv_head_bytes < SPLIT_PAYS_BYTES) {
+    } else if n_blocks <= 4
+        || (pages == Pages::Contiguous
+            && total * 20 >= slots * 9
+            && kv_head_bytes < SPLIT_PAYS_BYTES)
+    {
         1
     } else {
         // at least two key blocks a split, at most 64 splits: one-block splits, and more
-        // than 64 (the combine's share), measured slower than the waves they fill
-        let max = RULE_MAX_SPLITS.min(slots).min(n_blocks / 2);
+        // than 64 (the combine's share), measured slower than the waves they fill (small
+        // pages: up to 128)
+        let cap = match pages {
+            Pages::Contiguous => RULE_MAX_SPLITS,
+            Pages::Small => u64::from(MAX_SPLITS),
+        };
+        let max = cap.min(slots).min(n_blocks / 2);
         let eff = |s: u64| {
             let w = (total * s) as f64 / slots as f64;
             w / w.ceil()
@@ -172,12 +222,12 @@ fn slots_of(spec: &KernelSpec, gpu: GpuFill) -> u64 {
 }
 
 /// The split count a KV-cache forward of q `[b, sq, h, d]` over caches `[b, capacity, hk,
-/// d]` runs with (`num_splits`: [`KvArgs::num_splits`]), on kernels of `arch` on a GPU
+/// d]` (paged: of that logical shape, in `page_size`-row pages) runs with (`num_splits`: [`KvArgs::num_splits`]), on kernels of `arch` on a GPU
 /// described by `gpu`: what [`plan_kvcache`] plans, from the shapes alone
 /// ([`crate::FlashAttention::kvcache_splits`]).
 pub fn kvcache_splits(
     q_shape: [usize; 4],
-    k_shape: [usize; 4],
+    (k_shape, page_size): ([usize; 4], Option<usize>),
     (dtype, params): (DType, &AttnParams),
     num_splits: Option<u32>,
     arch: Arch,
@@ -194,19 +244,22 @@ pub fn kvcache_splits(
         arch,
         gpu,
     );
-    resolve_splits(num_splits, (q_shape, k_shape), &spec, gpu)
+    resolve_splits(num_splits, (q_shape, k_shape), (&spec, page_size), gpu)
 }
 
 /// The split count of the call: an explicit one checked and lowered to the cache's key
-/// blocks, else [`num_splits_for`].
+/// blocks, else [`num_splits_for`] (paged, `page_size: Some(..)`: [`num_splits_for_paged`]).
 pub(super) fn resolve_splits(
     num_splits: Option<u32>,
     (q_shape, k_shape): ([usize; 4], [usize; 4]),
-    split: &KernelSpec,
+    (split, page_size): (&KernelSpec, Option<usize>),
     gpu: GpuFill,
 ) -> Result<u32> {
     match num_splits {
-        None => Ok(num_splits_for(split, q_shape, k_shape, gpu)),
+        None => Ok(match page_size {
+            None => num_splits_for(split, q_shape, k_shape, gpu),
+            Some(p) => num_splits_for_paged(split, (q_shape, k_shape), gpu, p),
+        }),
         Some(n) if (1..=MAX_SPLITS).contains(&n) => {
             let n_blocks = k_shape[1].div_ceil(split.tiles().block_n() as usize);
             Ok(n.min(n_blocks.max(1).min(MAX_SPLITS as usize) as u32))

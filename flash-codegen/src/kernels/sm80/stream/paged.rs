@@ -192,12 +192,12 @@ impl PagedRows {
                 let page = b.max_s32(entry, 0i32);
                 let page = b.min_u32(page, self.last_page);
                 let in_row = b.and_b32(key, self.in_page);
-                for i in 0..2 {
+                let srcs = [0, 1].map(|i| {
                     let at = b.mad_wide_u32(page, self.page_bytes[i], self.heads[i]);
-                    let at = b.mad_wide_u32(in_row, self.row_bytes[i], at);
-                    let tile = (smem, tile_bases[i]);
-                    copies[i].issue_run(b, tile, at, (k0, g), rows_left);
-                }
+                    b.mad_wide_u32(in_row, self.row_bytes[i], at)
+                });
+                let tiles = (smem, tile_bases);
+                TileCopy::issue_run_pair(copies, b, tiles, srcs, (k0, g), rows_left);
                 if self.ahead(g) {
                     let next = b.add_u32(key, self.rows);
                     self.load_entry(b, next, self.slots[s]);
