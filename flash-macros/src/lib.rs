@@ -57,7 +57,7 @@ mod tests;
 /// | `head_dim` | `32`, `64`, `96`, `128`, `160`, `192`, `224`, `256` | required |
 /// | `dtype` | `f16`, `bf16` | required |
 /// | `causal` | `false`, `true` | required |
-/// | `passes` | `fwd`, `bwd`, `kvcache` | required |
+/// | `passes` | `fwd`, `bwd`, `kvcache`, `paged` | required |
 /// | `arch` | `sm80` | optional, default `sm80` |
 ///
 /// Only the kernel head dims are instantiable: a problem of head dim `d` (a multiple of 8
@@ -71,7 +71,9 @@ mod tests;
 /// `kvcache` brings the KV-cache forward (`FlashAttention::forward_kvcache`): the split-KV
 /// kernel `fwdsplit` (causal or not, as `causal` says) and its combine step `fwdcombine`
 /// (no causal variant; with its `_long` kernel, 8 warps a row, run from 33 splits, and
-/// its `_prefill` one, a row per warp, up to 8).
+/// its `_prefill` one, a row per warp, up to 8). `paged` brings the paged KV-cache forward
+/// (`FlashAttention::forward_kvcache_paged`): `fwdpaged` in the same tilings as `fwdsplit`
+/// and the same combine kernels.
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

@@ -27,6 +27,7 @@ enum Passes {
     Fwd,
     Bwd,
     KvCache,
+    Paged,
 }
 
 /// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
@@ -257,13 +258,15 @@ fn causal(a: &Atom) -> Result<bool> {
 
 fn passes(a: &Atom) -> Result<Passes> {
     let expected = "expected `fwd` (the forward), `bwd` (every backward kernel: bwdpre, bwd, \
-                    bwddq and bwdpost) or `kvcache` (the KV-cache forward: fwdsplit and \
+                    bwddq and bwdpost), `kvcache` (the KV-cache forward: fwdsplit and \
+                    fwdcombine) or `paged` (the paged KV-cache forward: fwdpaged and \
                     fwdcombine)";
     let w = word(a, "a pass", expected)?;
     match w.to_string().as_str() {
         "fwd" => Ok(Passes::Fwd),
         "bwd" => Ok(Passes::Bwd),
         "kvcache" => Ok(Passes::KvCache),
+        "paged" => Ok(Passes::Paged),
         other => Err(Error::new(
             w.span(),
             format!("unknown pass `{other}`: {expected}"),
@@ -284,7 +287,8 @@ fn arch(a: &Atom) -> Result<Arch> {
 /// bwd, bwdpost; deterministic: bwdpre, bwd, bwddq), with the bwd's long-sequence
 /// tiling where it has one (d128); bwdpre and bwdpost have no causal variant, so they
 /// come once per head dim and dtype. `kvcache` brings the split-KV forward and its
-/// combine step (no causal variant).
+/// combine step (no causal variant); `paged` the paged split-KV forward and the same
+/// combine step.
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
     for &arch in &a.arch {
@@ -296,6 +300,7 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                             Passes::Fwd => &[Pass::Fwd],
                             Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
                             Passes::KvCache => &[Pass::FwdSplit, Pass::FwdCombine],
+                            Passes::Paged => &[Pass::FwdPaged, Pass::FwdCombine],
                         };
                         for &pass in passes {
                             let spec = KernelSpec {

@@ -139,6 +139,31 @@ fn errors_say_what_is_wrong() {
     }
 }
 
+/// `paged` brings the paged split-KV forward in each of fwdsplit's tilings and the same
+/// combine kernels; with `kvcache` the combine kernels come once.
+#[test]
+fn paged_brings_the_paged_forward_and_the_combine() {
+    let input = parse(quote! {
+        mod m { head_dim = 64, dtype = f16, causal = false, passes = [kvcache, paged], }
+    })
+    .unwrap();
+    let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "fa2_fwdsplit_d64_f16_sm80",
+            "fa2_fwdsplit_d64_f16_long_sm80",
+            "fa2_fwdsplit_d64_f16_compact_sm80",
+            "fa2_fwdcombine_d64_f16_sm80",
+            "fa2_fwdcombine_d64_f16_long_sm80",
+            "fa2_fwdcombine_d64_f16_prefill_sm80",
+            "fa2_fwdpaged_d64_f16_sm80",
+            "fa2_fwdpaged_d64_f16_long_sm80",
+            "fa2_fwdpaged_d64_f16_compact_sm80",
+        ]
+    );
+}
+
 /// `kvcache` brings the split-KV forward in each of its tilings (key-split, long, compact,
 /// and prefill at d128)
 /// and its combine step in each of its three (4 and 8 warps a row, a row per warp; no

@@ -76,13 +76,19 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
     } else {
         format!("the kernel for head dims {lowest} to {d}")
     };
-    let (causal, pass) = match spec.pass {
-        Pass::Fwd => (format!(", `causal = {}`", spec.mask.is_causal()), "fwd"),
-        _ if spec.pass.has_mask() => (format!(", `causal = {}`", spec.mask.is_causal()), "bwd"),
-        _ => (String::new(), "bwd"),
+    let pass = match spec.pass {
+        Pass::Fwd => "`passes = fwd`",
+        Pass::FwdSplit => "`passes = kvcache`",
+        Pass::FwdPaged => "`passes = paged`",
+        Pass::FwdCombine => "`passes = kvcache` (or `paged`)",
+        Pass::BwdPre | Pass::Bwd | Pass::BwdDq | Pass::BwdPost => "`passes = bwd`",
+    };
+    let causal = match spec.pass.has_mask() {
+        true => format!(", `causal = {}`", spec.mask.is_causal()),
+        false => String::new(),
     };
     format!(
-        "add `head_dim = {d}` ({dims}), `dtype = {}`{causal} and `passes = {pass}` to the \
+        "add `head_dim = {d}` ({dims}), `dtype = {}`{causal} and {pass} to the \
          `flash_kernel!` invocation (list values instantiate every combination), or make the \
          runtime with `FlashAttention::new` and `register_kernels` to generate missing kernels \
          on demand",
@@ -142,6 +148,13 @@ mod tests {
         // Elementwise backward kernels have no causal variant: nothing to say about it.
         let msg = missing_kernel_hint(&spec(Pass::BwdPre, 128, false));
         assert!(msg.contains("`dtype = bf16` and `passes = bwd`"), "{msg}");
+        // the KV-cache kernels name their own keys
+        let msg = missing_kernel_hint(&spec(Pass::FwdSplit, 128, true));
+        assert!(msg.contains("`causal = true` and `passes = kvcache`"), "{msg}");
+        let msg = missing_kernel_hint(&spec(Pass::FwdPaged, 64, false));
+        assert!(msg.contains("`causal = false` and `passes = paged`"), "{msg}");
+        let msg = missing_kernel_hint(&spec(Pass::FwdCombine, 64, false));
+        assert!(msg.contains("`dtype = bf16` and `passes = kvcache` (or `paged`)"), "{msg}");
     }
 
     #[test]
