@@ -7,10 +7,12 @@
 mod kvcache_support;
 
 use flash_codegen::abi::decode::split_grid;
-use flash_codegen::{DType, KernelSpec, Pass};
-use flash_runtime::FlashError;
-use flash_runtime::validate::{KvArgs, PagedDesc, ParamValue, TensorDesc, num_splits_for_paged};
-use kvcache_support::{H200, args, assert_follows_abi, buf, err, plan, t, with_splits};
+use flash_codegen::{Arch, DType, KernelSpec, Pass};
+use flash_runtime::validate::{
+    KvArgs, PagedDesc, ParamValue, TensorDesc, kvcache_splits, num_splits_for_paged,
+};
+use flash_runtime::{AttnParams, FlashError};
+use kvcache_support::{BF, H200, args, assert_follows_abi, buf, err, plan, t, with_splits};
 
 /// Where `paged` puts the table.
 const TABLE: u64 = 0xc000_0000;
@@ -109,6 +111,13 @@ fn small_pages_split_sooner() {
         );
         assert_eq!(splits(16), small, "{shape:?} page 16");
         assert_eq!(splits(256), large, "{shape:?} page 256");
+        // the count from the shapes alone (FlashAttention::kvcache_paged_splits) is the plan's
+        for page in [16, 256] {
+            let cache = ([b, cap, hk, d], Some(page));
+            let params = AttnParams::new();
+            let n = kvcache_splits([b, sq, h, d], cache, (BF, &params), None, Arch::Sm80, H200);
+            assert_eq!(n.unwrap(), splits(page), "{shape:?} page {page}");
+        }
     }
 }
 

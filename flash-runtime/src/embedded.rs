@@ -150,11 +150,20 @@ mod tests {
         assert!(msg.contains("`dtype = bf16` and `passes = bwd`"), "{msg}");
         // the KV-cache kernels name their own keys
         let msg = missing_kernel_hint(&spec(Pass::FwdSplit, 128, true));
-        assert!(msg.contains("`causal = true` and `passes = kvcache`"), "{msg}");
+        assert!(
+            msg.contains("`causal = true` and `passes = kvcache`"),
+            "{msg}"
+        );
         let msg = missing_kernel_hint(&spec(Pass::FwdPaged, 64, false));
-        assert!(msg.contains("`causal = false` and `passes = paged`"), "{msg}");
+        assert!(
+            msg.contains("`causal = false` and `passes = paged`"),
+            "{msg}"
+        );
         let msg = missing_kernel_hint(&spec(Pass::FwdCombine, 64, false));
-        assert!(msg.contains("`dtype = bf16` and `passes = kvcache` (or `paged`)"), "{msg}");
+        assert!(
+            msg.contains("`dtype = bf16` and `passes = kvcache` (or `paged`)"),
+            "{msg}"
+        );
     }
 
     #[test]

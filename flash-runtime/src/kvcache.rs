@@ -45,6 +45,14 @@ fn scratch(stream: &Arc<CudaStream>, n: usize) -> Result<CudaSlice<f32>> {
 }
 
 impl FlashAttention {
+    /// What the split rule needs to know of this GPU.
+    pub(crate) fn gpu_fill(&self) -> GpuFill {
+        GpuFill {
+            sms: self.sms,
+            smem_optin: self.smem_optin,
+        }
+    }
+
     /// KV-cache attention forward, allocating: `o` (contiguous, shaped like q) and `lse`
     /// (f32 `[batch, heads, seqlen_q]`, natural log), enqueued on `stream`; see
     /// [`FlashAttention::forward_kvcache_into`] for the rules and the preallocated form.
@@ -106,35 +114,9 @@ impl FlashAttention {
         params: &AttnParams,
         opts: &KvOptions,
     ) -> Result<u32> {
-        let gpu = GpuFill {
-            sms: self.sms,
-            smem_optin: self.smem_optin,
-        };
+        let gpu = self.gpu_fill();
         let problem = (T::DTYPE, params);
         let cache = (k_shape, None);
-        kvcache_splits(q_shape, cache, problem, opts.num_splits, self.arch, gpu)
-    }
-
-    /// The number of key-range splits [`FlashAttention::forward_kvcache_paged`] runs for
-    /// q `[b, sq, h, d]` over page pools `[num_pages, page_size, hk, d]` and a page table
-    /// `[b, max_pages]` of `T` with `params` and `opts` on this GPU; errors as
-    /// [`FlashAttention::kvcache_splits`]'. Pages smaller than the kernel's key block
-    /// split sooner than a contiguous cache (`validate::num_splits_for_paged`).
-    pub fn kvcache_paged_splits<T: Element>(
-        &self,
-        q_shape: [usize; 4],
-        (pool_shape, table_shape): ([usize; 4], [usize; 2]),
-        params: &AttnParams,
-        opts: &KvOptions,
-    ) -> Result<u32> {
-        let gpu = GpuFill {
-            sms: self.sms,
-            smem_optin: self.smem_optin,
-        };
-        let [_, page, hk, d] = pool_shape;
-        let k_shape = [table_shape[0], table_shape[1].saturating_mul(page), hk, d];
-        let problem = (T::DTYPE, params);
-        let cache = (k_shape, Some(page));
         kvcache_splits(q_shape, cache, problem, opts.num_splits, self.arch, gpu)
     }
 
@@ -248,10 +230,7 @@ impl FlashAttention {
             num_splits: opts.num_splits,
             paged,
         };
-        let gpu = GpuFill {
-            sms: self.sms,
-            smem_optin: self.smem_optin,
-        };
+        let gpu = self.gpu_fill();
         let mut plan = plan_kvcache(&args, self.arch, gpu)?;
         if plan.is_noop() {
             return Ok(());

@@ -12,6 +12,7 @@ use crate::forward::alloc_outputs;
 use crate::outputs::Forward;
 use crate::params::{AttnParams, KvOptions};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
+use crate::validate::kvcache_splits;
 
 /// A paged KV cache: K and V page pools `[num_pages, page_size, heads_k, head_dim]` (any
 /// strides with a contiguous last dim, like every tensor here) and the page table, i32
@@ -176,5 +177,25 @@ impl FlashAttention {
     ) -> Result<()> {
         let src = KvSource::Paged(cache);
         self.run_kvcache(stream, q, src, seqlens_k, o, lse, params, opts)
+    }
+
+    /// The number of key-range splits [`FlashAttention::forward_kvcache_paged`] runs for
+    /// q `[b, sq, h, d]` over page pools `[num_pages, page_size, hk, d]` and a page table
+    /// `[b, max_pages]` of `T` with `params` and `opts` on this GPU; errors as
+    /// [`FlashAttention::kvcache_splits`]'. Pages smaller than the kernel's key block
+    /// split sooner than a contiguous cache (`validate::num_splits_for_paged`).
+    pub fn kvcache_paged_splits<T: Element>(
+        &self,
+        q_shape: [usize; 4],
+        (pool_shape, table_shape): ([usize; 4], [usize; 2]),
+        params: &AttnParams,
+        opts: &KvOptions,
+    ) -> Result<u32> {
+        let gpu = self.gpu_fill();
+        let [_, page, hk, d] = pool_shape;
+        let k_shape = [table_shape[0], table_shape[1].saturating_mul(page), hk, d];
+        let problem = (T::DTYPE, params);
+        let cache = (k_shape, Some(page));
+        kvcache_splits(q_shape, cache, problem, opts.num_splits, self.arch, gpu)
     }
 }
