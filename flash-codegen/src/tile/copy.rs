@@ -15,6 +15,10 @@ use crate::ptx::{Addr, B32, B64, Builder, Cmp, Pred, Reg};
 pub struct TileCopy {
     /// Copies per thread.
     count: u32,
+    /// Threads per row (chunks per row, rounded up to a power of two): consecutive lanes.
+    cpr: u32,
+    /// The thread's chunk column, `tid % cpr`.
+    chunk: Reg<B32>,
     /// Rows between a thread's successive copies.
     step: u32,
     row0: Reg<B32>,
@@ -74,6 +78,8 @@ impl TileCopy {
         let gmem_step = b.mul_wide_u32(row_bytes, step);
         TileCopy {
             count: tile.rows / step,
+            cpr,
+            chunk,
             step,
             row0,
             smem_off,
@@ -93,6 +99,17 @@ impl TileCopy {
     /// Rows between a thread's successive copies.
     pub fn step(&self) -> u32 {
         self.step
+    }
+
+    /// Threads sharing a row: `cpr` consecutive lanes (an aligned group of the warp, or
+    /// the whole warp and more), the thread's place among them [`TileCopy::chunk`].
+    pub fn lanes_per_row(&self) -> u32 {
+        self.cpr
+    }
+
+    /// The thread's chunk column, `tid % lanes_per_row`.
+    pub fn chunk(&self) -> Reg<B32> {
+        self.chunk
     }
 
     /// The byte offset of the thread's chunk inside a row where it is inside the problem's

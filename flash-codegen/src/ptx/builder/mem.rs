@@ -193,6 +193,25 @@ impl Builder {
         d
     }
 
+    /// Indexed shuffle inside aligned segments of `width` lanes (`shfl.sync.idx.b32` with
+    /// segment mask `32 - width`): every lane gets `a` of lane `src` of its segment.
+    pub fn shfl_idx_seg_b32(&mut self, a: Reg<B32>, src: u32, width: u32) -> Reg<B32> {
+        assert!(
+            width.is_power_of_two() && width <= 32 && src < width,
+            "generator bug: shuffle from lane {src} of segments of {width}"
+        );
+        let d = self.reg::<B32>();
+        self.push(Inst::Shfl {
+            mode: ShflMode::Idx,
+            d: d.into(),
+            a: a.into(),
+            lane: src,
+            clamp: ((32 - width) << 8) | 0x1f,
+            mask: u32::MAX,
+        });
+        d
+    }
+
     /// Indexed shuffle of an f32: every lane gets lane `src`'s `a` (full warp).
     pub fn shfl_idx_f32(&mut self, a: Reg<F32>, src: u32) -> Reg<F32> {
         assert!(src < 32, "generator bug: shuffle from lane {src}");

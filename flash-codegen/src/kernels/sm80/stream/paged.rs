@@ -11,7 +11,10 @@
 //! and takes, uniformly, the largest the launch's page size allows: with pages of at least
 //! a block, one read per block (a contiguous block copy); with 16-row pages, `16 / step`
 //! copies per read. The reads are made a block ahead (one register per run, loop-carried)
-//! so that the copies of block j never wait on the table.
+//! so that the copies of block j never wait on the table. Where a block's runs are
+//! no more than the lanes sharing a row (`TileCopy::lanes_per_row`), lane `e` of those
+//! lanes reads run `e`'s entry alone and the others take it with a segmented `shfl`:
+//! one read per thread per block instead of one per run.
 
 use crate::abi::{BLOCK_TABLE, MAX_PAGES, NUM_PAGES, PAGE_SHIFT, TensorArgs};
 use crate::kernels::params::Params;
@@ -43,6 +46,10 @@ pub struct PagedRows {
 
     /// Runs of more than this many slots read the table as they issue (registers).
     max_slots: u32,
+    /// Lanes sharing a row, and the thread's place among them (the run it reads when the
+    /// lanes share their reads).
+    lanes: u32,
+    lane: Reg<B32>,
 }
 
 impl PagedRows {
@@ -90,8 +97,10 @@ impl PagedRows {
             count,
             step,
             rows,
-            slots: (0..n_slots).map(|_| b.mov(0u32)).collect(),
+            slots: (0..n_slots.max(1)).map(|_| b.mov(0u32)).collect(),
             max_slots: n_slots,
+            lanes: copy.lanes_per_row().min(32),
+            lane: copy.chunk(),
         }
     }
 
@@ -132,7 +141,29 @@ impl PagedRows {
 
     /// Whether the path of run length `g` reads its table entries a block ahead.
     fn ahead(&self, g: u32) -> bool {
-        self.count / g <= self.max_slots
+        self.shares(g) || self.count / g <= self.max_slots
+    }
+
+    /// Whether the path of run length `g` has each run's entry read by one lane of the
+    /// row's lanes and shuffled to the others.
+    fn shares(&self, g: u32) -> bool {
+        let runs = self.count / g;
+        runs > 1 && runs <= self.lanes
+    }
+
+    /// The key of the run this lane reads for the shared path of run length `g`, in the
+    /// block whose first key is `row0` (lanes past the last run read the last one's).
+    fn own_key(&self, b: &mut Builder, copy: &TileCopy, row0: Reg<B32>, g: u32) -> Reg<B32> {
+        let run = b.min_u32(self.lane, self.count / g - 1);
+        let first = copy.row(b, 0);
+        let row = b.mad_lo_u32(run, g * self.step, first);
+        b.add_u32(row0, row)
+    }
+
+    /// A table entry clamped to the pools' pages, `[0, num_pages)`.
+    fn clamp_page(&self, b: &mut Builder, entry: Reg<B32>) -> Reg<B32> {
+        let page = b.max_s32(entry, 0i32);
+        b.min_u32(page, self.last_page)
     }
 
     /// Loads the (clamped) table entry of key `key` into `slot` (read-only path): any key
@@ -156,7 +187,10 @@ impl PagedRows {
     /// block before it).
     pub fn start(&self, b: &mut Builder, copy: &TileCopy, row0: Reg<B32>) {
         self.select(b, |b, g| {
-            if self.ahead(g) {
+            if self.shares(g) {
+                let key = self.own_key(b, copy, row0, g);
+                self.load_entry(b, key, self.slots[0]);
+            } else if self.ahead(g) {
                 for (s, k) in (0..self.count).step_by(g as usize).enumerate() {
                     let key = self.key(b, copy, row0, k);
                     self.load_entry(b, key, self.slots[s]);
@@ -178,19 +212,19 @@ impl PagedRows {
         rows_left: Reg<B32>,
     ) {
         self.select(b, |b, g| {
+            // shared: this lane's run's page, clamped to [0, num_pages), for the others
+            let own = self.shares(g).then(|| self.clamp_page(b, self.slots[0]));
             for (s, k0) in (0..self.count).step_by(g as usize).enumerate() {
                 let key = self.key(b, copies[0], row0, k0);
-                let entry = match self.ahead(g) {
-                    true => self.slots[s],
-                    false => {
+                let page = match (own, self.ahead(g)) {
+                    (Some(own), _) => b.shfl_idx_seg_b32(own, s as u32, self.lanes),
+                    (None, true) => self.clamp_page(b, self.slots[s]),
+                    (None, false) => {
                         let slot = b.reg::<B32>();
                         self.load_entry(b, key, slot);
-                        slot
+                        self.clamp_page(b, slot)
                     }
                 };
-                // clamped to [0, num_pages)
-                let page = b.max_s32(entry, 0i32);
-                let page = b.min_u32(page, self.last_page);
                 let in_row = b.and_b32(key, self.in_page);
                 let srcs = [0, 1].map(|i| {
                     let at = b.mad_wide_u32(page, self.page_bytes[i], self.heads[i]);
@@ -198,10 +232,16 @@ impl PagedRows {
                 });
                 let tiles = (smem, tile_bases);
                 TileCopy::issue_run_pair(copies, b, tiles, srcs, (k0, g), rows_left);
-                if self.ahead(g) {
+                if self.ahead(g) && !self.shares(g) {
                     let next = b.add_u32(key, self.rows);
                     self.load_entry(b, next, self.slots[s]);
                 }
+            }
+            if self.shares(g) {
+                // (after every lane took its pages: the slot is overwritten)
+                let next = b.add_u32(row0, self.rows);
+                let key = self.own_key(b, copies[0], next, g);
+                self.load_entry(b, key, self.slots[0]);
             }
         });
     }
