@@ -3,7 +3,8 @@
 //! `j <= i + seqlen_k - seqlen_q`), fully masked rows give `o = 0` and `lse = -inf`.
 //! Naive `O(sq * sk * d)` per head, spread over threads; for tests, not for speed. The
 //! backward ([`attention_backward`]) and the KV-cache forward ([`attention_kvcache_f64`]:
-//! per-sequence key counts, causal bottom-right per sequence) follow the same rules.
+//! per-sequence key counts, causal bottom-right per sequence) and the varlen forward and
+//! backward ([`attention_varlen_f64`], packed sequences) follow the same rules.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -11,8 +12,10 @@ use crate::error::{FlashError, Result};
 
 mod bwd;
 mod kvcache;
+mod varlen;
 pub use bwd::{RefGrads, attention_backward, backward};
 pub use kvcache::{attention_kvcache_f64, forward_kvcache};
+pub use varlen::{VarlenShape, attention_varlen_backward_f64, attention_varlen_f64};
 
 /// Problem sizes of a contiguous attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

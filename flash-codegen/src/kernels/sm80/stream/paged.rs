@@ -43,7 +43,6 @@ pub struct PagedRows {
     /// Loop-carried: the raw table entry of each run of the next block to issue, for the
     /// paths that read a block ahead.
     slots: Vec<Reg<B32>>,
-
     /// Runs of more than this many slots read the table as they issue (registers).
     max_slots: u32,
     /// Lanes sharing a row, and the thread's place among them (the run it reads when the
