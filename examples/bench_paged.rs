@@ -25,7 +25,7 @@
 //! is the summary: the geomean and the worst of each ratio.
 //!
 //! Env: BENCH_OUT (also write the JSON lines to this file), BENCH_ROUNDS (default 3),
-//! BENCH_PAGED_SPLITS=n (the paged calls with exactly n splits, the contiguous one the
+//! BENCH_ROW=b,L,sq,d (that row alone, e.g. under ncu), BENCH_PAGED_SPLITS=n (the paged calls with exactly n splits, the contiguous one the
 //! runtime's count: the paged o is then spot-checked against float64 instead of the
 //! contiguous bits),
 //! BENCH_TABLE=identity (page `g` of the cache in pool page `g`: the pages in order, to
@@ -293,7 +293,12 @@ fn run() -> Result<(), Box<dyn Error>> {
         Ok(p) if !p.is_empty() => Some(std::fs::File::create(&p)?),
         _ => None,
     });
-    let rows = rows();
+    // BENCH_ROW=b,L,sq,d: that row alone (e.g. under a profiler)
+    let only = env_list("BENCH_ROW", &[]);
+    let rows: Vec<Row> = rows()
+        .into_iter()
+        .filter(|r| only.is_empty() || only == [r.b, r.l, r.sq, r.d])
+        .collect();
     let q_max = rows
         .iter()
         .map(|r| r.b * r.sq * r.h * r.d)
