@@ -188,6 +188,14 @@ fn bad_tables_and_pools_are_typed_errors() {
     a.k.shape[0] = 0;
     a.v.shape[0] = 0;
     cases.push((a, "hold no page"));
+    // 2^31 keys a sequence: past what the kernels index (seqlens_k is i32)
+    let mut a = base();
+    table(&mut a).shape = [2, 1 << 27];
+    table(&mut a).block_table.len = usize::MAX;
+    cases.push((
+        a,
+        "capacity 2147483648 (paged: max_pages * page_size) exceeds 2147482624",
+    ));
     let mut a = base();
     a.v = t([32, 32, 2, 64], 0x3000_0000);
     cases.push((

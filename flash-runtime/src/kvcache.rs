@@ -281,15 +281,21 @@ impl FlashAttention {
             //   (or the page pools) with 16-byte aligned bases and strides, that o's
             //   elements are disjoint, that lse holds b*h*sq f32, seqlens_k b i32 and a
             //   block table b*max_pages i32 (4-byte aligned); the kernels clamp each
-            //   seqlens_k value to [0, capacity] and each table entry to [0, num_pages), so
-            //   no device value reads past a cache or a pool.
+            //   seqlens_k value to [0, capacity] (at most MAX_CAPACITY), so no value reads
+            //   past a cache.
             //   `bind_scratch` checked that the partial buffers hold num_splits*b*h*sq*
             //   kernel_head_dim and num_splits*b*h*sq f32, or passed 0 with one split (the
             //   split pass then writes o and lse itself and no combine runs).
-            // - q, the caches and seqlens_k are shared borrows, only read; o and lse are
-            //   exclusive borrows; the scratch is this stream's, used by calls on this
-            //   stream only (in stream order) and locked until both launches are enqueued,
-            //   so nothing else aliases them.
+            // - Paged: the kernel reads table row `batch < b` only, each index clamped to
+            //   [0, max_pages) and each entry to [0, num_pages); a run of copies stays in
+            //   one page (power-of-two steps and pages, asserted by the generator); the
+            //   pools' page and row strides are below 2^31 elements (checked), so the
+            //   kernel's 32-bit byte products do not wrap; a null table is passed only
+            //   with capacity 0, when nothing reads it.
+            // - q, the caches (or pools and table) and seqlens_k are shared borrows, only
+            //   read; o and lse are exclusive borrows; the scratch is this stream's, used
+            //   by calls on this stream only (in stream order) and locked until both
+            //   launches are enqueued, so nothing else aliases them.
             // - The launches are stream-ordered: the combine pass reads the partials after
             //   the split pass wrote every element of them.
             // - The guards above outlive the launches; the scratch outlives them in the

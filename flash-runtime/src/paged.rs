@@ -24,8 +24,9 @@ use crate::validate::kvcache_splits;
 /// runs). Pages can be shared between sequences (a common prefix) and sit in any order.
 ///
 /// The table's contents are device data and are not trusted: the kernel clamps every
-/// entry it reads to `[0, num_pages)` (a garbage table reads the wrong pages, never outside
-/// the pools), and reads only the entries of a sequence's first `seqlens_k[b]` keys.
+/// entry it reads to `[0, num_pages)` and every index to the row (a garbage table reads
+/// the wrong pages, never outside the pools or the table). Entries past a sequence's
+/// `seqlens_k[b]` keys may hold anything: their pages are never used.
 #[derive(Debug)]
 pub struct PagedKv<'a, T> {
     pub(crate) k_pages: Tensor4<'a, T>,
@@ -58,14 +59,14 @@ impl<'a, T> PagedKv<'a, T> {
         self.k_pages.shape()[1]
     }
 
-    /// The most keys a sequence holds, `max_pages * page_size` (saturating): the capacity
-    /// [`FlashAttention::kvcache_splits`] takes as the cache's dim 1.
+    /// The most keys a sequence holds, `max_pages * page_size` (saturating).
     pub fn capacity(&self) -> usize {
         self.table_shape[1].saturating_mul(self.page_size())
     }
 
     /// The cache as a contiguous one of the same capacity would be shaped, `[batch,
-    /// capacity, heads_k, head_dim]` (what [`FlashAttention::kvcache_splits`] takes).
+    /// capacity, heads_k, head_dim]` (the split count of a paged call, which splits
+    /// sooner with small pages, is [`FlashAttention::kvcache_paged_splits`]'s).
     pub fn cache_shape(&self) -> [usize; 4] {
         let [_, _, hk, d] = self.k_pages.shape();
         [self.table_shape[0], self.capacity(), hk, d]
@@ -152,16 +153,20 @@ impl FlashAttention {
     }
 
     /// Paged KV-cache attention forward into preallocated outputs: what
-    /// [`FlashAttention::forward_kvcache_into`] computes (same q, o, lse, `seqlens_k`,
-    /// mask and split rules, `capacity = max_pages * page_size`), with the keys and values
-    /// of each sequence read through its row of the page table ([`PagedKv`]).
+    /// [`FlashAttention::forward_kvcache_into`] computes (same q, o, lse, `seqlens_k` and
+    /// mask rules, `capacity = max_pages * page_size`), with the keys and values of each
+    /// sequence read through its row of the page table ([`PagedKv`]). The split rule is
+    /// the contiguous one except with pages smaller than the kernel's key block, which
+    /// split sooner ([`FlashAttention::kvcache_paged_splits`] gives the count).
     ///
     /// Checked before the first launch, each a typed [`FlashError`](crate::FlashError):
     /// the table's shape (`[batch, max_pages]` with q's batch) and buffer (at least
-    /// `batch * max_pages` i32, 4-byte aligned), the page size (a power of two), the
-    /// pools' shapes (equal, q's head dim, at least one page unless `max_pages == 0`),
-    /// dtypes and layouts (16-byte aligned, strides multiples of 8 elements, inside their
-    /// buffers), and everything the contiguous forward checks. Appending this step's keys
+    /// `batch * max_pages` i32, 4-byte aligned), the page size (a power of two, at most
+    /// 2^30), the capacity (at most `validate::MAX_CAPACITY` keys), the pools' shapes
+    /// (equal, q's head dim, at least one page unless `max_pages == 0`), dtypes and
+    /// layouts (16-byte aligned, strides multiples of 8 elements, page and row strides
+    /// below 2^31 elements, inside their buffers), and everything the contiguous forward
+    /// checks. Appending this step's keys
     /// (writing them into their pages, growing the table) is the caller's job.
     #[allow(clippy::too_many_arguments)]
     pub fn forward_kvcache_paged_into<T: Element>(

@@ -135,6 +135,8 @@ pub fn shape_mismatch_cases() -> Vec<(KvArgs, &'static str)> {
     let mut a = args(3, 1, 64, 2, 2, 64);
     a.seqlens_k = Some(buf(SEQLENS, 2));
     cases.push((a, "seqlens_k must hold batch = 3 i32"));
+    // 2^31 keys: past what the kernels index (seqlens_k is i32)
+    cases.push((args(1, 1, 1 << 31, 2, 2, 64), "capacity 2147483648"));
     cases
 }
 

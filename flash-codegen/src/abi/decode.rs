@@ -93,7 +93,7 @@ pub const FWD_PAGED_PARAMS: [ParamDesc; 31] = cat(
         ),
         MAX_PAGES.desc("entries per row of block_table; seqlen_k = max_pages * page_size"),
         PAGE_SHIFT.desc("log2 of page_size (rows per page), 0 to 30"),
-        NUM_PAGES.desc("pages in each of the k and v pools, at least 1"),
+        NUM_PAGES.desc("pages in each of the k and v pools, at least 1 (any value when max_pages = 0)"),
     ],
 );
 

@@ -129,6 +129,23 @@ fn set_param(plan: &mut LaunchPlan, name: &str, value: ParamValue) -> Result<()>
     }
 }
 
+/// The most keys a cache (or a paged cache's table row) may hold: the kernels count key
+/// rows in 32 bits and compare the rows left in a block as signed values, and
+/// `seqlens_k` is i32.
+pub const MAX_CAPACITY: usize = (1 << 31) - 1024;
+
+/// The cache's capacity as the kernels' `seqlen_k`, at most [`MAX_CAPACITY`].
+fn capacity_of(cap: usize) -> Result<u32> {
+    match cap <= MAX_CAPACITY {
+        true => Ok(cap as u32),
+        false => Err(shape_err(format!(
+            "the cache's capacity {cap} (paged: max_pages * page_size) exceeds {MAX_CAPACITY} \
+             keys, the most the kernels index (seqlens_k is i32); use a smaller cache or \
+             table"
+        ))),
+    }
+}
+
 /// Checks of `seqlens_k` (i32 `[batch]` on the device); returns its pointer.
 fn check_seqlens(s: &BufDesc, b: usize) -> Result<u64> {
     if s.len < b {
@@ -209,7 +226,8 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         None => None,
         Some(_) if a.k.shape[3] != d => {
             return Err(shape_err(format!(
-                "k_pages has head_dim {} (dim 3) but q has {d}; the pools must be [num_pages,                  page_size, heads_k, head_dim] with q's head_dim",
+                "k_pages has head_dim {} (dim 3) but q has {d}; the pools must be [num_pages, \
+                 page_size, heads_k, head_dim] with q's head_dim",
                 a.k.shape[3]
             )));
         }
@@ -260,10 +278,7 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
 
     // Grid first: it names the limit users hit with huge batches or split counts.
     check_kv_grid([b, sq, h, hk], split_spec.tiles().block_m(), splits)?;
-    let (sq32, cap32) = (
-        u32_of(sq, "seqlen_q")?,
-        u32_of(cap, "the cache's capacity")?,
-    );
+    let (sq32, cap32) = (u32_of(sq, "seqlen_q")?, capacity_of(cap)?);
     let (b32, h32, hk32) = (b as u32, h as u32, hk as u32); // checked with the grid
 
     let q = place("q", &a.q, false)?;

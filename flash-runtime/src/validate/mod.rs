@@ -21,7 +21,7 @@ mod paged;
 mod split_rule;
 pub use bwd::{BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with};
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
-pub use kvcache::{KvArgs, KvPlan, plan_kvcache};
+pub use kvcache::{KvArgs, KvPlan, MAX_CAPACITY, plan_kvcache};
 pub use layout::contiguous_runs;
 pub use paged::PagedDesc;
 pub use split_rule::{GpuFill, kvcache_splits, num_splits_for, num_splits_for_paged};

@@ -83,6 +83,13 @@ impl PagedRows {
         });
         let row_bytes = operands.map(|t| b.shl_b32(p.row_stride(t), 1u32));
         let (count, step) = (copy.count(), copy.step());
+        // a run of g copies spans g * step rows, aligned: inside one page of at least as
+        // many rows only when both are powers of two; the shuffles stay inside a warp
+        assert!(
+            step.is_power_of_two() && copy.lanes_per_row() <= 32,
+            "generator bug: paged copies in steps of {step} rows, {} lanes a row",
+            copy.lanes_per_row()
+        );
         let n_slots = max_slots.min(count);
         PagedRows {
             table,
@@ -98,7 +105,7 @@ impl PagedRows {
             rows,
             slots: (0..n_slots.max(1)).map(|_| b.mov(0u32)).collect(),
             max_slots: n_slots,
-            lanes: copy.lanes_per_row().min(32),
+            lanes: copy.lanes_per_row(),
             lane: copy.chunk(),
         }
     }
