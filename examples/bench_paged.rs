@@ -230,13 +230,13 @@ fn run_row(
         let shapes = ([r.b * r.l / page, page, r.hk, r.d], [r.b, r.l / page]);
         counts.push(rt.kvcache_paged_splits::<bf16>(q, shapes, &params, &opts)?);
     }
+    let forced = !env_list("BENCH_PAGED_SPLITS", &[]).is_empty();
     let (mut medians, mut short): (Vec<[f64; 3]>, usize) = (Vec::new(), 0);
     for _ in 0..rounds {
         let (t, s, outs) = round(rt, stream, timer, r, (&k_d, &v_d, &pools), &q_d)?;
         short += s;
         let (o, lse) = &outs[0];
         check_row(fill, r, o, lse)?;
-        let forced = !env_list("BENCH_PAGED_SPLITS", &[]).is_empty();
         for (i, (po, pl)) in outs[1..].iter().enumerate() {
             if forced || counts[i + 1] != counts[0] {
                 // other splits, other rounding: the float64 spot check instead
@@ -257,22 +257,10 @@ fn run_row(
     }
     let med = |i: usize| median(medians.iter().map(|m| m[i]).collect());
     let (c, p16, p256) = (med(0), med(1), med(2));
-    let splits = rt.kvcache_splits::<bf16>(
-        [r.b, r.sq, r.h, r.d],
-        [r.b, r.l, r.hk, r.d],
-        &attn_params(false),
-        &KvOptions::new(),
-    )?;
-    let paged_splits = PAGES.map(|page| {
-        let pool = [r.b * r.l / page, page, r.hk, r.d];
-        let table = [r.b, r.l / page];
-        let q = [r.b, r.sq, r.h, r.d];
-        rt.kvcache_paged_splits::<bf16>(q, (pool, table), &attn_params(false), &KvOptions::new())
-    });
-    let [s16, s256] = paged_splits;
+    let [splits, s16, s256] = [counts[0], counts[1], counts[2]];
     Ok(json!({
         "kind": r.kind, "b": r.b, "L": r.l, "sq": r.sq, "h": r.h, "hk": r.hk, "d": r.d,
-        "splits": splits, "p16_splits": s16?, "p256_splits": s256?, "contig_us": c, "p16_us": p16, "p256_us": p256,
+        "splits": splits, "p16_splits": s16, "p256_splits": s256, "contig_us": c, "p16_us": p16, "p256_us": p256,
         "vs16": c / p16, "vs256": c / p256, "rounds": medians, "sleep_short": short,
     }))
 }

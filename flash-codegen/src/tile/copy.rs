@@ -138,7 +138,6 @@ impl TileCopy {
             c.count == copies[1].count && c.step == copies[1].step,
             "generator bug: a copy pair of two shapes"
         );
-        let phases = c.smem_off.len() as u32;
         for i in k0..k0 + n {
             if i > k0 {
                 for (src, copy) in srcs.iter_mut().zip(copies) {
@@ -146,11 +145,8 @@ impl TileCopy {
                 }
             }
             let row = c.row(b, i);
-            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
-            let ok = b.and_pred(row_ok, c.chunk_ok);
-            let size = b.selp_b32(16u32, 0u32, ok);
-            let dst = b.add_u32(smem, c.smem_off[(i % phases) as usize]);
-            let below = (i / phases) * phases * c.step * ROW_BYTES;
+            let (_, size) = c.size(b, row, valid_rows);
+            let (dst, below) = c.dst(b, i, smem);
             for (&src, base) in srcs.iter().zip(tile_bases) {
                 let at = Addr::Shared(dst, (base + below) as i32);
                 b.when(c.in_kernel, false, |b| {
@@ -216,16 +212,30 @@ impl TileCopy {
         (src, fallback): (Reg<B64>, Reg<B64>),
         (row, valid_rows): (Reg<B32>, Reg<B32>),
     ) {
-        let phases = self.smem_off.len() as u32;
-        let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
-        let ok = b.and_pred(row_ok, self.chunk_ok);
-        let size = b.selp_b32(16u32, 0u32, ok);
+        let (ok, size) = self.size(b, row, valid_rows);
         let from = b.selp_b64(src, fallback, ok);
-        let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
-        let below = (i / phases) * phases * self.step * ROW_BYTES;
+        let (dst, below) = self.dst(b, i, smem);
         let dst = Addr::Shared(dst, (tile_base + below) as i32);
         b.when(self.in_kernel, false, |b| {
             b.cp_async(CpSize::B16, dst, Addr::Global(from, 0), Some(size.into()))
         });
+    }
+
+    /// Whether the thread's chunk of tile row `row` is copied (the row below
+    /// `valid_rows`, the chunk inside the problem's head dim), and the copy's source size
+    /// (16 bytes, or 0: zero-filled).
+    fn size(&self, b: &mut Builder, row: Reg<B32>, valid_rows: Reg<B32>) -> (Reg<Pred>, Reg<B32>) {
+        let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
+        let ok = b.and_pred(row_ok, self.chunk_ok);
+        (ok, b.selp_b32(16u32, 0u32, ok))
+    }
+
+    /// The shared address of the thread's copy `i` in a tile at `smem + tile_base`, as a
+    /// register (`smem` plus the copy's swizzled offset) and the constant to add with the
+    /// tile base: one register for every tile of the plan's shape.
+    fn dst(&self, b: &mut Builder, i: u32, smem: Reg<B32>) -> (Reg<B32>, u32) {
+        let phases = self.smem_off.len() as u32;
+        let dst = b.add_u32(smem, self.smem_off[(i % phases) as usize]);
+        (dst, (i / phases) * phases * self.step * ROW_BYTES)
     }
 }

@@ -6,7 +6,8 @@ pub(crate) fn shape(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usiz
     Shape::new(b, sq, sk, h, hk, d)
 }
 
-fn pseudo(n: usize, seed: u64) -> Vec<f64> {
+/// Deterministic pseudo-random values in [-1, 1) (xorshift), for the reference tests.
+pub(super) fn pseudo(n: usize, seed: u64) -> Vec<f64> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {

@@ -173,18 +173,7 @@ pub fn attention_varlen_backward_f64<T: Copy + Into<f64> + Sync>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pseudo(n: usize, seed: u64) -> Vec<f64> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::reference::tests::pseudo;
 
     /// Equal lengths: the packed problem is the dense batch, row for row (lse
     /// `[h, total_q]` against `[b, h, sq]`), forward and backward.
