@@ -93,6 +93,11 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Pass::FwdSplit => quote!(FwdSplit),
         Pass::FwdCombine => quote!(FwdCombine),
         Pass::FwdPaged => quote!(FwdPaged),
+        Pass::FwdVarlen => quote!(FwdVarlen),
+        Pass::BwdPreVarlen => quote!(BwdPreVarlen),
+        Pass::BwdVarlen => quote!(BwdVarlen),
+        Pass::BwdDqVarlen => quote!(BwdDqVarlen),
+        Pass::BwdPostVarlen => quote!(BwdPostVarlen),
     };
     let dtype = match spec.dtype {
         DType::F16 => quote!(F16),

@@ -28,6 +28,8 @@ enum Passes {
     Bwd,
     KvCache,
     Paged,
+    Varlen,
+    VarlenBwd,
 }
 
 /// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
@@ -259,14 +261,18 @@ fn causal(a: &Atom) -> Result<bool> {
 fn passes(a: &Atom) -> Result<Passes> {
     let expected = "expected `fwd` (the forward), `bwd` (every backward kernel: bwdpre, bwd, \
                     bwddq and bwdpost), `kvcache` (the KV-cache forward: fwdsplit and \
-                    fwdcombine) or `paged` (the paged KV-cache forward: fwdpaged and \
-                    fwdcombine)";
+                    fwdcombine), `paged` (the paged KV-cache forward: fwdpaged and \
+                    fwdcombine), `varlen` (the packed-sequence forward: fwdvarlen) or \
+                    `varlen_bwd` (its backward: bwdprevarlen, bwdvarlen, bwddqvarlen and \
+                    bwdpostvarlen)";
     let w = word(a, "a pass", expected)?;
     match w.to_string().as_str() {
         "fwd" => Ok(Passes::Fwd),
         "bwd" => Ok(Passes::Bwd),
         "kvcache" => Ok(Passes::KvCache),
         "paged" => Ok(Passes::Paged),
+        "varlen" => Ok(Passes::Varlen),
+        "varlen_bwd" => Ok(Passes::VarlenBwd),
         other => Err(Error::new(
             w.span(),
             format!("unknown pass `{other}`: {expected}"),
@@ -288,7 +294,7 @@ fn arch(a: &Atom) -> Result<Arch> {
 /// tiling where it has one (d128); bwdpre and bwdpost have no causal variant, so they
 /// come once per head dim and dtype. `kvcache` brings the split-KV forward and its
 /// combine step (no causal variant); `paged` the paged split-KV forward and the same
-/// combine step.
+/// combine step; `varlen` and `varlen_bwd` the packed-sequence forward and backward.
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
     for &arch in &a.arch {
@@ -301,6 +307,13 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                             Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
                             Passes::KvCache => &[Pass::FwdSplit, Pass::FwdCombine],
                             Passes::Paged => &[Pass::FwdPaged, Pass::FwdCombine],
+                            Passes::Varlen => &[Pass::FwdVarlen],
+                            Passes::VarlenBwd => &[
+                                Pass::BwdPreVarlen,
+                                Pass::BwdVarlen,
+                                Pass::BwdDqVarlen,
+                                Pass::BwdPostVarlen,
+                            ],
                         };
                         for &pass in passes {
                             let spec = KernelSpec {

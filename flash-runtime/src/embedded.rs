@@ -82,6 +82,10 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
         Pass::FwdPaged => "`passes = paged`",
         Pass::FwdCombine => "`passes = kvcache` (or `paged`)",
         Pass::BwdPre | Pass::Bwd | Pass::BwdDq | Pass::BwdPost => "`passes = bwd`",
+        Pass::FwdVarlen => "`passes = varlen`",
+        Pass::BwdPreVarlen | Pass::BwdVarlen | Pass::BwdDqVarlen | Pass::BwdPostVarlen => {
+            "`passes = varlen_bwd`"
+        }
     };
     let causal = match spec.pass.has_mask() {
         true => format!(", `causal = {}`", spec.mask.is_causal()),

@@ -63,6 +63,14 @@ pub const MAX_PAGES: Arg<B32> = Arg::u32("max_pages");
 pub const PAGE_SHIFT: Arg<B32> = Arg::u32("page_shift");
 /// Pages in each of the K and V pools.
 pub const NUM_PAGES: Arg<B32> = Arg::u32("num_pages");
+/// Packed (varlen) sequences' query offsets, i32 `[batch + 1]`.
+pub const CU_SEQLENS_Q: Arg<B64> = Arg::ptr("cu_seqlens_q");
+/// Packed (varlen) sequences' key offsets, i32 `[batch + 1]`.
+pub const CU_SEQLENS_K: Arg<B64> = Arg::ptr("cu_seqlens_k");
+/// Rows of the packed q (and o, dO, dq) buffers.
+pub const TOTAL_Q: Arg<B32> = Arg::u32("total_q");
+/// Rows of the packed k and v (and dk, dv) buffers.
+pub const TOTAL_K: Arg<B32> = Arg::u32("total_k");
 /// Query sequence length.
 pub const SEQLEN_Q: Arg<B32> = Arg::u32("seqlen_q");
 /// Key/value sequence length.

@@ -17,15 +17,20 @@ mod fwd;
 #[cfg(test)]
 mod tests;
 mod types;
+pub mod varlen;
 pub use args::{
-    BLOCK_TABLE, DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM,
-    MAX_PAGES, NUM_PAGES, NUM_SPLITS, O, O_ACCUM, PAGE_SHIFT, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q,
-    SEQLENS_K, SOFTMAX_SCALE, TENSORS, V,
+    BLOCK_TABLE, CU_SEQLENS_K, CU_SEQLENS_Q, DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS,
+    HEADS_PER_KV, K, LSE, LSE_ACCUM, MAX_PAGES, NUM_PAGES, NUM_SPLITS, O, O_ACCUM, PAGE_SHIFT, Q,
+    SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SEQLENS_K, SOFTMAX_SCALE, TENSORS, TOTAL_K, TOTAL_Q, V,
 };
 pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
 pub use decode::{FWD_COMBINE_PARAMS, FWD_PAGED_PARAMS, FWD_SPLIT_PARAMS};
 pub use fwd::FWD_PARAMS;
 pub use types::{AbiTy, Arg, ArgKind, TensorArgs};
+pub use varlen::{
+    BWD_DQ_VARLEN_PARAMS, BWD_POST_VARLEN_PARAMS, BWD_PRE_VARLEN_PARAMS, BWD_VARLEN_PARAMS,
+    FWD_VARLEN_PARAMS,
+};
 
 /// One kernel parameter: a row of a pass's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -84,6 +89,11 @@ pub fn params(pass: Pass) -> &'static [ParamDesc] {
         Pass::FwdSplit => &FWD_SPLIT_PARAMS,
         Pass::FwdCombine => &FWD_COMBINE_PARAMS,
         Pass::FwdPaged => &FWD_PAGED_PARAMS,
+        Pass::FwdVarlen => &FWD_VARLEN_PARAMS,
+        Pass::BwdPreVarlen => &BWD_PRE_VARLEN_PARAMS,
+        Pass::BwdVarlen => &BWD_VARLEN_PARAMS,
+        Pass::BwdDqVarlen => &BWD_DQ_VARLEN_PARAMS,
+        Pass::BwdPostVarlen => &BWD_POST_VARLEN_PARAMS,
     }
 }
 
@@ -133,12 +143,23 @@ pub fn launch(plan: &KernelPlan) -> Launch {
             grid: ["ceil(heads * seqlen_q / block_m)", "batch", "1"],
             dynamic_smem_bytes: plan.smem.bytes,
         },
+        Pass::BwdVarlen => Launch {
+            block: [t.threads(), 1, 1],
+            grid: ["ceil(max_seqlen_k / block_n)", "heads_k", "batch"],
+            dynamic_smem_bytes: plan.smem.bytes,
+        },
+        Pass::FwdVarlen | Pass::BwdPreVarlen | Pass::BwdDqVarlen | Pass::BwdPostVarlen => Launch {
+            block: [t.threads(), 1, 1],
+            grid: ["ceil(max_seqlen_q / block_m)", "heads", "batch"],
+            dynamic_smem_bytes: plan.smem.bytes,
+        },
     }
 }
 
-/// The grid of a pass for a problem (batch, seqlen_q, seqlen_k, heads, heads_k); `None`
-/// for the split-KV passes, whose grids also take the split count
-/// ([`decode::split_grid`], [`decode::combine_grid`]).
+/// The grid of a pass for a problem (batch, seqlen_q, seqlen_k, heads, heads_k; for a
+/// varlen pass the longest sequences, `max_seqlen_q` and `max_seqlen_k`); `None` for the
+/// split-KV passes, whose grids also take the split count ([`decode::split_grid`],
+/// [`decode::combine_grid`]).
 pub fn grid(
     spec: &KernelSpec,
     batch: u32,
@@ -149,7 +170,7 @@ pub fn grid(
 ) -> Option<[u32; 3]> {
     let t = spec.tiles();
     match spec.pass {
-        Pass::Bwd => Some([seqlen_k.div_ceil(t.block_n()), heads_k, batch]),
+        Pass::Bwd | Pass::BwdVarlen => Some([seqlen_k.div_ceil(t.block_n()), heads_k, batch]),
         Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged => None,
         _ => Some([seqlen_q.div_ceil(t.block_m()), heads, batch]),
     }

@@ -14,6 +14,8 @@ fn handles() -> Vec<(&'static str, AbiTy)> {
         LSE_ACCUM,
         SEQLENS_K,
         BLOCK_TABLE,
+        CU_SEQLENS_Q,
+        CU_SEQLENS_K,
     ];
     let b64 = b64.map(|a| (a.name(), a.ty()));
     let b32 = [
@@ -26,6 +28,8 @@ fn handles() -> Vec<(&'static str, AbiTy)> {
         MAX_PAGES,
         PAGE_SHIFT,
         NUM_PAGES,
+        TOTAL_Q,
+        TOTAL_K,
     ];
     let b32 = b32.map(|a| (a.name(), a.ty()));
     let f32 = [SCALE_LOG2, SOFTMAX_SCALE].map(|a| (a.name(), a.ty()));

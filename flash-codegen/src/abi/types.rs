@@ -242,4 +242,10 @@ impl TensorArgs {
             self.head_stride.desc(m[2]),
         ]
     }
+    /// The rows of its row and head strides: a packed (varlen) tensor `[total, heads,
+    /// head_dim]` has no batch dim.
+    pub const fn packed_strides(&self) -> [ParamDesc; 2] {
+        let m = self.stride_meanings;
+        [self.row_stride.desc(m[1]), self.head_stride.desc(m[2])]
+    }
 }

@@ -9,6 +9,7 @@
 use super::params::Params;
 use crate::abi::{DO, DQ, DQ_ACCUM, DVEC, HEAD_DIM, O, SEQLEN_Q, SOFTMAX_SCALE};
 use crate::kernels::half_fmt;
+use crate::kernels::varlen::Packed;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Special, Ty,
 };
@@ -26,8 +27,12 @@ struct Rows {
     m0: Reg<B32>,
     /// The lane's chunk is inside the problem's head dim.
     chunk_ok: Reg<crate::ptx::Pred>,
-    /// `batch * heads + head`.
+    /// The (sequence's) query count.
+    seqlen_q: Reg<B32>,
+    /// The accumulator's (batch, head) index: `batch * heads + head` (varlen: `head`).
     bh: Reg<B32>,
+    /// The accumulator row of query row m0 (varlen: past the sequence's first row).
+    acc_m0: Reg<B32>,
     /// The dQ accumulator's tile grid and global address.
     grid: AccumGrid,
     accum: Reg<B64>,
@@ -42,10 +47,14 @@ fn rows(b: &mut Builder, plan: &KernelPlan, p: &Params) -> Rows {
     let batch = b.special(Special::CtaIdZ);
     let heads = b.special(Special::NCtaIdY);
     let m0 = b.mul_lo_u32(m_block, plan.tiles.block_m());
+    let seqlen_q = p.seqlen_q(b);
+    if p.packed().is_some() {
+        Packed::exit_past(b, m0, seqlen_q);
+    }
     let col = b.shl_b32(lane, 3u32);
     let chunk_ok = b.setp_u32(Cmp::Lt, col, p.get(HEAD_DIM));
-    let bh = b.mad_lo_u32(batch, heads, head);
-    let grid = AccumGrid::new(b, p.get(SEQLEN_Q), p.get(HEAD_DIM));
+    let (bh, acc_m0) = p.accum_at(b, (batch, heads, head), m0);
+    let grid = p.accum_grid(b, p.get(HEAD_DIM));
     let accum = b.cvta_global(p.get(DQ_ACCUM));
     Rows {
         tid,
@@ -55,7 +64,9 @@ fn rows(b: &mut Builder, plan: &KernelPlan, p: &Params) -> Rows {
         batch,
         m0,
         chunk_ok,
+        seqlen_q,
         bh,
+        acc_m0,
         grid,
         accum,
     }
@@ -85,12 +96,20 @@ fn zero_accum(b: &mut Builder, plan: &KernelPlan, p: &Params, r: &Rows) {
     let t = &plan.tiles;
     let on = b.setp_u64(Cmp::Ne, p.get(DQ_ACCUM), 0i64);
     let r16 = b.shr_u32(r.m0, 4u32);
-    let left = b.sub_u32(r.grid.row_tiles, r16);
+    // the sequence's tiles (dense: the grid's rows of tiles)
+    let tiles_end = match p.packed() {
+        Some(_) => {
+            let n = b.add_u32(r.seqlen_q, 15u32);
+            b.shr_u32(n, 4u32)
+        }
+        None => r.grid.row_tiles,
+    };
+    let left = b.sub_u32(tiles_end, r16);
     let n16 = b.min_u32(left, t.block_m() / 16);
     let tiles = b.mul_lo_u32(n16, r.grid.col_tiles);
     let bytes = b.mul_lo_u32(tiles, 4 * ACCUM_TILE_FLOATS);
     let bytes = b.selp_b32(bytes, 0u32, on);
-    let tile0 = r.grid.tile(b, r.bh, r.m0, None);
+    let tile0 = r.grid.tile(b, r.bh, r.acc_m0, None);
     let off = b.mul_wide_u32(tile0, 4 * ACCUM_TILE_FLOATS);
     let base = b.add_s64(r.accum, off);
     let i = b.shl_b32(r.tid, 4u32);
@@ -110,7 +129,7 @@ fn zero_accum(b: &mut Builder, plan: &KernelPlan, p: &Params, r: &Rows) {
 /// row `m0 + row` in the fragment-ordered dq_accum ([`ACCUM_TILE_FLOATS`]); the second
 /// run (odd columns) is 128 bytes further.
 fn accum_addr(b: &mut Builder, r: &Rows, row: Reg<B32>) -> Reg<B64> {
-    let row = b.add_u32(r.m0, row);
+    let row = b.add_u32(r.acc_m0, row);
     let tile = r.grid.tile(b, r.bh, row, Some(r.lane));
     let in_tile = b.and_b32(row, 15u32);
     let run = ACCUM_ROW_RUN.emit(b, in_tile);
@@ -122,7 +141,7 @@ fn accum_addr(b: &mut Builder, r: &Rows, row: Reg<B32>) -> Reg<B64> {
 /// The entry of a [`Pass::BwdPre`] spec.
 pub fn build_pre(plan: &KernelPlan) -> Entry {
     let spec = &plan.spec;
-    assert_eq!(spec.pass, Pass::BwdPre);
+    assert_eq!(spec.pass.tile_pass(), Pass::BwdPre);
     let fmt = half_fmt(spec.dtype);
 
     let mut b = Builder::new();
@@ -131,14 +150,19 @@ pub fn build_pre(plan: &KernelPlan) -> Entry {
     let r = rows(&mut b, plan, &p);
     let o_base = p.tensor(&mut b, &O, r.batch, r.m0, r.head);
     let do_base = p.tensor(&mut b, &DO, r.batch, r.m0, r.head);
-    let sq_left = b.sub_u32(p.get(SEQLEN_Q), r.m0);
+    let sq_left = b.sub_u32(r.seqlen_q, r.m0);
     let lane16 = b.mul_wide_u32(r.lane, 16u32);
     let o_rb = b.shl_b32(p.row_stride(&O), 1u32);
     let do_rb = b.shl_b32(p.row_stride(&DO), 1u32);
-    // dvec[(batch * heads + head) * seqlen_q + m0 + row]
-    let drow0 = b.mad_wide_u32(r.bh, p.get(SEQLEN_Q), 0i64);
-    let m0_64 = b.cvt_u64_u32(r.m0);
-    let drow0 = b.add_s64(drow0, m0_64);
+    // dvec[(batch * heads + head) * seqlen_q + m0 + row] (varlen: [head, q0 + m0 + row])
+    let drow0 = match p.packed() {
+        Some(_) => Packed::stats_index(&mut b, &p, r.head, r.m0),
+        None => {
+            let drow0 = b.mad_wide_u32(r.bh, p.get(SEQLEN_Q), 0i64);
+            let m0_64 = b.cvt_u64_u32(r.m0);
+            b.add_s64(drow0, m0_64)
+        }
+    };
     let dvec = b.cvta_global(p.get(DVEC));
     let lane0 = b.setp_u32(Cmp::Eq, r.lane, 0u32);
     for_rows(&mut b, plan, &r, sq_left, |b, row| {
@@ -190,7 +214,7 @@ pub fn build_pre(plan: &KernelPlan) -> Entry {
 /// The entry of a [`Pass::BwdPost`] spec.
 pub fn build_post(plan: &KernelPlan) -> Entry {
     let spec = &plan.spec;
-    assert_eq!(spec.pass, Pass::BwdPost);
+    assert_eq!(spec.pass.tile_pass(), Pass::BwdPost);
     let fmt = half_fmt(spec.dtype);
 
     let mut b = Builder::new();
@@ -198,7 +222,7 @@ pub fn build_post(plan: &KernelPlan) -> Entry {
     let p = Params::load(&mut b, spec.pass);
     let r = rows(&mut b, plan, &p);
     let dq_base = p.tensor(&mut b, &DQ, r.batch, r.m0, r.head);
-    let sq_left = b.sub_u32(p.get(SEQLEN_Q), r.m0);
+    let sq_left = b.sub_u32(r.seqlen_q, r.m0);
     let scale = p.get(SOFTMAX_SCALE);
     let lane16 = b.mul_wide_u32(r.lane, 16u32);
     let rb = b.shl_b32(p.row_stride(&DQ), 1u32);

@@ -9,6 +9,7 @@ pub mod params;
 pub mod schedule;
 pub mod sm80;
 pub mod softmax;
+pub mod varlen;
 
 use crate::ptx::{HalfFmt, Module, Target};
 use crate::spec::{Arch, DType, KernelPlan};

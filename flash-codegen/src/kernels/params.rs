@@ -1,9 +1,13 @@
 //! Kernel layer: kernel parameters, loaded once and read through their ABI handles
-//! ([`crate::abi::args`]: `p.get(SEQLEN_Q)`, `p.tensor(b, &Q, ..)`).
+//! ([`crate::abi::args`]: `p.get(HEAD_DIM)`, `p.tensor(b, &Q, ..)`), and the CTA's
+//! sequence: its lengths ([`Params::seqlen_q`]) and rows, from the parameters of a dense
+//! pass or, for a varlen pass, from its offsets ([`Packed`]).
 
-use crate::abi::{self, Arg, ArgKind, ParamDesc, TensorArgs};
+use super::varlen::{Packed, Side};
+use crate::abi::{self, Arg, ArgKind, DK, DV, K, ParamDesc, TensorArgs, V};
 use crate::ptx::{AnyReg, B32, B64, Builder, Param, ParamTy, Reg};
 use crate::spec::Pass;
+use crate::tile::frag::AccumGrid;
 
 /// The kernel parameters, loaded once, read through their handles.
 pub struct Params {
@@ -13,12 +17,19 @@ pub struct Params {
     regs: Vec<(&'static str, AnyReg)>,
     /// Whose parameters they are, for messages (`the fwd pass`).
     owner: String,
+    /// A varlen pass's sequence (`None`: a dense pass, whose lengths are parameters).
+    packed: Option<Packed>,
 }
 
 impl Params {
     /// The parameters of `pass` ([`abi::params`]).
+    /// A varlen pass also reads its CTA's sequence ([`Packed::load`]).
     pub fn load(b: &mut Builder, pass: Pass) -> Self {
-        Self::of(b, &format!("the {} pass", pass.name()), abi::params(pass))
+        let mut p = Self::of(b, &format!("the {} pass", pass.name()), abi::params(pass));
+        if pass.is_varlen() {
+            p.packed = Some(Packed);
+        }
+        p
     }
 
     /// The parameters `descs` of an entry (`owner` names it in messages): one
@@ -36,6 +47,63 @@ impl Params {
             entry,
             regs,
             owner: owner.to_string(),
+            packed: None,
+        }
+    }
+
+    /// Whether the entry has a parameter named `name`.
+    pub fn has(&self, name: &str) -> bool {
+        self.regs.iter().any(|(n, _)| *n == name)
+    }
+
+    /// The varlen pass's sequence, if this is one.
+    pub fn packed(&self) -> Option<&Packed> {
+        self.packed.as_ref()
+    }
+
+    /// The CTA's query count: `seqlen_q`, or its sequence's (read here).
+    pub fn seqlen_q(&self, b: &mut Builder) -> Reg<B32> {
+        match &self.packed {
+            Some(_) => Packed::len(b, self, Side::Queries),
+            None => self.get(abi::SEQLEN_Q),
+        }
+    }
+
+    /// The CTA's key count: `seqlen_k`, or its sequence's (read here).
+    pub fn seqlen_k(&self, b: &mut Builder) -> Reg<B32> {
+        match &self.packed {
+            Some(_) => Packed::len(b, self, Side::Keys),
+            None => self.get(abi::SEQLEN_K),
+        }
+    }
+
+    /// The dQ accumulator's tile grid: over `seqlen_q` rows per (batch, head), or the
+    /// varlen layout's rows per head ([`crate::abi::varlen`]).
+    pub fn accum_grid(&self, b: &mut Builder, head_dim: Reg<B32>) -> AccumGrid {
+        match &self.packed {
+            Some(_) => {
+                let rows = Packed::accum_rows(b, self);
+                AccumGrid::new(b, rows, head_dim)
+            }
+            None => AccumGrid::new(b, self.get(abi::SEQLEN_Q), head_dim),
+        }
+    }
+
+    /// The accumulator's (batch, head) index (`batch * heads + head`; varlen: `head`)
+    /// and the accumulator row of the sequence's query row `row` (varlen: past the
+    /// sequence's first accumulator row).
+    pub fn accum_at(
+        &self,
+        b: &mut Builder,
+        (batch, heads, head): (Reg<B32>, Reg<B32>, Reg<B32>),
+        row: Reg<B32>,
+    ) -> (Reg<B32>, Reg<B32>) {
+        match &self.packed {
+            Some(_) => {
+                let r0 = Packed::accum_row0(b, self);
+                (head, b.add_u32(r0, row))
+            }
+            None => (b.mad_lo_u32(batch, heads, head), row),
         }
     }
 
@@ -73,7 +141,9 @@ impl Params {
         self.get(t.row_stride)
     }
 
-    /// Global byte address of `t[batch, row, head, 0]` for tensor `t` (2-byte elements).
+    /// Global byte address of `t[batch, row, head, 0]` for tensor `t` (2-byte elements);
+    /// varlen: of row `row` of the CTA's sequence, `t[first + row, head, 0]` (`batch` is
+    /// the sequence).
     pub fn tensor(
         &self,
         b: &mut Builder,
@@ -82,6 +152,19 @@ impl Params {
         row: Reg<B32>,
         head: Reg<B32>,
     ) -> Reg<B64> {
+        if self.packed.is_some() {
+            let side = match [K, V, DK, DV].contains(t) {
+                true => Side::Keys,
+                false => Side::Queries,
+            };
+            let first = Packed::first(b, self, side);
+            let base = b.cvta_global(self.get(t.ptr));
+            let row = b.add_u32(first, row);
+            let off = b.mul_wide_u32(head, self.get(t.head_stride));
+            let off = b.mad_wide_u32(row, self.get(t.row_stride), off);
+            let bytes = b.add_s64(off, off);
+            return b.add_s64(base, bytes);
+        }
         let base = b.cvta_global(self.get(t.ptr));
         let bs = self.get(t.batch_stride);
         let batch64 = b.cvt_u64_u32(batch);
@@ -94,7 +177,8 @@ impl Params {
 }
 
 /// Global address of `stat[batch, head, row0]` of a `[batch, heads, seqlen_q]` f32 array
-/// whose pointer is parameter `stat` ([`abi::LSE`], [`abi::DVEC`]).
+/// whose pointer is parameter `stat` ([`abi::LSE`], [`abi::DVEC`]); varlen: of
+/// `stat[head, first + row0]` in `[heads, total_q]`.
 pub fn row_stats_base(
     b: &mut Builder,
     p: &Params,
@@ -104,6 +188,12 @@ pub fn row_stats_base(
     head: Reg<B32>,
     row0: Reg<B32>,
 ) -> Reg<B64> {
+    if p.packed().is_some() {
+        let r = Packed::stats_index(b, p, head, row0);
+        let bytes = b.shl_b64(r, 2);
+        let base = b.cvta_global(p.get(stat));
+        return b.add_s64(base, bytes);
+    }
     let bh = b.mad_lo_u32(batch, heads, head);
     let r = b.mul_wide_u32(bh, p.get(abi::SEQLEN_Q));
     let row0 = b.cvt_u64_u32(row0);

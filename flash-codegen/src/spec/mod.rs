@@ -44,11 +44,24 @@ pub enum Pass {
     /// `[batch, max_pages]`) mapping each sequence's logical pages to physical ones. Same
     /// tiles, grid, partial buffers and combine step.
     FwdPaged,
+    /// [`Pass::Fwd`] over packed variable-length sequences: q `[total_q, heads, d]`, k and
+    /// v `[total_k, heads_k, d]`, sequence `b` in rows `cu_seqlens_q[b]..cu_seqlens_q[b +
+    /// 1]` (and likewise for k, v); each sequence its own problem (causal bottom-right per
+    /// sequence), lse `[heads, total_q]`. Same tiles as [`Pass::Fwd`].
+    FwdVarlen,
+    /// [`Pass::BwdPre`] over packed sequences (D `[heads, total_q]`).
+    BwdPreVarlen,
+    /// [`Pass::Bwd`] over packed sequences.
+    BwdVarlen,
+    /// [`Pass::BwdDq`] over packed sequences.
+    BwdDqVarlen,
+    /// [`Pass::BwdPost`] over packed sequences.
+    BwdPostVarlen,
 }
 
 impl Pass {
     /// Every pass, in generation order.
-    pub const ALL: [Pass; 8] = [
+    pub const ALL: [Pass; 13] = [
         Pass::Fwd,
         Pass::BwdPre,
         Pass::Bwd,
@@ -57,6 +70,11 @@ impl Pass {
         Pass::FwdSplit,
         Pass::FwdCombine,
         Pass::FwdPaged,
+        Pass::FwdVarlen,
+        Pass::BwdPreVarlen,
+        Pass::BwdVarlen,
+        Pass::BwdDqVarlen,
+        Pass::BwdPostVarlen,
     ];
     /// The pass's part of a kernel name (`fwd`, `bwdpre`, `bwd`, `bwddq`, `bwdpost`,
     /// `fwdsplit`, `fwdcombine`).
@@ -70,22 +88,52 @@ impl Pass {
             Pass::FwdSplit => "fwdsplit",
             Pass::FwdCombine => "fwdcombine",
             Pass::FwdPaged => "fwdpaged",
+            Pass::FwdVarlen => "fwdvarlen",
+            Pass::BwdPreVarlen => "bwdprevarlen",
+            Pass::BwdVarlen => "bwdvarlen",
+            Pass::BwdDqVarlen => "bwddqvarlen",
+            Pass::BwdPostVarlen => "bwdpostvarlen",
         }
     }
 
-    /// The pass whose tile rows and shared-memory plan this one uses: [`Pass::FwdSplit`]
-    /// for [`Pass::FwdPaged`] (only the K/V addressing differs), else itself.
+    /// The pass whose tile rows, shared-memory plan and kernel body this one uses:
+    /// [`Pass::FwdSplit`] for [`Pass::FwdPaged`] (only the K/V addressing differs), the
+    /// dense pass of a varlen one (only the row addressing differs), else itself.
     pub fn tile_pass(self) -> Pass {
         match self {
             Pass::FwdPaged => Pass::FwdSplit,
+            Pass::FwdVarlen => Pass::Fwd,
+            Pass::BwdPreVarlen => Pass::BwdPre,
+            Pass::BwdVarlen => Pass::Bwd,
+            Pass::BwdDqVarlen => Pass::BwdDq,
+            Pass::BwdPostVarlen => Pass::BwdPost,
             p => p,
         }
+    }
+
+    /// Whether the pass runs over packed variable-length sequences (`cu_seqlens`).
+    pub fn is_varlen(self) -> bool {
+        matches!(
+            self,
+            Pass::FwdVarlen
+                | Pass::BwdPreVarlen
+                | Pass::BwdVarlen
+                | Pass::BwdDqVarlen
+                | Pass::BwdPostVarlen
+        )
+    }
+
+    /// The varlen pass over the same kernel body (`None` for passes without one).
+    pub fn varlen(self) -> Option<Pass> {
+        Pass::ALL
+            .into_iter()
+            .find(|p| p.is_varlen() && p.tile_pass() == self)
     }
     /// Whether the pass has causal and non-causal variants (elementwise passes do not).
     pub fn has_mask(self) -> bool {
         matches!(
-            self,
-            Pass::Fwd | Pass::Bwd | Pass::BwdDq | Pass::FwdSplit | Pass::FwdPaged
+            self.tile_pass(),
+            Pass::Fwd | Pass::Bwd | Pass::BwdDq | Pass::FwdSplit
         )
     }
 }

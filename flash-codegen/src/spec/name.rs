@@ -127,9 +127,10 @@ mod tests {
         for s in KernelSpec::all() {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
-        // 136 dense-attention kernels, 100 split-KV forwards (standard, long, compact;
-        // prefill at d128) and 100 paged ones, 48 combine steps (standard, long, prefill)
-        assert_eq!(KernelSpec::all().len(), 384);
+        // 136 dense-attention kernels and 128 varlen ones (no long or compact rows), 100
+        // split-KV forwards (standard, long, compact; prefill at d128) and 100 paged ones,
+        // 48 combine steps (standard, long, prefill)
+        assert_eq!(KernelSpec::all().len(), 512);
         let split =
             |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged);
         assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 248);

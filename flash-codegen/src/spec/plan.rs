@@ -84,16 +84,14 @@ mod tests {
             let (t, smem) = (*s.tiles().sm80(), s.plan(&Tuning::NONE).smem);
             let row = s.smem_head_dim() * 2;
             let pad = |x: u32| x.div_ceil(64) * 64 * 2;
-            let want = match s.pass {
+            let want = match s.pass.tile_pass() {
                 Pass::Fwd if t.layout.exchange() => {
                     t.block_m * row
                         + 2 * t.stages * t.block_n * row
                         + t.block_m * pad(t.block_n)
                         + t.warps * 32 * 4
                 }
-                Pass::Fwd | Pass::FwdSplit | Pass::FwdPaged => {
-                    t.block_m * row + 2 * t.stages * t.block_n * row
-                }
+                Pass::Fwd | Pass::FwdSplit => t.block_m * row + 2 * t.stages * t.block_n * row,
                 Pass::Bwd => {
                     2 * t.block_n * row
                         + 2 * t.stages * t.block_m * (row + 4)
@@ -102,6 +100,7 @@ mod tests {
                 Pass::BwdDq => 2 * t.block_m * row + 2 * t.stages * t.block_n * row,
                 Pass::FwdCombine => t.warps * s.head_dim * 4,
                 Pass::BwdPre | Pass::BwdPost => 0,
+                p => unreachable!("{p:?}"),
             };
             assert_eq!(smem.bytes, want, "{s}");
             let mut at = 0;

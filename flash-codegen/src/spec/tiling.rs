@@ -106,10 +106,8 @@ impl KernelSpec {
     /// may run on [`Tiling::Prefill`]; `None` where its head dim has no such row, and for
     /// other passes.
     pub fn prefill_from(&self) -> Option<u32> {
-        match (self.pass, self.arch) {
-            (super::Pass::FwdSplit | super::Pass::FwdPaged, Arch::Sm80) => {
-                sm80::prefill_row(self).map(|(n, _)| n)
-            }
+        match (self.pass.tile_pass(), self.arch) {
+            (super::Pass::FwdSplit, Arch::Sm80) => sm80::prefill_row(self).map(|(n, _)| n),
             _ => None,
         }
     }

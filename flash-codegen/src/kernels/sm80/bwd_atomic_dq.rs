@@ -3,13 +3,13 @@
 //! dQ += dS K into the f32 accumulator with `red.global.add.f32`.
 
 use super::warp::Warp;
-use crate::abi::{DQ_ACCUM, HEAD_DIM, SEQLEN_Q};
+use crate::abi::{DQ_ACCUM, HEAD_DIM};
 use crate::kernels::half_fmt;
 use crate::kernels::params::Params;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, HalfFmt, Pred, Reg};
 use crate::spec::KernelPlan;
 use crate::tile::acc::AccTile;
-use crate::tile::frag::{ACCUM_TILE_FLOATS, AccumGrid, LDM_B_NK, accum_slot};
+use crate::tile::frag::{ACCUM_TILE_FLOATS, LDM_B_NK, accum_slot};
 use crate::tile::smem::{ROW_BYTES, SmemTile, ldm_lane_offset_emit};
 
 /// A warp's share of the atomic dQ (see [`dq_split`]).
@@ -33,6 +33,8 @@ pub struct AtomicDq<'a> {
     pub k_tile: &'a SmemTile,
     /// `(batch, heads)`: the accumulator's batch index and total query heads.
     pub batch_heads: (Reg<B32>, Reg<B32>),
+    /// The (sequence's) query count.
+    pub seqlen_q: Reg<B32>,
     /// The warp's (query-row tile, column group, ldmatrix lane offset), from [`dq_warp`];
     /// `None`: computed at each use (to keep registers free in between).
     pub warp: Option<DqWarp>,
@@ -66,6 +68,7 @@ impl AtomicDq<'_> {
                 (self.smem, ds_smem, self.ds_tile, self.k_tile),
                 &dw,
                 (batch, head, heads, m0),
+                self.seqlen_q,
             );
         });
     }
@@ -157,6 +160,7 @@ fn accumulate_dq(
     (smem, ds_smem, ds_tile, k_tile): (Reg<B32>, Reg<B32>, &SmemTile, &SmemTile),
     dw: &DqWarp,
     (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
+    seqlen_q: Reg<B32>,
 ) {
     let spec = &plan.spec;
     let fmt: HalfFmt = half_fmt(spec.dtype);
@@ -182,7 +186,6 @@ fn accumulate_dq(
         })
         .collect();
     let head_dim = p.get(HEAD_DIM);
-    let seqlen_q = p.get(SEQLEN_Q);
     let accum = b.cvta_global(p.get(DQ_ACCUM));
     // the group's first K panel and first column (compile-time 0 with one group)
     let (k_smem, col0) = match dw.grp {
@@ -195,10 +198,10 @@ fn accumulate_dq(
     // each m-tile's 16 query rows are one row of accumulator tiles (frag::ACCUM_TILE_FLOATS)
     let q_row0 = b.mul_lo_u32(dw.qw, 16 * m_tiles);
     let q_row0 = b.add_u32(q_row0, m0);
-    let grid = AccumGrid::new(b, seqlen_q, head_dim);
-    let bh = b.mad_lo_u32(batch, heads, head);
+    let grid = p.accum_grid(b, head_dim);
+    let (bh, acc_row0) = p.accum_at(b, (batch, heads, head), q_row0);
     let c8 = col0.map(|c0| b.shr_u32(c0, 3u32));
-    let tile = grid.tile(b, bh, q_row0, c8);
+    let tile = grid.tile(b, bh, acc_row0, c8);
     let lane_bytes = b.mul_wide_u32(w.lane, 4u32);
     let off = b.mad_wide_u32(tile, 4 * ACCUM_TILE_FLOATS, lane_bytes);
     let base0 = b.add_s64(accum, off);

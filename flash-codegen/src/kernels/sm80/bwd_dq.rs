@@ -7,9 +7,7 @@
 
 use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
-use crate::abi::{
-    DO, DQ, DVEC, HEAD_DIM, HEADS, K, LSE, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, V,
-};
+use crate::abi::{DO, DQ, DVEC, HEAD_DIM, HEADS, K, LSE, Q, SCALE_LOG2, SOFTMAX_SCALE, V};
 use crate::kernels::half_fmt;
 use crate::kernels::mask::mask_block;
 use crate::kernels::params::Params;
@@ -89,7 +87,7 @@ impl RowStats {
 /// The entry of a [`Pass::BwdDq`] spec.
 pub fn build(plan: &KernelPlan) -> Entry {
     let spec = &plan.spec;
-    assert_eq!(spec.pass, Pass::BwdDq);
+    assert_eq!(spec.pass.tile_pass(), Pass::BwdDq);
     let t = plan.tiles.sm80();
     let d = spec.head_dim;
     let fmt = half_fmt(spec.dtype);
@@ -102,7 +100,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
         plan.smem.bytes
     );
     let Opening { mut b, p, q, zero } = open(plan, header);
-    let (seqlen_q, seqlen_k, head_dim) = (p.get(SEQLEN_Q), p.get(SEQLEN_K), p.get(HEAD_DIM));
+    let (seqlen_q, seqlen_k, head_dim) = (p.seqlen_q(&mut b), p.seqlen_k(&mut b), p.get(HEAD_DIM));
     let scale_log2 = p.get(SCALE_LOG2);
     let q_base = p.tensor(&mut b, &Q, q.batch, q.m0, q.head);
     let do_base = p.tensor(&mut b, &DO, q.batch, q.m0, q.head);
@@ -165,9 +163,11 @@ pub fn build(plan: &KernelPlan) -> Entry {
         head_dim,
         q.q_rows,
     );
+    // (varlen: without a CTA floor, ptxas for sm_90 caps the d192 kernel at 168 registers
+    // and spills 12 bytes; `.minnctapersm 1` lets it take the 214 it needs)
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
-        min_ctas_per_sm: None,
+        min_ctas_per_sm: spec.pass.is_varlen().then_some(1),
     };
     b.finish(spec.name(), p.entry(), bounds)
 }

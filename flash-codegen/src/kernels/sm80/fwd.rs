@@ -13,7 +13,7 @@ use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
 use super::warp::AOperand;
 use super::warp_store::Cols;
-use crate::abi::{HEAD_DIM, HEADS, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, V};
+use crate::abi::{HEAD_DIM, HEADS, K, LSE, O, Q, SCALE_LOG2, V};
 use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyMask, mask_block};
 use crate::kernels::params::Params;
@@ -82,7 +82,7 @@ impl<'a> QueryBlock<'a> {
             plan.smem.bytes
         );
         let Opening { mut b, p, q, zero } = open(plan, header);
-        let (seqlen_q, seqlen_k) = (p.get(SEQLEN_Q), p.get(SEQLEN_K));
+        let (seqlen_q, seqlen_k) = (p.seqlen_q(&mut b), p.seqlen_k(&mut b));
         let head_dim = p.get(HEAD_DIM);
         let q_base = p.tensor(&mut b, &Q, q.batch, q.m0, q.head);
         let k_base = p.tensor(&mut b, &K, q.batch, zero, q.kv_head);

@@ -5,11 +5,12 @@
 use std::ops::Deref;
 
 use super::warp::Warp;
-use crate::abi::{Arg, HEADS_PER_KV, SEQLEN_Q};
+use crate::abi::{Arg, HEADS_PER_KV};
 use crate::kernels::mask::KeyMask;
 use crate::kernels::params::Params;
 use crate::kernels::params::row_stats_base;
 use crate::kernels::schedule::heaviest_first;
+use crate::kernels::varlen::Packed;
 use crate::ptx::{B32, B64, Builder, Reg, Special};
 use crate::spec::{KernelPlan, Mask, Pass};
 
@@ -100,7 +101,11 @@ impl QBlock {
         };
         let m0 = b.mul_lo_u32(m_block, t.block_m);
         let kv_head = b.div_u32(head, p.get(HEADS_PER_KV));
-        let q_rows = b.sub_u32(p.get(SEQLEN_Q), m0);
+        let seqlen_q = p.seqlen_q(b);
+        if p.packed().is_some() {
+            Packed::exit_past(b, m0, seqlen_q);
+        }
+        let q_rows = b.sub_u32(seqlen_q, m0);
         QBlock {
             w,
             m0,

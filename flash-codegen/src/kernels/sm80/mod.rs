@@ -23,14 +23,16 @@ use crate::spec::{KernelPlan, Pass};
 /// The sm_80 module of a plan, by pass.
 pub fn module(plan: &KernelPlan) -> Module {
     let spec = &plan.spec;
-    let entry = match spec.pass {
+    // (a paged or varlen pass runs its dense pass's body; `Params` gives it the rows)
+    let entry = match spec.pass.tile_pass() {
         Pass::Fwd => fwd::build(plan),
         Pass::BwdPre => bwd_elementwise::build_pre(plan),
         Pass::BwdPost => bwd_elementwise::build_post(plan),
         Pass::BwdDq => bwd_dq::build(plan),
         Pass::Bwd => bwd::build(plan),
-        Pass::FwdSplit | Pass::FwdPaged => fwd_split::build(plan),
+        Pass::FwdSplit => fwd_split::build(plan),
         Pass::FwdCombine => combine::build(plan),
+        p => unreachable!("{p:?} is not a tile pass"),
     };
     Module {
         target: crate::kernels::target(spec.arch),

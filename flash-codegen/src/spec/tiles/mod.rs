@@ -127,7 +127,7 @@ impl KernelSpec {
     /// The tile row with `tuning`'s replacement of this standard row, if it has one.
     pub fn tiles_tuned(&self, tuning: &Tuning) -> TileConfig {
         if self.tiling == Tiling::Standard {
-            if let Some(t) = tuning.row(self.pass, self.head_dim) {
+            if let Some(t) = tuning.row(self.pass.tile_pass(), self.head_dim) {
                 return t;
             }
         }

@@ -38,15 +38,16 @@ use crate::tile::smem::SmemTile;
 
 /// The entry of a [`Pass::Bwd`] spec.
 pub fn build(plan: &KernelPlan) -> Entry {
-    assert_eq!(plan.spec.pass, Pass::Bwd);
+    assert_eq!(plan.spec.pass.tile_pass(), Pass::Bwd);
     let mut b = Builder::new();
     let kb = KeyBlock::open(&mut b, plan);
     for sweep in Sweep::all(kb.t.sweeps) {
         kb.sweep(&mut b, sweep);
     }
+    // (varlen: without a CTA floor ptxas caps d32 at 128 registers and spills)
     let bounds = LaunchBounds {
         max_threads: Some(kb.t.threads()),
-        min_ctas_per_sm: None,
+        min_ctas_per_sm: plan.spec.pass.is_varlen().then_some(1),
     };
     b.finish(plan.spec.name(), kb.p.entry(), bounds)
 }
@@ -85,7 +86,7 @@ struct KeyBlock<'a> {
     fmt: HalfFmt,
     p: Params,
     w: Warp,
-    /// Parameters read in every phase.
+    /// Parameters read in every phase (varlen: the sequence's lengths).
     seqlen_q: Reg<B32>,
     seqlen_k: Reg<B32>,
     head_dim: Reg<B32>,

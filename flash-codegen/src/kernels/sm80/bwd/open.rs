@@ -2,7 +2,7 @@
 //! the helpers its phases share (the atomic dQ, the causal bound, the dS^T stages).
 
 use super::KeyBlock;
-use crate::abi::{DO, DQ_ACCUM, HEAD_DIM, HEADS_PER_KV, K, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, V};
+use crate::abi::{DO, DQ_ACCUM, HEAD_DIM, HEADS_PER_KV, K, Q, SCALE_LOG2, V};
 use crate::kernels::half_fmt;
 use crate::kernels::mask::QueryMask;
 use crate::kernels::params::Params;
@@ -10,8 +10,9 @@ use crate::kernels::sm80::bwd_atomic_dq::{AtomicDq, dq_warp};
 use crate::kernels::sm80::bwd_exchange::Exchange;
 use crate::kernels::sm80::stream::{BlockStream, CopyPlan};
 use crate::kernels::sm80::warp::Warp;
+use crate::kernels::varlen::Packed;
 use crate::ptx::{B32, Builder, Cmp, Pred, Reg, Special};
-use crate::spec::{KernelPlan, Pass};
+use crate::spec::KernelPlan;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
@@ -29,8 +30,8 @@ impl<'a> KeyBlock<'a> {
             t.sweeps,
             plan.smem.bytes
         ));
-        let p = Params::load(b, Pass::Bwd);
-        let (seqlen_q, seqlen_k, head_dim) = (p.get(SEQLEN_Q), p.get(SEQLEN_K), p.get(HEAD_DIM));
+        let p = Params::load(b, spec.pass);
+        let (seqlen_q, seqlen_k, head_dim) = (p.seqlen_q(b), p.seqlen_k(b), p.get(HEAD_DIM));
         let (group, scale_log2) = (p.get(HEADS_PER_KV), p.get(SCALE_LOG2));
         // every warp owns bn / warps keys (m16 tiles); exchange: 32 keys (two m-tiles) per
         // warp, the warps repeating over bn / 32 row blocks
@@ -45,6 +46,9 @@ impl<'a> KeyBlock<'a> {
         let heads_k = b.special(Special::NCtaIdY);
         let heads = b.mul_lo_u32(heads_k, group);
         let n0 = b.mul_lo_u32(n_block, bn);
+        if p.packed().is_some() {
+            Packed::exit_past(b, n0, seqlen_k);
+        }
         let k_rows = b.sub_u32(seqlen_k, n0);
         let zero = b.mov(0u32);
 
@@ -137,6 +141,7 @@ impl<'a> KeyBlock<'a> {
             ds_tile: &self.ds_tile,
             k_tile: &self.k_tile,
             batch_heads: (self.batch, self.heads),
+            seqlen_q: self.seqlen_q,
             warp: self.dq_warp.clone(),
         }
     }

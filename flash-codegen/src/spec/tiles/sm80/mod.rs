@@ -6,9 +6,10 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{KernelSpec, Pass, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
-    BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
-    FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SPLIT_COMPACT_TILES,
-    FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES, FWD_TILES,
+    BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES,
+    FWD_COMBINE_LONG_TILES, FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES,
+    FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES,
+    FWD_TILES, FWD_VARLEN_TILES,
 };
 
 mod rules;
@@ -123,16 +124,25 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
             .find(|(d, _)| *d == spec.head_dim)
             .map(|&(_, t)| t)
     };
-    match (spec.tiling, spec.pass) {
+    match (spec.tiling, spec.pass.tile_pass()) {
+        (Tiling::Standard, Pass::Bwd) if spec.pass.is_varlen() => {
+            find(&BWD_VARLEN_TILES).or_else(|| find(&BWD_TILES))
+        }
+        (Tiling::Standard, Pass::Fwd) if spec.pass.is_varlen() => {
+            find(&FWD_VARLEN_TILES).or_else(|| find(&FWD_TILES))
+        }
+        // (varlen d256 runs the compact row as its standard one)
+        (Tiling::Long | Tiling::Compact, _) if spec.pass.is_varlen() => None,
         (Tiling::Standard, Pass::Fwd) => find(&FWD_TILES),
         (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),
         (Tiling::Standard, Pass::BwdDq) => find(&BWD_DQ_TILES),
         (Tiling::Standard, Pass::BwdPre | Pass::BwdPost) => find(&ELEMENTWISE_TILES),
-        (Tiling::Standard, Pass::FwdSplit | Pass::FwdPaged) => find(&FWD_SPLIT_TILES),
+        (Tiling::Standard, Pass::FwdSplit) => find(&FWD_SPLIT_TILES),
         (Tiling::Standard, Pass::FwdCombine) => find(&FWD_COMBINE_TILES),
+        (Tiling::Standard, _) => None, // (not a tile pass)
         (Tiling::Long, _) => long_row(spec).map(|(_, t)| t),
         (Tiling::Compact, Pass::Fwd) => find(&FWD_COMPACT_TILES),
-        (Tiling::Compact, Pass::FwdSplit | Pass::FwdPaged) => find(&FWD_SPLIT_COMPACT_TILES),
+        (Tiling::Compact, Pass::FwdSplit) => find(&FWD_SPLIT_COMPACT_TILES),
         (Tiling::Compact, _) => None,
         (Tiling::Prefill, _) => prefill_row(spec).map(|(_, t)| t),
     }

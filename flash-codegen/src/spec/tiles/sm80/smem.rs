@@ -15,10 +15,10 @@ pub(crate) fn layout(spec: &KernelSpec, t: &Sm80Tiles) -> SmemLayout {
         stages: t.stages,
         vectors,
     };
-    let (fixed, stream, exchange, stats) = match spec.pass {
+    let (fixed, stream, exchange, stats) = match spec.pass.tile_pass() {
         // Q, then `stages` K and V tiles; exchange: P [block_m][block_n, in whole panels]
         // and the row statistics of every warp, [G][block_m] f32 = 32 rows a warp
-        Pass::Fwd | Pass::FwdSplit | Pass::FwdPaged => {
+        Pass::Fwd | Pass::FwdSplit => {
             let q = tile(0, t.block_m, dp);
             let kv = stream(q.end(), t.block_n, 0);
             let p = tile(kv.base + kv.bytes(), t.block_m, t.block_n.div_ceil(64) * 64);
@@ -57,6 +57,7 @@ pub(crate) fn layout(spec: &KernelSpec, t: &Sm80Tiles) -> SmemLayout {
             None,
         ),
         Pass::BwdPre | Pass::BwdPost => (vec![], None, vec![], None),
+        p => unreachable!("{p:?} is not a tile pass"),
     };
     let groups = t.warps / (t.block_m / 32).max(1);
     let end = [

@@ -63,6 +63,26 @@ pub(crate) const BWD_TILES: [(u32, Sm80Tiles); 8] = [
     (256, tc(64, 64, 8, 2, 1).with(Exchange)),
 ];
 
+/// The varlen backward main pass ([`crate::spec::Pass::BwdVarlen`]): the dense rows,
+/// except where they leave no register for the sequence (its lengths come from device
+/// memory, not the constant bank: the dense rows spill 4 to 32 bytes on sm_80): d64 on
+/// 64 keys with resident Q fragments, d96 and d128 streamed on 64 keys (d128 without the
+/// exchange). No long row.
+#[rustfmt::skip]
+pub(crate) const BWD_VARLEN_TILES: [(u32, Sm80Tiles); 3] = [
+    (64, tc(64, 64, 4, 2, 1).with(Resident)),
+    (96, tc(64, 64, 4, 2, 1)),
+    (128, tc(64, 64, 4, 2, 1)),
+];
+
+/// The varlen forward ([`crate::spec::Pass::FwdVarlen`]): the dense rows, except d256,
+/// whose exchange row spills 12 bytes on sm_80 (causal) with the sequence's lengths in
+/// registers: it runs the compact row (64x64 on 4 warps without the exchange).
+#[rustfmt::skip]
+pub(crate) const FWD_VARLEN_TILES: [(u32, Sm80Tiles); 1] = [
+    (256, tc(64, 64, 4, 1, 1)),
+];
+
 /// The backward main pass's rows for long sequences ([`crate::spec::Tiling::Long`]):
 /// (head dim, the fewest query rows it is chosen for, tiles). d128: FA2's 128 keys on 8
 /// warps with the late prefetch: half the dQ atomics per FLOP of the 64-key row, but one
