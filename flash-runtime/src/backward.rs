@@ -26,8 +26,8 @@ use crate::validate::{
 /// atomic mode also serves deterministic calls (which do not use the accumulator).
 #[derive(Debug)]
 pub struct BwdScratch {
-    dvec: CudaSlice<f32>,
-    dq_accum: Option<CudaSlice<f32>>,
+    pub(crate) dvec: CudaSlice<f32>,
+    pub(crate) dq_accum: Option<CudaSlice<f32>>,
 }
 
 impl BwdScratch {
@@ -37,7 +37,7 @@ impl BwdScratch {
         Self::with_need(stream, ScratchNeed::of(q_shape, deterministic))
     }
 
-    fn with_need(stream: &Arc<CudaStream>, need: ScratchNeed) -> Result<Self> {
+    pub(crate) fn with_need(stream: &Arc<CudaStream>, need: ScratchNeed) -> Result<Self> {
         if need.bytes() > isize::MAX as usize {
             return Err(FlashError::ShapeMismatch(format!(
                 "the backward scratch would need {need:?} f32 values, more than any device holds"
@@ -293,7 +293,7 @@ impl FlashAttention {
     }
 
     /// Enqueue a bound backward plan (called with every buffer's guard held).
-    fn launch_bwd(&self, stream: &Arc<CudaStream>, plan: &BwdPlan) -> Result<()> {
+    pub(crate) fn launch_bwd(&self, stream: &Arc<CudaStream>, plan: &BwdPlan) -> Result<()> {
         if !plan.scratch_bound {
             return Err(FlashError::Internal("backward plan without scratch".into()));
         }
@@ -323,7 +323,7 @@ impl FlashAttention {
         Ok(())
     }
 
-    fn zero_fill<T: Element>(
+    pub(crate) fn zero_fill<T: Element>(
         &self,
         stream: &Arc<CudaStream>,
         plan: &BwdPlan,

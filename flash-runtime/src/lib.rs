@@ -49,6 +49,7 @@ pub mod rng;
 pub mod tensor;
 #[doc(hidden)]
 pub mod validate;
+mod varlen;
 
 pub use attention::{FlashAttention, driver_present};
 pub use backward::{BwdInputs, BwdScratch, GradsMut};
@@ -63,6 +64,7 @@ pub use validate::{
     BwdPlan, FwdPlan, KvPlan, LaunchPlan, ParamValue, plan_bwd, plan_bwd_with, plan_fwd,
     plan_fwd_on, plan_kvcache,
 };
+pub use varlen::Varlen;
 
 /// The cudarc version this crate is built against, re-exported so users name the same types.
 pub use cudarc;

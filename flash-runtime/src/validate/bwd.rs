@@ -142,7 +142,7 @@ fn same_shape(name: &str, t: &TensorDesc, like: &str, want: [usize; 4], dims: &s
 }
 
 /// Scratch checks; returns the `dvec` and `dq_accum` pointers (0 where unused).
-fn check_scratch(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64)> {
+pub(crate) fn check_scratch(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64)> {
     let check = |buffer: &'static str, b: &BufDesc, needed: usize| -> Result<u64> {
         if b.len < needed {
             return Err(FlashError::ScratchTooSmall {

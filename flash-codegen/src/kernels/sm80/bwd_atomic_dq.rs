@@ -67,8 +67,7 @@ impl AtomicDq<'_> {
                 w,
                 (self.smem, ds_smem, self.ds_tile, self.k_tile),
                 &dw,
-                (batch, head, heads, m0),
-                self.seqlen_q,
+                (batch, head, heads, m0, self.seqlen_q),
             );
         });
     }
@@ -159,8 +158,7 @@ fn accumulate_dq(
     w: &Warp,
     (smem, ds_smem, ds_tile, k_tile): (Reg<B32>, Reg<B32>, &SmemTile, &SmemTile),
     dw: &DqWarp,
-    (batch, head, heads, m0): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
-    seqlen_q: Reg<B32>,
+    (batch, head, heads, m0, seqlen_q): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
 ) {
     let spec = &plan.spec;
     let fmt: HalfFmt = half_fmt(spec.dtype);

@@ -1,0 +1,203 @@
+//! Varlen (packed sequences) checks: a packed call is checked as the dense call of one
+//! batch of `total` rows (q `[1, total_q, h, d]`, k and v `[1, total_k, hk, d]`: every
+//! layout, dtype, head and lse rule of [`super::plan_fwd`] and [`super::plan_bwd`]), then
+//! planned on the varlen kernels with the offsets' own checks: `cu_seqlens_q` and
+//! `cu_seqlens_k` hold `batch + 1` i32 each, 4-byte aligned; `max_seqlen_*` bound the grid.
+//! Their contents are device data and are not read: the kernels clamp them
+//! ([`flash_codegen::abi::varlen`]).
+
+use flash_codegen::abi::{grid, varlen::accum_rows};
+use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
+
+use super::bwd::check_scratch;
+use super::{
+    BufDesc, BwdArgs, BwdPlan, FwdArgs, LaunchPlan, MAX_GRID_YZ, ParamValue, ScratchNeed,
+    bind_params, check_grid, launch, plan_bwd_with, plan_fwd_on, prod, shape_err, u32_of,
+};
+use crate::error::{FlashError, Result};
+
+/// The offsets of a packed batch: i32 `[batch + 1]` device buffers and the longest
+/// sequences.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VarlenDesc {
+    /// `cu_seqlens_q`: sequence `b`'s queries are rows `cu[b] .. cu[b + 1]`.
+    pub cu_seqlens_q: BufDesc,
+    /// `cu_seqlens_k`, the same for keys and values.
+    pub cu_seqlens_k: BufDesc,
+    /// At least every sequence's query count (rows past it are not computed).
+    pub max_seqlen_q: usize,
+    /// At least every sequence's key count.
+    pub max_seqlen_k: usize,
+}
+
+impl VarlenDesc {
+    /// Sequences in the batch (checked by [`check_varlen`]).
+    fn batch(&self) -> usize {
+        self.cu_seqlens_q.len.saturating_sub(1)
+    }
+}
+
+/// The offsets' checks and the tensors' batch dim; returns the batch.
+fn check_varlen(v: &VarlenDesc, q_batch: usize, k_batch: usize) -> Result<usize> {
+    if q_batch != 1 || k_batch != 1 {
+        return Err(shape_err(format!(
+            "varlen tensors are packed: q [1, total_q, heads, head_dim] and k, v [1, total_k, \
+             heads_k, head_dim] (the sequences back to back in dim 1); got batch dims {q_batch} \
+             and {k_batch}"
+        )));
+    }
+    let (cq, ck) = (v.cu_seqlens_q, v.cu_seqlens_k);
+    if cq.len == 0 || cq.len != ck.len {
+        return Err(shape_err(format!(
+            "cu_seqlens_q and cu_seqlens_k must both hold batch + 1 i32 offsets; got {} and {}",
+            cq.len, ck.len
+        )));
+    }
+    for (name, b) in [("cu_seqlens_q", cq), ("cu_seqlens_k", ck)] {
+        if b.ptr == 0 || b.ptr % 4 != 0 {
+            return Err(FlashError::Misaligned {
+                tensor: name,
+                why: format!("its pointer {:#x} is null or not 4-byte aligned", b.ptr),
+            });
+        }
+    }
+    let batch = v.batch();
+    if batch as u64 > MAX_GRID_YZ {
+        return Err(FlashError::GridTooLarge {
+            grid: [0, 0, batch as u64],
+            why: format!("a varlen batch holds at most {MAX_GRID_YZ} sequences (grid z)"),
+        });
+    }
+    u32_of(v.max_seqlen_q, "max_seqlen_q")?;
+    u32_of(v.max_seqlen_k, "max_seqlen_k")?;
+    Ok(batch)
+}
+
+/// The value of a varlen kernel's parameter `name`: the offsets and totals, else the
+/// dense launch's value of the same name (`seqlen_q` of the dense call is `total_q`).
+fn varlen_value(
+    dense: &LaunchPlan,
+    v: &VarlenDesc,
+    name: &str,
+    scratch: (u64, u64),
+) -> Option<ParamValue> {
+    use ParamValue::{U32, U64};
+    Some(match name {
+        "cu_seqlens_q" => U64(v.cu_seqlens_q.ptr),
+        "cu_seqlens_k" => U64(v.cu_seqlens_k.ptr),
+        "total_q" => dense.param("seqlen_q")?,
+        "total_k" => dense.param("seqlen_k").unwrap_or(U32(0)),
+        "dvec" => U64(scratch.0),
+        "dq_accum" => U64(scratch.1),
+        n => dense.param(n)?,
+    })
+}
+
+/// `dense` as its varlen kernel on the packed batch's grid.
+fn to_varlen(
+    dense: &LaunchPlan,
+    v: &VarlenDesc,
+    batch: usize,
+    scratch: (u64, u64),
+) -> Result<LaunchPlan> {
+    let pass = dense.spec.pass.varlen().ok_or_else(|| {
+        FlashError::Internal(format!("{} has no varlen pass", dense.spec.pass.name()))
+    })?;
+    let spec = KernelSpec {
+        pass,
+        tiling: Tiling::Standard,
+        ..dense.spec
+    };
+    let (h, hk) = (heads_of(dense, "heads")?, heads_of(dense, "heads_k")?);
+    let (mq, mk) = (v.max_seqlen_q as u32, v.max_seqlen_k as u32);
+    let g = grid(&spec, batch as u32, mq, mk, h, hk)
+        .ok_or_else(|| FlashError::Internal(format!("{spec} has no grid")))?;
+    check_grid(v.max_seqlen_q, h as usize, batch, spec.tiles().block_m())?;
+    let params = bind_params(pass, |n| varlen_value(dense, v, n, scratch))?;
+    Ok(launch(spec, g, params))
+}
+
+/// Query and KV heads of a dense launch, from its grid (dense grids are `[.., heads,
+/// batch]`, the main backward's `[.., heads_k, batch]`) and `heads_per_kv`.
+fn heads_of(dense: &LaunchPlan, which: &str) -> Result<u32> {
+    let y = dense.grid[1];
+    let per_kv = match dense.param("heads_per_kv") {
+        Some(ParamValue::U32(g)) => g.max(1),
+        _ => 1,
+    };
+    let bwd_main = dense.spec.pass == Pass::Bwd;
+    Ok(match (which, bwd_main) {
+        ("heads", false) | ("heads_k", true) => y,
+        ("heads", true) => y * per_kv,
+        _ => y / per_kv,
+    })
+}
+
+/// Check a varlen forward and plan its launch: `a` describes the packed tensors (batch
+/// dim 1), `v` the offsets.
+pub fn plan_fwd_varlen(
+    a: &FwdArgs,
+    v: &VarlenDesc,
+    arch: Arch,
+    smem_optin: u64,
+) -> Result<LaunchPlan> {
+    let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
+    let dense = plan_fwd_on(a, arch, smem_optin)?;
+    if dense.is_noop() || batch == 0 || v.max_seqlen_q == 0 {
+        return Ok(LaunchPlan::noop(KernelSpec {
+            pass: Pass::FwdVarlen,
+            tiling: Tiling::Standard,
+            ..dense.spec
+        }));
+    }
+    to_varlen(&dense, v, batch, (0, 0))
+}
+
+/// The scratch of a varlen backward: D `[heads, total_q]` and, in atomic mode, the dq
+/// accumulator of `heads * 16 ceil((total_q + 16 batch) / 16) * head_dim` f32.
+pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) -> ScratchNeed {
+    let [_, total_q, h, d] = q_shape;
+    ScratchNeed {
+        dvec: prod(&[h, total_q]),
+        dq_accum: match deterministic {
+            true => 0,
+            false => prod(&[h, accum_rows(total_q, batch), d]),
+        },
+    }
+}
+
+/// Check a varlen backward and plan its launches (scratch `None`: a dry run, as
+/// [`super::plan_bwd`]); an empty packed batch zero-fills as the dense call would.
+pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch) -> Result<BwdPlan> {
+    let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
+    let dry = BwdArgs {
+        scratch: None,
+        ..*a
+    };
+    let dense = plan_bwd_with(&dry, arch, false)?;
+    if dense.launches.is_empty() {
+        return Ok(dense);
+    }
+    let need = varlen_scratch(a.q.shape, batch, a.opts.deterministic);
+    let scratch = match &a.scratch {
+        Some(s) => check_scratch(s, &need)?,
+        None => (0, 0),
+    };
+    let launches = match batch == 0 || v.max_seqlen_q == 0 && v.max_seqlen_k == 0 {
+        true => Vec::new(),
+        false => {
+            // (a pass whose grid is empty, no queries or no keys anywhere, is left out: the
+            // others then read nothing it would have written)
+            let l = dense.launches.iter();
+            let l = l.map(|l| to_varlen(l, v, batch, scratch));
+            let l: Vec<LaunchPlan> = l.collect::<Result<_>>()?;
+            l.into_iter().filter(|l| !l.is_noop()).collect()
+        }
+    };
+    Ok(BwdPlan {
+        launches,
+        zero_fill: Vec::new(),
+        scratch: need,
+        scratch_bound: a.scratch.is_some(),
+    })
+}
