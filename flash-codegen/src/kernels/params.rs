@@ -27,7 +27,7 @@ impl Params {
     pub fn load(b: &mut Builder, pass: Pass) -> Self {
         let mut p = Self::of(b, &format!("the {} pass", pass.name()), abi::params(pass));
         if pass.is_varlen() {
-            p.packed = Some(Packed);
+            p.packed = Some(Packed::default());
         }
         p
     }
@@ -48,6 +48,13 @@ impl Params {
             regs,
             owner: owner.to_string(),
             packed: None,
+        }
+    }
+
+    /// A varlen pass whose CTA order remaps the sequence: it is `seq`, not `%ctaid.z`.
+    pub fn set_sequence(&mut self, seq: Reg<B32>) {
+        if let Some(pk) = &mut self.packed {
+            pk.seq = Some(seq);
         }
     }
 

@@ -88,7 +88,12 @@ pub fn heaviest_first(
     let pairs = b.mul_lo_u32(ny, nz);
     // pairs per section: KV_SECTION_BYTES / (seqlen_k * 4 d), 1 to all of them (past 4M
     // keys the product wraps: that changes the section size, never the bijection)
-    let pair_bytes = b.mul_lo_u32(p.get(SEQLEN_K), 4 * spec.head_dim);
+    // (varlen: the grid's query rows, nx * block_m, stand for the keys of a pair)
+    let keys = match p.packed() {
+        Some(_) => b.mul_lo_u32(nx, plan.tiles.block_m()),
+        None => p.get(SEQLEN_K),
+    };
+    let pair_bytes = b.mul_lo_u32(keys, 4 * spec.head_dim);
     let pair_bytes = b.max_u32(pair_bytes, 1u32);
     let per_section = b.div_u32(KV_SECTION_BYTES, pair_bytes);
     let per_section = b.max_u32(per_section, 1u32);

@@ -31,8 +31,11 @@ impl Side {
 }
 
 /// The CTA's sequence of a packed batch (a varlen pass's [`Params`]).
-#[derive(Clone, Copy, Debug)]
-pub struct Packed;
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Packed {
+    /// The sequence's index, where the CTA order remaps it (`None`: `%ctaid.z`).
+    pub seq: Option<Reg<B32>>,
+}
 
 impl Packed {
     /// The sequence's first row on `side`: `cu[b]` clamped to `[0, total]`.
@@ -67,7 +70,7 @@ impl Packed {
     /// (a tile of its own, see [`crate::abi::varlen`]).
     pub fn accum_row0(b: &mut Builder, p: &Params) -> Reg<B32> {
         let q0 = Self::first(b, p, Side::Queries);
-        let seq = b.special(Special::CtaIdZ);
+        let seq = sequence(b, p);
         let r = b.mad_lo_u32(seq, 16u32, q0);
         b.and_b32(r, !15u32)
     }
@@ -89,9 +92,17 @@ impl Packed {
 /// The address of `cu[b]` on `side` (`b = %ctaid.z`) and the side's row count.
 fn offsets(b: &mut Builder, p: &Params, side: Side) -> (Reg<B64>, Reg<B32>) {
     let (cu, total) = side.args();
-    let seq = b.special(Special::CtaIdZ);
+    let seq = sequence(b, p);
     let base = b.cvta_global(p.get(cu));
     (b.mad_wide_u32(seq, 4u32, base), p.get(total))
+}
+
+/// The CTA's sequence index.
+fn sequence(b: &mut Builder, p: &Params) -> Reg<B32> {
+    match p.packed().and_then(|pk| pk.seq) {
+        Some(s) => s,
+        None => b.special(Special::CtaIdZ),
+    }
 }
 
 fn load(b: &mut Builder, addr: Reg<B64>, off: i32) -> [Reg<B32>; 1] {

@@ -32,8 +32,8 @@ pub fn open(plan: &KernelPlan, header: String) -> Opening {
     let spec = &plan.spec;
     let mut b = Builder::new();
     b.comment(header);
-    let p = Params::load(&mut b, spec.pass);
-    let q = QBlock::new(&mut b, plan, &p);
+    let mut p = Params::load(&mut b, spec.pass);
+    let q = QBlock::new(&mut b, plan, &mut p);
     let zero = b.mov(0u32);
     Opening { b, p, q, zero }
 }
@@ -63,7 +63,7 @@ impl Deref for QBlock {
 
 impl QBlock {
     /// CTA coordinates from the grid, and the warp's share.
-    pub fn new(b: &mut Builder, plan: &KernelPlan, p: &Params) -> Self {
+    pub fn new(b: &mut Builder, plan: &KernelPlan, p: &mut Params) -> Self {
         let spec = &plan.spec;
         let t = plan.tiles.sm80();
         let w = if t.layout.exchange() {
@@ -80,8 +80,12 @@ impl QBlock {
             );
             Warp::new(b, m_tiles)
         };
-        let (m_block, head, batch) = if spec.mask.is_causal() && spec.pass == Pass::Fwd {
-            heaviest_first(b, plan, p)
+        let (m_block, head, batch) = if spec.mask.is_causal() && spec.pass.tile_pass() == Pass::Fwd
+        {
+            // (varlen: the sequence is the remapped batch)
+            let (m, h, z) = heaviest_first(b, plan, p);
+            p.set_sequence(z);
+            (m, h, z)
         } else {
             let m_block = b.special(Special::CtaIdX);
             // causal: the last query blocks see the most keys; launch them first, so the
