@@ -171,6 +171,9 @@ fn row_of(table: &[(u32, u32, Sm80Tiles)], d: u32) -> Option<(u32, Sm80Tiles)> {
 /// fwdsplit: the fewest packed rows, `seqlen_q * heads_per_kv`; for fwdcombine: the
 /// fewest splits).
 pub(crate) fn long_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
+    if spec.pass.is_varlen() {
+        return None; // (the varlen rows: `BWD_VARLEN_TILES`)
+    }
     let table: &[(u32, u32, Sm80Tiles)] = match spec.pass.tile_pass() {
         Pass::Bwd => &BWD_LONG_TILES,
         Pass::FwdSplit => &FWD_SPLIT_LONG_TILES,
