@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
-    DeviceSlice,
+    DeviceSlice, SyncOnDrop,
 };
 
 use crate::FlashAttention;
@@ -66,6 +66,32 @@ impl BwdScratch {
             dvec: self.dvec.len(),
             dq_accum: self.dq_accum.as_ref().map_or(0, |a| a.len()),
         }
+    }
+
+    /// The buffers as the checks see them, and their guards (`stream` waits for their
+    /// earlier uses; dropped after the launches, the guards record this call's).
+    pub(crate) fn bind<'a>(
+        &'a mut self,
+        stream: &'a Arc<CudaStream>,
+    ) -> (ScratchDesc, (SyncOnDrop<'a>, Option<SyncOnDrop<'a>>)) {
+        let dvec_len = self.dvec.len();
+        let (dvec_ptr, dvec_guard) = self.dvec.device_ptr_mut(stream);
+        let (acc, acc_guard) = match self.dq_accum.as_mut() {
+            Some(a) => {
+                let len = a.len();
+                let (ptr, guard) = a.device_ptr_mut(stream);
+                (Some(BufDesc { ptr, len }), Some(guard))
+            }
+            None => (None, None),
+        };
+        let desc = ScratchDesc {
+            dvec: BufDesc {
+                ptr: dvec_ptr,
+                len: dvec_len,
+            },
+            dq_accum: acc,
+        };
+        (desc, (dvec_guard, acc_guard))
     }
 
     /// Whether this scratch serves a call whose q has shape `q_shape` in this mode.
@@ -267,23 +293,8 @@ impl FlashAttention {
                     Some(s) => s,
                     None => owned.insert(BwdScratch::with_need(stream, dry.scratch)?),
                 };
-                let dvec_len = s.dvec.len();
-                let (dvec_ptr, _dvec) = s.dvec.device_ptr_mut(stream);
-                let (acc, _acc) = match s.dq_accum.as_mut() {
-                    Some(a) => {
-                        let len = a.len();
-                        let (ptr, guard) = a.device_ptr_mut(stream);
-                        (Some(BufDesc { ptr, len }), Some(guard))
-                    }
-                    None => (None, None),
-                };
-                args.scratch = Some(ScratchDesc {
-                    dvec: BufDesc {
-                        ptr: dvec_ptr,
-                        len: dvec_len,
-                    },
-                    dq_accum: acc,
-                });
+                let (desc, _guards) = s.bind(stream);
+                args.scratch = Some(desc);
                 let plan = plan_bwd_with(&args, self.arch, long_tiles)?;
                 return self.launch_bwd(stream, &plan);
             }

@@ -27,9 +27,7 @@ use crate::forward::{alloc_outputs, lse_arg};
 use crate::outputs::{Forward, Gradients};
 use crate::params::{AttnParams, BwdOptions};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{
-    BufDesc, BwdArgs, FwdArgs, ScratchDesc, VarlenDesc, plan_bwd_varlen, plan_fwd_varlen,
-};
+use crate::validate::{BufDesc, BwdArgs, FwdArgs, VarlenDesc, plan_bwd_varlen, plan_fwd_varlen};
 
 /// The offsets of a packed batch: `cu_seqlens_q` and `cu_seqlens_k`, i32 `[batch + 1]` on
 /// the device, and the longest sequences (at least every sequence's length).
@@ -261,23 +259,8 @@ impl FlashAttention {
             let dry = plan_bwd_varlen(&args, &vd, self.arch)?;
             if !dry.launches.is_empty() {
                 let mut s = BwdScratch::with_need(stream, dry.scratch)?;
-                let dvec_len = s.dvec.len();
-                let (dvec_ptr, _dvec) = s.dvec.device_ptr_mut(stream);
-                let (acc, _acc) = match s.dq_accum.as_mut() {
-                    Some(a) => {
-                        let len = a.len();
-                        let (ptr, guard) = a.device_ptr_mut(stream);
-                        (Some(BufDesc { ptr, len }), Some(guard))
-                    }
-                    None => (None, None),
-                };
-                args.scratch = Some(ScratchDesc {
-                    dvec: BufDesc {
-                        ptr: dvec_ptr,
-                        len: dvec_len,
-                    },
-                    dq_accum: acc,
-                });
+                let (desc, _guards) = s.bind(stream);
+                args.scratch = Some(desc);
                 // SAFETY (of the launches in `launch_bwd`): as for the dense backward, with
                 // `plan_bwd_varlen`'s checks: the dense checks of the packed tensors (batch
                 // 1 of total rows) and the varlen scratch (D [heads, total_q], dq_accum
