@@ -95,11 +95,9 @@ fn paged_plans_follow_the_abi_and_the_split_rules() {
 fn small_pages_split_sooner() {
     for (shape, cap, small, large, dense) in [
         ((8, 1, 32, 8, 128), 4096, 2, 1, 1), // 64 CTAs: 2 splits with 16-row pages
-        // MQA, 64 CTAs; d64 pages of 16 rows run the 64-key small-pages row (more
-        // CTAs a SM: more splits)
-        ((64, 1, 8, 1, 64), 4096, 4, 1, 1),
+        ((64, 1, 8, 1, 64), 4096, 2, 1, 1),  // MQA, 64 CTAs
         ((1, 1, 8, 1, 64), 131072, 128, 64, 64), // one CTA a split: up to 128
-        ((64, 1, 32, 8, 128), 4096, 1, 1, 1),    // 512 CTAs fill the GPU
+        ((64, 1, 32, 8, 128), 4096, 1, 1, 1), // 512 CTAs fill the GPU
     ] {
         let (b, sq, h, hk, d) = shape;
         let splits = |page: usize| {
@@ -292,24 +290,4 @@ fn misaligned_strided_and_mistyped_pools() {
         ),
         "{e:?}"
     );
-}
-
-/// Pages smaller than the standard key block run the small-pages row where the head dim
-/// has one (d64: 64-key blocks); pages of a block or more, and other head dims, do not.
-#[test]
-fn small_pages_pick_their_row() {
-    use flash_codegen::Tiling;
-    for (d, page, want) in [
-        (64, 16, Tiling::SmallPages),
-        (64, 64, Tiling::SmallPages),
-        (64, 128, Tiling::Standard),
-        (64, 256, Tiling::Standard),
-        (128, 16, Tiling::Standard),
-    ] {
-        let a = paged((8, 1, 8, 1, d), 8 * 4096 / page, page, 4096 / page);
-        let p = plan(&a).unwrap();
-        assert_eq!(p.split.spec.pass, Pass::FwdPaged);
-        assert_eq!(p.split.spec.tiling, want, "d{d} page {page}");
-        assert_eq!(p.split.block[0], p.split.spec.tiles().threads());
-    }
 }

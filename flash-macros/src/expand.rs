@@ -111,7 +111,6 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Tiling::Long => quote!(Long),
         Tiling::Compact => quote!(Compact),
         Tiling::Prefill => quote!(Prefill),
-        Tiling::SmallPages => quote!(SmallPages),
     };
     let mask = match spec.mask {
         Mask::None => quote!(None),

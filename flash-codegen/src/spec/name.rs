@@ -62,7 +62,6 @@ impl FromStr for KernelSpec {
             Some(&"long") => Tiling::Long,
             Some(&"compact") => Tiling::Compact,
             Some(&"prefill") => Tiling::Prefill,
-            Some(&"smallpages") => Tiling::SmallPages,
             _ => Tiling::Standard,
         };
         if middle.len() != usize::from(causal) + usize::from(tiling != Tiling::Standard) {
@@ -106,7 +105,6 @@ impl FromStr for KernelSpec {
                 Tiling::Long => "long",
                 Tiling::Compact => "compact",
                 Tiling::Prefill => "prefill",
-                Tiling::SmallPages => "smallpages",
                 Tiling::Standard => "standard", // (every supported head dim has one)
             };
             return Err(err(&format!(
@@ -130,12 +128,12 @@ mod tests {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
         // 136 dense-attention kernels and 128 varlen ones (no long or compact rows), 100
-        // split-KV forwards (standard, long, compact; prefill at d128) and 104 paged ones
-        // (the same, and small pages at d64), 48 combine steps (standard, long, prefill)
-        assert_eq!(KernelSpec::all().len(), 516);
+        // split-KV forwards (standard, long, compact; prefill at d128) and 100 paged ones,
+        // 48 combine steps (standard, long, prefill)
+        assert_eq!(KernelSpec::all().len(), 512);
         let split =
             |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged);
-        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 252);
+        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 248);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
             all.filter(|s| s.tiling == tiling && !split(s))

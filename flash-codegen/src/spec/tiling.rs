@@ -30,11 +30,6 @@ pub enum Tiling {
     /// step's row for few splits (a row per warp, up to 8 splits;
     /// [`KernelSpec::for_splits`]). Same result.
     Prefill,
-    /// The paged split-KV forward's row for pages smaller than its standard key block,
-    /// where the head dim has one (d64: 64-key blocks instead of 128, so two or three CTAs
-    /// share an SM and each block's copies touch half the pages); chosen by the runtime
-    /// from the page size. Same result.
-    SmallPages,
 }
 
 impl Tiling {
@@ -45,7 +40,6 @@ impl Tiling {
             Tiling::Long => "_long",
             Tiling::Compact => "_compact",
             Tiling::Prefill => "_prefill",
-            Tiling::SmallPages => "_smallpages",
         }
     }
 }
@@ -79,7 +73,6 @@ impl KernelSpec {
             Tiling::Long,
             Tiling::Compact,
             Tiling::Prefill,
-            Tiling::SmallPages,
         ]
         .map(|tiling| self.with_tiling(tiling))
         .into_iter()

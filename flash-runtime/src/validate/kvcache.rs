@@ -13,7 +13,7 @@ use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
 use super::paged::{PagedCache, PagedDesc, check_paged, check_pool_strides};
-use super::split_rule::{GpuFill, paged_spec, resolve_splits, split_spec};
+use super::split_rule::{GpuFill, resolve_splits, split_spec};
 use super::{
     BufDesc, LaunchPlan, LseDesc, MAX_GRID_X, MAX_GRID_YZ, ParamValue, Placed, TensorDesc,
     bind_params, check_dtypes, check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
@@ -254,11 +254,17 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     let split_spec = split_spec(a.q.shape, logical.shape, kernel, arch, gpu);
     let shapes = (a.q.shape, logical.shape);
     let page_size = paged.map(|p| 1usize << p.page_shift);
-    // (paged: the small-pages row for pages below the standard key block, where the
-    // head dim has one)
-    let split_spec = page_size.map_or(split_spec, |page| paged_spec(split_spec, page));
     let splits = resolve_splits(a.num_splits, shapes, (&split_spec, page_size), gpu)?;
-    let split_pass = split_spec.pass;
+    let (split_pass, split_spec) = match paged {
+        None => (Pass::FwdSplit, split_spec),
+        Some(_) => (
+            Pass::FwdPaged,
+            KernelSpec {
+                pass: Pass::FwdPaged,
+                ..split_spec
+            },
+        ),
+    };
     if b == 0 || h == 0 || sq == 0 {
         return Ok(KvPlan {
             split: LaunchPlan::noop(split_spec),

@@ -244,24 +244,7 @@ pub fn kvcache_splits(
         arch,
         gpu,
     );
-    let spec = page_size.map_or(spec, |page| paged_spec(spec, page));
     resolve_splits(num_splits, (q_shape, k_shape), (&spec, page_size), gpu)
-}
-
-/// The paged forward's kernel over the split forward's `split` for pages of `page` rows:
-/// its small-pages row ([`Tiling::SmallPages`]) where pages are smaller than the standard
-/// row's key block and the head dim has one, else `split`'s tiling. Its split count
-/// follows its own tiles.
-pub(crate) fn paged_spec(split: KernelSpec, page: usize) -> KernelSpec {
-    let paged = KernelSpec {
-        pass: Pass::FwdPaged,
-        ..split
-    };
-    let small = paged.with_tiling(Tiling::SmallPages);
-    let fits = split.tiling == Tiling::Standard
-        && small.is_supported()
-        && page < split.tiles().block_n() as usize;
-    if fits { small } else { paged }
 }
 
 /// The split count of the call: an explicit one checked and lowered to the cache's key

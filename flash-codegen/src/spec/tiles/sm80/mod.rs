@@ -8,8 +8,8 @@ use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
     BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES,
     FWD_COMBINE_LONG_TILES, FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES,
-    FWD_PAGED_SMALL_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES,
-    FWD_SPLIT_TILES, FWD_TILES, FWD_VARLEN_TILES,
+    FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES,
+    FWD_TILES, FWD_VARLEN_TILES,
 };
 
 mod rules;
@@ -145,10 +145,6 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         (Tiling::Compact, Pass::FwdSplit) => find(&FWD_SPLIT_COMPACT_TILES),
         (Tiling::Compact, _) => None,
         (Tiling::Prefill, _) => prefill_row(spec).map(|(_, t)| t),
-        (Tiling::SmallPages, Pass::FwdSplit) if spec.pass == Pass::FwdPaged => {
-            find(&FWD_PAGED_SMALL_TILES)
-        }
-        (Tiling::SmallPages, _) => None,
     }
 }
 

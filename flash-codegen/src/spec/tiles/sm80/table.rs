@@ -132,15 +132,6 @@ pub(crate) const FWD_SPLIT_TILES: [(u32, Sm80Tiles); 8] = [
     (256, tc(16, 32, 2, 4, 1).with(KeySplit)),
 ];
 
-/// The paged forward's rows for pages smaller than the standard row's key block
-/// ([`crate::spec::Tiling::SmallPages`]): d64 decode on 64-key blocks (the standard
-/// row's four 128-row stages, 128 KiB, allow one CTA per SM; with small pages every
-/// added copy instruction shows on that one warp per scheduler: docs/performance.md).
-#[rustfmt::skip]
-pub(crate) const FWD_PAGED_SMALL_TILES: [(u32, Sm80Tiles); 1] = [
-    (64, tc(16, 64, 4, 4, 1).with(KeySplit)),
-];
-
 /// The key-split rows for GPUs with less shared memory per block (RTX 30/40: 99 KiB):
 /// two stages, 54-72 KiB.
 #[rustfmt::skip]
