@@ -78,6 +78,8 @@ pub struct Notes {
     /// The KV-cache forward (fwdsplit, then fwdcombine): launch sequence, split rule,
     /// partial buffers, seqlens_k.
     pub kv_cache: Vec<String>,
+    /// The varlen passes (packed sequences): layout, offsets, grids, launch sequences.
+    pub varlen: Vec<String>,
 }
 
 /// One tensor a kernel reads or writes.

@@ -56,6 +56,12 @@ const CUPY_EXAMPLE: &[&str] = &[
     "fn(grid, tuple(kern['launch']['block']), args, shared_mem=smem)",
 ];
 
+const VARLEN: &[&str] = &[
+    "Packed variable-length batches (fwdvarlen; backward: bwdprevarlen, bwdvarlen, then bwdpostvarlen in atomic mode or bwddqvarlen in deterministic mode, like the dense backward): q, o, dO, dq are [total_q, heads, head_dim] and k, v, dk, dv [total_k, heads_k, head_dim] (row and head strides free, head_dim contiguous, no batch stride); sequence b is rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] (likewise cu_seqlens_k for keys), i32 [batch + 1] on the device, and its own attention problem (causal: bottom-right per sequence).",
+    "Grids: [ceil(max_seqlen_q / block_m), heads, batch] (bwdvarlen: [ceil(max_seqlen_k / block_n), heads_k, batch]); max_seqlen_q and max_seqlen_k must be at least every sequence's length (rows past them are not computed). lse and D are f32 [heads, total_q]; dq_accum holds heads * 16 * ceil((total_q + 16 * batch) / 16) * head_dim f32 (zeroed by bwdprevarlen). A sequence with queries and no keys gets o = 0, lse = -inf, dq = 0; rows of no sequence are not written.",
+    "The kernels clamp every offset to [0, total_q] (or [0, total_k]) and each end to at least its start, so no offset content makes them read or write outside the buffers; offsets that are not non-decreasing from 0 give meaningless values.",
+];
+
 const KV_CACHE: &[&str] = &[
     "Kernel choice: with packed rows = seqlen_q * heads_per_kv up to 16 (a decode step) run the fwdsplit kernel with spec.tiling = standard (the key-split layout), from 17 on (the long kernel's min_seqlen_q, which counts packed rows for fwdsplit) the one with spec.tiling = long (64-row tiles), and from the prefill kernel's min_seqlen_q on (128; d128 only) the one with spec.tiling = prefill (the dense forward's tile: a chunked prefill) where its CTAs (ceil(packed rows / block_m) * heads_k * batch) times min(64, floor(n / 2)) (n = ceil(seqlen_k / block_n), its tiles) reach the slots of the split rule below, else the long one; where the standard kernel needs more dynamic shared memory than the GPU allows per block, spec.tiling = compact. fwdcombine: spec.tiling = prefill (a row per warp, 4 rows a CTA: its tiles.block_m) up to 8 splits, standard (4 warps a row) from 9 to 32, long (8 warps a row) from 33 (its min_seqlen_q, which counts splits for fwdcombine); all three compute the same.",
     "Decode, speculative verification and chunked prefill against a KV cache run fwdsplit (grid [ceil(seqlen_q * heads_per_kv / block_m), heads_k, batch * num_splits]) and then, only when num_splits > 1, fwdcombine (grid [ceil(heads * seqlen_q / block_m), batch, 1]) on the same stream; with num_splits = 1, fwdsplit writes o and lse itself and o_accum / lse_accum may be 0.",
@@ -122,5 +128,6 @@ pub(super) fn notes() -> Notes {
         launch: lines(LAUNCH),
         cupy_example: lines(CUPY_EXAMPLE),
         kv_cache: lines(KV_CACHE),
+        varlen: lines(VARLEN),
     }
 }
