@@ -22,8 +22,8 @@ pub struct Params {
 }
 
 impl Params {
-    /// The parameters of `pass` ([`abi::params`]).
-    /// A varlen pass also reads its CTA's sequence ([`Packed::load`]).
+    /// The parameters of `pass` ([`abi::params`]); a varlen pass's also answer with its
+    /// CTA's sequence ([`Packed`]).
     pub fn load(b: &mut Builder, pass: Pass) -> Self {
         let mut p = Self::of(b, &format!("the {} pass", pass.name()), abi::params(pass));
         if pass.is_varlen() {
@@ -56,11 +56,6 @@ impl Params {
         if let Some(pk) = &mut self.packed {
             pk.seq = Some(seq);
         }
-    }
-
-    /// Whether the entry has a parameter named `name`.
-    pub fn has(&self, name: &str) -> bool {
-        self.regs.iter().any(|(n, _)| *n == name)
     }
 
     /// The varlen pass's sequence, if this is one.

@@ -97,7 +97,7 @@ fn varlen_value(
 fn to_varlen(
     dense: &LaunchPlan,
     v: &VarlenDesc,
-    batch: usize,
+    (batch, h, hk): (usize, usize, usize),
     scratch: (u64, u64),
 ) -> Result<LaunchPlan> {
     let pass = dense.spec.pass.varlen().ok_or_else(|| {
@@ -108,29 +108,13 @@ fn to_varlen(
         tiling: Tiling::Standard,
         ..dense.spec
     };
-    let (h, hk) = (heads_of(dense, "heads")?, heads_of(dense, "heads_k")?);
+    // (sizes checked by the dense plan and `check_varlen`: each fits u32)
     let (mq, mk) = (v.max_seqlen_q as u32, v.max_seqlen_k as u32);
-    let g = grid(&spec, batch as u32, mq, mk, h, hk)
+    let g = grid(&spec, batch as u32, mq, mk, h as u32, hk as u32)
         .ok_or_else(|| FlashError::Internal(format!("{spec} has no grid")))?;
-    check_grid(v.max_seqlen_q, h as usize, batch, spec.tiles().block_m())?;
+    check_grid(v.max_seqlen_q, h, batch, spec.tiles().block_m())?;
     let params = bind_params(pass, |n| varlen_value(dense, v, n, scratch))?;
     Ok(launch(spec, g, params))
-}
-
-/// Query and KV heads of a dense launch, from its grid (dense grids are `[.., heads,
-/// batch]`, the main backward's `[.., heads_k, batch]`) and `heads_per_kv`.
-fn heads_of(dense: &LaunchPlan, which: &str) -> Result<u32> {
-    let y = dense.grid[1];
-    let per_kv = match dense.param("heads_per_kv") {
-        Some(ParamValue::U32(g)) => g.max(1),
-        _ => 1,
-    };
-    let bwd_main = dense.spec.pass == Pass::Bwd;
-    Ok(match (which, bwd_main) {
-        ("heads", false) | ("heads_k", true) => y,
-        ("heads", true) => y * per_kv,
-        _ => y / per_kv,
-    })
 }
 
 /// Check a varlen forward and plan its launch: `a` describes the packed tensors (batch
@@ -150,7 +134,8 @@ pub fn plan_fwd_varlen(
             ..dense.spec
         }));
     }
-    to_varlen(&dense, v, batch, (0, 0))
+    let heads = (batch, a.q.shape[2], a.k.shape[2]);
+    to_varlen(&dense, v, heads, (0, 0))
 }
 
 /// The scratch of a varlen backward: D `[heads, total_q]` and, in atomic mode, the dq
@@ -189,7 +174,8 @@ pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch) -> Result<BwdPla
             // (a pass whose grid is empty, no queries or no keys anywhere, is left out: the
             // others then read nothing it would have written)
             let l = dense.launches.iter();
-            let l = l.map(|l| to_varlen(l, v, batch, scratch));
+            let heads = (batch, a.q.shape[2], a.k.shape[2]);
+            let l = l.map(|l| to_varlen(l, v, heads, scratch));
             let l: Vec<LaunchPlan> = l.collect::<Result<_>>()?;
             l.into_iter().filter(|l| !l.is_noop()).collect()
         }

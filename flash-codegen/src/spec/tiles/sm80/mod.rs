@@ -131,8 +131,8 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         (Tiling::Standard, Pass::Fwd) if spec.pass.is_varlen() => {
             find(&FWD_VARLEN_TILES).or_else(|| find(&FWD_TILES))
         }
-        // (varlen d256 runs the compact row as its standard one)
-        (Tiling::Long | Tiling::Compact, _) if spec.pass.is_varlen() => None,
+        // (varlen d256 runs the compact row as its standard one; no long rows: `long_row`)
+        (Tiling::Compact, _) if spec.pass.is_varlen() => None,
         (Tiling::Standard, Pass::Fwd) => find(&FWD_TILES),
         (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),
         (Tiling::Standard, Pass::BwdDq) => find(&BWD_DQ_TILES),
