@@ -49,10 +49,10 @@ use half::bf16;
 use serde_json::{Value, json};
 
 mod bench_common;
-use bench_common::{Flush, attn_params, env_flag, env_list};
+use bench_common::{Flush, Sleep, attn_params, env_flag, env_list};
 #[path = "bench_kvcache/support.rs"]
 mod support;
-use support::{Fill, Out, Sleep, Timer, check_row, tiled};
+use support::{Fill, Out, Timer, check_row, tiled};
 
 /// `torch.cuda._sleep(200_000)`: the script's spin before each timed call.
 const SLEEP_CYCLES: u64 = 200_000;

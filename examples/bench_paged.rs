@@ -43,10 +43,10 @@ use half::bf16;
 use serde_json::{Value, json};
 
 mod bench_common;
-use bench_common::{Flush, attn_params, env_list, median};
+use bench_common::{Flush, Sleep, attn_params, env_list, median};
 #[path = "bench_kvcache/support.rs"]
 mod support;
-use support::{CHUNK, Fill, Out, Sleep, Timer, check_row, tiled};
+use support::{CHUNK, Fill, Out, Timer, check_row, tiled};
 
 const PAGES: [usize; 2] = [16, 256];
 

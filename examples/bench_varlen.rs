@@ -8,9 +8,13 @@
 //!   sequence length alone gives them) against the dense kernel's TFLOP/s at the mean
 //!   length (batch 8).
 //!
-//! Each call: 256 MB L2 flush, CUDA events around the call alone, 5 warm-ups, median of
-//! 15; `BENCH_ROUNDS` (default 3) rounds interleave varlen and dense. JSON lines on
-//! stdout (and `BENCH_OUT`).
+//! Each call: 256 MB L2 flush, then a GPU spin of `BENCH_SLEEP_CYCLES` (default 1.5M
+//! clock cycles, about 0.75 ms: longer than the backward's host-side enqueue, up to
+//! ~0.4 ms on the H200's host; a call that outlasts it counts in the row's `sleep_short`),
+//! CUDA events around the call alone (GPU time; the host's enqueue time in `host_ms`:
+//! dense fwd, dense bwd, varlen fwd, varlen bwd), 5 warm-ups, median of 15; `BENCH_ROUNDS` (default 3) rounds interleave varlen and dense. Rows: `BENCH_D`
+//! (default 64,128), `BENCH_CAUSAL` (0,1), `BENCH_N` (1024,4096 for the equal rows, 0 for
+//! the uneven one). JSON lines on stdout (and `BENCH_OUT`).
 
 use std::error::Error;
 use std::sync::Arc;
@@ -23,12 +27,17 @@ use half::bf16;
 use serde_json::json;
 
 mod bench_common;
-use bench_common::{Flush, attn_params, env_list, median};
+use bench_common::{Flush, Sleep, attn_params, env_list, median};
 
 const H: usize = 16;
 
 struct Timer {
     flush: Flush,
+    sleep: Sleep,
+    /// The host's enqueue time of each `ms` call (median ms), in call order.
+    host_ms: Vec<f64>,
+    /// Timed calls whose enqueue outlasted the spin (the GPU may have waited for the host).
+    sleep_short: usize,
     start: CudaEvent,
     end: CudaEvent,
 }
@@ -44,14 +53,22 @@ impl Timer {
             f()?;
         }
         let mut v = Vec::new();
+        let mut host = Vec::new();
         for _ in 0..15 {
             self.flush.run(s)?;
+            self.sleep.run(s)?;
             self.start.record(s)?;
+            let t0 = std::time::Instant::now();
             f()?;
+            host.push(t0.elapsed().as_secs_f64() * 1e3);
+            // the start event completes when the spin ends: done already means the GPU
+            // may have waited for the host inside the events
+            self.sleep_short += (self.start.is_complete() && self.sleep.cycles > 0) as usize;
             self.end.record(s)?;
             self.end.synchronize()?;
             v.push(self.start.elapsed_ms(&self.end)? as f64);
         }
+        self.host_ms.push(median(host));
         Ok(median(v))
     }
 }
@@ -137,8 +154,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     let s = rt.context().default_stream();
     let ctx = rt.context();
     let rounds = env_list("BENCH_ROUNDS", &[3]).first().copied().unwrap_or(3);
+    let cycles = env_list("BENCH_SLEEP_CYCLES", &[1_500_000])
+        .first()
+        .copied()
+        .unwrap_or(1_500_000);
     let mut t = Timer {
         flush: Flush::from_env(&s)?,
+        sleep: Sleep::new(&rt, cycles as u64)?,
+        host_ms: Vec::new(),
+        sleep_short: 0,
         start: ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
         end: ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
     };
@@ -149,9 +173,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     let uneven = [4096usize, 512, 2048, 127, 3072, 1024, 256, 1];
     let mean = uneven.iter().sum::<usize>() / uneven.len();
     let mut ratios: Vec<f64> = Vec::new();
-    for d in [64, 128] {
-        for causal in [false, true] {
-            for (kind, b, n) in [("equal", 8, 1024), ("equal", 4, 4096), ("uneven", 8, 0)] {
+    let (ds, causals, ns) = (
+        env_list("BENCH_D", &[64, 128]),
+        env_list("BENCH_CAUSAL", &[0, 1]),
+        env_list("BENCH_N", &[1024, 4096, 0]),
+    );
+    for d in ds {
+        for causal in causals.iter().map(|&c| c != 0) {
+            let rows = [("equal", 8, 1024), ("equal", 4, 4096), ("uneven", 8, 0)];
+            for (kind, b, n) in rows.into_iter().filter(|r| ns.contains(&r.2)) {
                 let mut fwd = Vec::new();
                 let mut bwd = Vec::new();
                 for _ in 0..rounds {
@@ -179,7 +209,9 @@ fn main() -> Result<(), Box<dyn Error>> {
                     fwd.push((fv / var[0]) / (fd / dense[0]));
                     bwd.push((fv / var[1]) / (fd / dense[1]));
                     let tf = |f: f64, ms: f64| f / ms / 1e9;
+                    let host: Vec<f64> = t.host_ms.drain(..).collect();
                     let line = json!({"kind": kind, "d": d, "causal": causal, "b": b, "n": n,
+                        "host_ms": host, "sleep_short": std::mem::take(&mut t.sleep_short),
                         "dense_fwd_ms": dense[0], "varlen_fwd_ms": var[0],
                         "dense_bwd_ms": dense[1], "varlen_bwd_ms": var[1],
                         "dense_fwd_tflops": tf(fd, dense[0]), "varlen_fwd_tflops": tf(fv, var[0]),

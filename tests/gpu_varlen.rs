@@ -8,7 +8,7 @@
 //! compute-sanitizer memcheck: without an access outside the buffers).
 #![cfg(feature = "gpu")]
 
-use flash_codegen::DType;
+use flash_codegen::{DType, Tiling};
 use flash_runtime::reference::{
     VarlenShape, attention_varlen_backward_f64, attention_varlen_f64, rel_l2,
 };
@@ -219,21 +219,55 @@ fn cases() -> Vec<Case> {
     v
 }
 
+/// The runtimes a case runs on: the GPU's own (from compute capability 9.0 the varlen
+/// backward's wide rows at d64-d128) and, where the GPU has 9.0 or more and the head dim
+/// a wide row, one planning as an A100 (the standard rows sm_80-sm_89 run).
+fn runtimes() -> Vec<(&'static str, FlashAttention)> {
+    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let mut v = vec![("gpu", rt)];
+    if v[0].1.compute_capability() >= (9, 0) {
+        let mut a100 = FlashAttention::on_device(0).expect("a CUDA device");
+        a100.limit_compute_capability(8, 0);
+        v.push(("as 8.0", a100));
+    }
+    v
+}
+
 #[test]
 fn varlen_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rts = runtimes();
     let mut failures = Vec::new();
     for (i, c) in cases().iter().enumerate() {
         let seed = 0x7a11 ^ ((i as u64) << 16);
-        let r = match c.dtype {
-            DType::F16 => run::<half::f16>(&rt, c, seed),
-            DType::Bf16 => run::<half::bf16>(&rt, c, seed),
+        let on = match [64, 96, 128].contains(&c.d) {
+            true => &rts[..],
+            false => &rts[..1],
         };
-        match r {
-            Ok(p) if p.is_empty() => {}
-            Ok(p) => failures.push(format!("{c:?}: {}", p.join("; "))),
-            Err(e) => failures.push(format!("{c:?}: error {e}")),
+        for (what, rt) in on {
+            let r = match c.dtype {
+                DType::F16 => run::<half::f16>(rt, c, seed),
+                DType::Bf16 => run::<half::bf16>(rt, c, seed),
+            };
+            match r {
+                Ok(p) if p.is_empty() => {}
+                Ok(p) => failures.push(format!("{what} {c:?}: {}", p.join("; "))),
+                Err(e) => failures.push(format!("{what} {c:?}: error {e}")),
+            }
         }
+    }
+    // each runtime ran the rows its compute capability gives
+    for (what, rt) in &rts {
+        let wide = rt
+            .loaded_specs()
+            .iter()
+            .filter(|s| s.tiling == Tiling::Wide)
+            .count();
+        let want = if rt.compute_capability() >= (9, 0) {
+            12
+        } else {
+            0
+        };
+        assert_eq!(wide, want, "{what}: wide kernels loaded");
     }
     assert!(
         failures.is_empty(),
@@ -247,24 +281,68 @@ fn varlen_matches_f64_reference() {
 /// the call succeeds and (under memcheck) touches nothing outside the buffers.
 #[test]
 fn garbage_offsets_stay_in_bounds() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let cuq = [0i32, 60, -7, i32::MAX, 30, i32::MIN];
+    let cuk = [5i32, -1, 1 << 30, 40, 2, 79];
+    for (_, rt) in runtimes() {
+        exact_run(&rt, (100, 80, 4, 4, 64), (&cuq, &cuk), (4096, 4096), false);
+    }
+}
+
+/// Good offsets in buffers of exactly the packed size (no guard bands): a batch with
+/// empty, length-1, keyless and queryless sequences, head dims 40 (kernel 64: columns
+/// past d), 96 and 128, GQA; every call succeeds with finite gradients and (under
+/// memcheck) touches nothing outside its buffers.
+#[test]
+fn exact_allocations_stay_in_bounds() {
+    let lens = [
+        (0, 5),
+        (1, 1),
+        (37, 0),
+        (0, 0),
+        (130, 77),
+        (64, 200),
+        (3, 129),
+    ];
+    let cuq: Vec<i32> = cu(lens.iter().map(|l| l.0))
+        .iter()
+        .map(|&x| x as i32)
+        .collect();
+    let cuk: Vec<i32> = cu(lens.iter().map(|l| l.1))
+        .iter()
+        .map(|&x| x as i32)
+        .collect();
+    let (tq, tk) = (*cuq.last().unwrap() as usize, *cuk.last().unwrap() as usize);
+    for (_, rt) in runtimes() {
+        for (h, hk, d) in [(6, 2, 40), (4, 4, 96), (8, 1, 128)] {
+            exact_run(&rt, (tq, tk, h, hk, d), (&cuq, &cuk), (130, 200), true);
+        }
+    }
+}
+
+/// The varlen forward and both backward modes, causal and not, on buffers of exactly
+/// `[1, tq, h, d]` / `[1, tk, hk, d]` bf16 and the offsets `cu`; with `finite`, every
+/// gradient must be finite.
+fn exact_run(
+    rt: &FlashAttention,
+    (tq, tk, h, hk, d): (usize, usize, usize, usize, usize),
+    (cuq, cuk): (&[i32], &[i32]),
+    (max_q, max_k): (usize, usize),
+    finite: bool,
+) {
     let stream = rt.context().default_stream();
-    let (tq, tk, h, d) = (100usize, 80usize, 4usize, 64usize);
     let x = vec![half::bf16::from_f32(0.25); tq * h * d];
-    let y = vec![half::bf16::from_f32(0.5); tk * h * d];
+    let y = vec![half::bf16::from_f32(0.5); tk * hk * d];
     let (q, k, v, d_o) = (
         stream.clone_htod(&x).unwrap(),
         stream.clone_htod(&y).unwrap(),
         stream.clone_htod(&y).unwrap(),
         stream.clone_htod(&x).unwrap(),
     );
-    let cuq = stream
-        .clone_htod(&[0i32, 60, -7, i32::MAX, 30, i32::MIN])
-        .unwrap();
-    let cuk = stream.clone_htod(&[5i32, -1, 1 << 30, 40, 2, 79]).unwrap();
+    let cuq = stream.clone_htod(cuq).unwrap();
+    let cuk = stream.clone_htod(cuk).unwrap();
     for causal in [false, true] {
-        let vl = Varlen::new(cuq.as_view(), cuk.as_view(), 4096, 4096);
-        let (qs, ks) = ([1, tq, h, d], [1, tk, h, d]);
+        let vl = Varlen::new(cuq.as_view(), cuk.as_view(), max_q, max_k);
+        let (qs, ks) = ([1, tq, h, d], [1, tk, hk, d]);
         let t = |b, s| Tensor4::contiguous(b, s);
         let (qt, kt, vt, dot) = (t(&q, qs), t(&k, ks), t(&v, ks), t(&d_o, qs));
         let p = attn_params(causal, None);
@@ -286,7 +364,14 @@ fn garbage_offsets_stay_in_bounds() {
             } else {
                 BwdOptions::new()
             };
-            rt.backward_varlen(&stream, inputs, &vl, &p, &opts).unwrap();
+            let g = rt.backward_varlen(&stream, inputs, &vl, &p, &opts).unwrap();
+            if finite {
+                for (what, x) in [("dq", &g.dq), ("dk", &g.dk), ("dv", &g.dv)] {
+                    let host = stream.clone_dtoh(x).unwrap();
+                    let bad = host.iter().filter(|x| !x.to_f32().is_finite()).count();
+                    assert_eq!(bad, 0, "{what} d{d} causal {causal} det {det}: non-finite");
+                }
+            }
         }
         stream.synchronize().unwrap();
     }

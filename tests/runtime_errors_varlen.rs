@@ -5,7 +5,7 @@
 //! batch), with the offsets and totals as parameters, and the dense checks still apply.
 
 use flash_codegen::abi::{grid, params, varlen::accum_rows};
-use flash_codegen::{Arch, DType, Pass};
+use flash_codegen::{Arch, DType, Pass, Tiling};
 use flash_runtime::validate::{
     BufDesc, BwdArgs, FwdArgs, ParamValue, ScratchDesc, TensorDesc, VarlenDesc, plan_bwd_varlen,
     plan_fwd_varlen, varlen_scratch,
@@ -15,6 +15,9 @@ use flash_runtime::{AttnParams, BwdOptions, FlashError, tensor::contiguous_strid
 const BF: DType = DType::Bf16;
 const CUQ: u64 = 0xc000_0000;
 const CUK: u64 = 0xd000_0000;
+/// Compute capabilities: A100 (the standard rows), H100 (the wide ones where they exist).
+const A100: (u32, u32) = (8, 0);
+const H100: (u32, u32) = (9, 0);
 
 fn t(shape: [usize; 4], ptr: u64) -> TensorDesc {
     TensorDesc {
@@ -117,7 +120,7 @@ fn varlen_plans_follow_the_abi() {
     assert_eq!(p.grid, grid(&p.spec, 5, 700, 900, 32, 8).unwrap());
     for det in [false, true] {
         let a = bwd(1000, 1200, 32, 8, 128, 5, det);
-        let b = plan_bwd_varlen(&a, &vl(5, 700, 900), Arch::Sm80).unwrap();
+        let b = plan_bwd_varlen(&a, &vl(5, 700, 900), Arch::Sm80, A100).unwrap();
         let passes: Vec<Pass> = b.launches.iter().map(|l| l.spec.pass).collect();
         let last = if det {
             Pass::BwdDqVarlen
@@ -227,7 +230,7 @@ fn a_dense_sized_accumulator_is_too_small() {
         ptr: 0xb000_0000,
         len: dense,
     });
-    let e = plan_bwd_varlen(&a, &vl(9, 200, 200), Arch::Sm80).unwrap_err();
+    let e = plan_bwd_varlen(&a, &vl(9, 200, 200), Arch::Sm80, A100).unwrap_err();
     let want = 8 * accum_rows(1000, 9) * 64;
     assert!(
         matches!(e, FlashError::ScratchTooSmall { buffer: "dq_accum", needed, .. } if needed == want),
@@ -249,15 +252,54 @@ fn empty_batches_launch_nothing() {
             .unwrap()
             .is_noop()
     );
-    let b = plan_bwd_varlen(&bwd(100, 100, 4, 4, 64, 3, false), &vl(3, 0, 0), Arch::Sm80).unwrap();
+    let b = plan_bwd_varlen(
+        &bwd(100, 100, 4, 4, 64, 3, false),
+        &vl(3, 0, 0),
+        Arch::Sm80,
+        A100,
+    )
+    .unwrap();
     assert!(b.launches.is_empty());
     // no keys anywhere (max_seqlen_k 0): the main pass is left out, dq still computed (0)
     let b = plan_bwd_varlen(
         &bwd(100, 100, 4, 4, 64, 3, false),
         &vl(3, 50, 0),
         Arch::Sm80,
+        H100,
     )
     .unwrap();
     let passes: Vec<Pass> = b.launches.iter().map(|l| l.spec.pass).collect();
     assert_eq!(passes, [Pass::BwdPreVarlen, Pass::BwdPostVarlen]);
+}
+
+/// The main pass runs its wide row (the dense backward's tiles) from compute capability
+/// 9.0 on, at the head dims that have one (d64, d96, d128), in both modes; its grid then
+/// follows the wide row's key block. Below 9.0, and at other head dims, the standard row.
+#[test]
+fn varlen_bwd_runs_its_wide_row_from_compute_capability_9() {
+    for d in [32, 64, 96, 128, 160, 256] {
+        for cc in [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)] {
+            for det in [false, true] {
+                let a = bwd(1000, 1200, 32, 8, d, 5, det);
+                let b = plan_bwd_varlen(&a, &vl(5, 700, 900), Arch::Sm80, cc).unwrap();
+                let main = b.launch(Pass::BwdVarlen).unwrap();
+                let wide = cc >= (9, 0) && [64, 96, 128].contains(&d);
+                let want = if wide { Tiling::Wide } else { Tiling::Standard };
+                assert_eq!(main.spec.tiling, want, "d{d} cc {cc:?} det {det}");
+                assert_eq!(main.grid, grid(&main.spec, 5, 700, 900, 32, 8).unwrap());
+                for l in &b.launches {
+                    if l.spec.pass != Pass::BwdVarlen {
+                        assert_eq!(l.spec.tiling, Tiling::Standard, "{}", l.spec);
+                    }
+                }
+            }
+        }
+    }
+    // the wide d64 row is the dense one: 128 keys a CTA, where the standard one takes 64
+    let a = bwd(1000, 1200, 32, 8, 64, 5, false);
+    let block_n = |cc| {
+        let b = plan_bwd_varlen(&a, &vl(5, 700, 900), Arch::Sm80, cc).unwrap();
+        b.launch(Pass::BwdVarlen).unwrap().spec.tiles().block_n()
+    };
+    assert_eq!((block_n(A100), block_n(H100)), (64, 128));
 }

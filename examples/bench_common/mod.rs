@@ -2,10 +2,13 @@
 //! environment filters, the median and a row's attention parameters.
 #![allow(dead_code)] // each bench uses its own subset
 
+use std::error::Error;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream, DriverError};
-use flash_runtime::{AttnParams, Mask};
+use cudarc::driver::{
+    CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+};
+use flash_runtime::{AttnParams, FlashAttention, Mask};
 
 /// Tokens per row of the sweep (batch = TOKENS / seqlen).
 pub const TOKENS: usize = 16384;
@@ -106,5 +109,61 @@ impl Flush {
             Some(_) => "do_bench: 256 MB zeroed before each call, CUDA events around the call",
             None => "CUDA events around each call, no flush (launch latency included)",
         }
+    }
+}
+
+/// A spin of `cycles` SM clock cycles on one thread (torch's `_sleep` kernel in PTX).
+const SLEEP_PTX: &str = "\
+.version 7.0
+.target sm_80
+.address_size 64
+
+.visible .entry flash_bench_sleep(
+\t.param .u64 flash_bench_sleep_cycles
+)
+{
+\t.reg .pred \t%p<2>;
+\t.reg .b64 \t%rd<5>;
+
+\tld.param.u64 \t%rd1, [flash_bench_sleep_cycles];
+\tmov.u64 \t%rd2, %clock64;
+$L_spin:
+\tmov.u64 \t%rd3, %clock64;
+\tsub.s64 \t%rd4, %rd3, %rd2;
+\tsetp.lt.u64 \t%p1, %rd4, %rd1;
+\t@%p1 bra \t$L_spin;
+\tret;
+}
+";
+
+/// The GPU spin enqueued before each timed call.
+pub struct Sleep {
+    f: CudaFunction,
+    pub cycles: u64,
+}
+
+impl Sleep {
+    pub fn new(rt: &FlashAttention, cycles: u64) -> Result<Self, Box<dyn Error>> {
+        Ok(Sleep {
+            f: rt.load_entry("flash_bench_sleep", SLEEP_PTX, 0)?,
+            cycles,
+        })
+    }
+
+    pub fn run(&self, stream: &Arc<CudaStream>) -> Result<(), DriverError> {
+        if self.cycles == 0 {
+            return Ok(());
+        }
+        let mut b = stream.launch_builder(&self.f);
+        b.arg(&self.cycles);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: `flash_bench_sleep` takes one .u64 by value (`cycles`, pushed above) and
+        // touches no memory; one thread, no shared memory.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
     }
 }

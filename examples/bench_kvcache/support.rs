@@ -1,5 +1,5 @@
-//! The machinery of `bench_kvcache` (`examples/bench_kvcache.rs`): the GPU spin and the
-//! per-call timer (flush, spin, CUDA events, median), the random fill tiled over K and V,
+//! The machinery of `bench_kvcache` (`examples/bench_kvcache.rs`): the per-call timer
+//! (flush, spin, CUDA events, median), the random fill tiled over K and V,
 //! the split count the runtime plans for a row, the float64 spot checks of a row's output,
 //! and the JSON-lines writer.
 
@@ -7,78 +7,19 @@ use std::error::Error;
 use std::io::Write;
 use std::sync::Arc;
 
-use cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
-};
-use flash_runtime::FlashAttention;
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DriverError};
 use flash_runtime::rng::Rng;
 use half::bf16;
 use serde_json::Value;
 
 use super::Row;
-use crate::bench_common::{Flush, median};
+use crate::bench_common::{Flush, Sleep, median};
 
 /// Untimed calls before the timed ones (the script's).
 pub const WARMUP: usize = 3;
 /// Elements of each random fill chunk (tiled over K and V): 16 MB of bf16, a multiple of
 /// every row (hk * d), so a cache row never wraps around the chunk.
 pub const CHUNK: usize = 1 << 23;
-
-/// A spin of `cycles` SM clock cycles on one thread (torch's `_sleep` kernel in PTX).
-pub const SLEEP_PTX: &str = "\
-.version 7.0
-.target sm_80
-.address_size 64
-
-.visible .entry flash_bench_sleep(
-\t.param .u64 flash_bench_sleep_cycles
-)
-{
-\t.reg .pred \t%p<2>;
-\t.reg .b64 \t%rd<5>;
-
-\tld.param.u64 \t%rd1, [flash_bench_sleep_cycles];
-\tmov.u64 \t%rd2, %clock64;
-$L_spin:
-\tmov.u64 \t%rd3, %clock64;
-\tsub.s64 \t%rd4, %rd3, %rd2;
-\tsetp.lt.u64 \t%p1, %rd4, %rd1;
-\t@%p1 bra \t$L_spin;
-\tret;
-}
-";
-
-/// The GPU spin enqueued before each timed call.
-pub struct Sleep {
-    f: CudaFunction,
-    cycles: u64,
-}
-
-impl Sleep {
-    pub fn new(rt: &FlashAttention, cycles: u64) -> Result<Self, Box<dyn Error>> {
-        Ok(Sleep {
-            f: rt.load_entry("flash_bench_sleep", SLEEP_PTX, 0)?,
-            cycles,
-        })
-    }
-
-    pub fn run(&self, stream: &Arc<CudaStream>) -> Result<(), DriverError> {
-        if self.cycles == 0 {
-            return Ok(());
-        }
-        let mut b = stream.launch_builder(&self.f);
-        b.arg(&self.cycles);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: `flash_bench_sleep` takes one .u64 by value (`cycles`, pushed above) and
-        // touches no memory; one thread, no shared memory.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
-    }
-}
 
 /// The per-call timing loop: flush, spin, start event, the call, end event.
 pub struct Timer {

@@ -230,7 +230,7 @@ pub fn kernel(spec: &KernelSpec, tuning: &Tuning) -> KernelInfo {
     let plan = &spec.plan(tuning);
     let target = crate::kernels::target(spec.arch);
     let (major, minor) = target.ptx_version();
-    let (cc_major, cc_minor) = spec.arch.min_compute_capability();
+    let (cc_major, cc_minor) = spec.min_compute_capability();
     let launch = abi::launch(plan);
     KernelInfo {
         name: spec.name(),

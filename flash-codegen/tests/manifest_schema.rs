@@ -268,16 +268,17 @@ fn serialized<T: serde::Serialize>(values: impl IntoIterator<Item = T>) -> BTree
 
 /// Every tiling. A new variant fails to compile here until it is listed (then the schema
 /// needs it too, which the test below checks).
-fn tilings() -> [Tiling; 4] {
+fn tilings() -> [Tiling; 5] {
     let all = [
         Tiling::Standard,
         Tiling::Long,
         Tiling::Compact,
         Tiling::Prefill,
+        Tiling::Wide,
     ];
     for t in all {
         match t {
-            Tiling::Standard | Tiling::Long | Tiling::Compact | Tiling::Prefill => {}
+            Tiling::Standard | Tiling::Long | Tiling::Compact | Tiling::Prefill | Tiling::Wide => {}
         }
     }
     all

@@ -111,6 +111,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Tiling::Long => quote!(Long),
         Tiling::Compact => quote!(Compact),
         Tiling::Prefill => quote!(Prefill),
+        Tiling::Wide => quote!(Wide),
     };
     let mask = match spec.mask {
         Mask::None => quote!(None),

@@ -57,7 +57,7 @@ mod tests;
 /// | `head_dim` | `32`, `64`, `96`, `128`, `160`, `192`, `224`, `256` | required |
 /// | `dtype` | `f16`, `bf16` | required |
 /// | `causal` | `false`, `true` | required |
-/// | `passes` | `fwd`, `bwd`, `kvcache`, `paged` | required |
+/// | `passes` | `fwd`, `bwd`, `kvcache`, `paged`, `varlen`, `varlen_bwd` | required |
 /// | `arch` | `sm80` | optional, default `sm80` |
 ///
 /// Only the kernel head dims are instantiable: a problem of head dim `d` (a multiple of 8
@@ -73,7 +73,11 @@ mod tests;
 /// (no causal variant; with its `_long` kernel, 8 warps a row, run from 33 splits, and
 /// its `_prefill` one, a row per warp, up to 8). `paged` brings the paged KV-cache forward
 /// (`FlashAttention::forward_kvcache_paged`): `fwdpaged` in the same tilings as `fwdsplit`
-/// and the same combine kernels.
+/// and the same combine kernels. `varlen` brings the packed-sequence forward
+/// (`FlashAttention::forward_varlen`: `fwdvarlen`), `varlen_bwd` its backward
+/// (`bwdprevarlen`, `bwdvarlen`, `bwddqvarlen`, `bwdpostvarlen`), with, at head dims 64, 96
+/// and 128, the `bwdvarlen` kernel's wide tiling (`..._WIDE_SM80`, run on GPUs of compute
+/// capability 9.0 and newer; `KernelSpec::for_compute_capability`).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

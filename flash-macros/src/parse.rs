@@ -263,8 +263,8 @@ fn passes(a: &Atom) -> Result<Passes> {
                     bwddq and bwdpost), `kvcache` (the KV-cache forward: fwdsplit and \
                     fwdcombine), `paged` (the paged KV-cache forward: fwdpaged and \
                     fwdcombine), `varlen` (the packed-sequence forward: fwdvarlen) or \
-                    `varlen_bwd` (its backward: bwdprevarlen, bwdvarlen, bwddqvarlen and \
-                    bwdpostvarlen)";
+                    `varlen_bwd` (its backward: bwdprevarlen, bwdvarlen with its wide tiling \
+                    at d64-d128, bwddqvarlen and bwdpostvarlen)";
     let w = word(a, "a pass", expected)?;
     match w.to_string().as_str() {
         "fwd" => Ok(Passes::Fwd),

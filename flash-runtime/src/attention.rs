@@ -65,6 +65,9 @@ pub struct FlashAttention {
     ctx: Arc<CudaContext>,
     pub(crate) arch: Arch,
     pub(crate) smem_optin: u64,
+    /// The compute capability calls are planned for (the GPU's, or less after
+    /// [`FlashAttention::limit_compute_capability`]).
+    pub(crate) cc: (u32, u32),
     /// Streaming multiprocessors of the device (the KV-cache forward's split rule).
     pub(crate) sms: u32,
     /// Generate the PTX of variants that have none registered (off for embedded-only).
@@ -115,6 +118,7 @@ impl FlashAttention {
             ctx,
             arch,
             smem_optin: optin.max(0) as u64,
+            cc: (major.max(0) as u32, minor.max(0) as u32),
             sms: sms.max(1) as u32,
             generate: true,
             modules: Mutex::new(BTreeMap::new()),
@@ -148,6 +152,20 @@ impl FlashAttention {
     /// be tested on a larger one.
     pub fn limit_smem(&mut self, bytes: u64) {
         self.smem_optin = self.smem_optin.min(bytes);
+    }
+
+    /// Plans every later call as if the GPU had compute capability `(major, minor)` at
+    /// most (never more than it has): the kernels older GPUs run (the varlen backward's
+    /// standard rows, which sm_80-sm_89 run where 9.0 and newer run the wide ones) can
+    /// then be tested on a newer one.
+    pub fn limit_compute_capability(&mut self, major: u32, minor: u32) {
+        self.cc = self.cc.min((major, minor));
+    }
+
+    /// The compute capability this runtime plans for (the GPU's, or less after
+    /// [`FlashAttention::limit_compute_capability`]).
+    pub fn compute_capability(&self) -> (u32, u32) {
+        self.cc
     }
 
     /// The dynamic shared memory per block this runtime plans for (the GPU's opt-in

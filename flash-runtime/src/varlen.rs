@@ -256,7 +256,7 @@ impl FlashAttention {
                 params: *params,
                 opts: *opts,
             };
-            let dry = plan_bwd_varlen(&args, &vd, self.arch)?;
+            let dry = plan_bwd_varlen(&args, &vd, self.arch, self.cc)?;
             if !dry.launches.is_empty() {
                 let mut s = BwdScratch::with_need(stream, dry.scratch)?;
                 let (desc, _guards) = s.bind(stream);
@@ -266,7 +266,7 @@ impl FlashAttention {
                 // 1 of total rows) and the varlen scratch (D [heads, total_q], dq_accum
                 // heads * 16 ceil((total_q + 16 batch) / 16) * head_dim); the kernels clamp
                 // the offsets to the totals. `s` is freed stream-ordered after the launches.
-                let plan = plan_bwd_varlen(&args, &vd, self.arch)?;
+                let plan = plan_bwd_varlen(&args, &vd, self.arch, self.cc)?;
                 return self.launch_bwd(stream, &plan);
             }
             dry

@@ -54,19 +54,20 @@ impl FromStr for KernelSpec {
             return Err(err("expected 5 to 7 parts separated by `_`"));
         }
         let n = parts.len();
-        // between the dtype and the arch: `causal`, then `long`, `compact` or `prefill`,
-        // each optional
+        // between the dtype and the arch: `causal`, then `long`, `compact`, `prefill` or
+        // `wide`, each optional
         let middle = &parts[4..n - 1];
         let causal = middle.first() == Some(&"causal");
         let tiling = match middle.last() {
             Some(&"long") => Tiling::Long,
             Some(&"compact") => Tiling::Compact,
             Some(&"prefill") => Tiling::Prefill,
+            Some(&"wide") => Tiling::Wide,
             _ => Tiling::Standard,
         };
         if middle.len() != usize::from(causal) + usize::from(tiling != Tiling::Standard) {
             return Err(err(
-                "between the dtype and the arch only `causal`, then `long`, `compact` or `prefill`, may stand",
+                "between the dtype and the arch only `causal`, then `long`, `compact`, `prefill` or `wide`, may stand",
             ));
         }
         if parts[0] != "fa2" {
@@ -105,6 +106,7 @@ impl FromStr for KernelSpec {
                 Tiling::Long => "long",
                 Tiling::Compact => "compact",
                 Tiling::Prefill => "prefill",
+                Tiling::Wide => "wide",
                 Tiling::Standard => "standard", // (every supported head dim has one)
             };
             return Err(err(&format!(
@@ -127,10 +129,25 @@ mod tests {
         for s in KernelSpec::all() {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
-        // 136 dense-attention kernels and 128 varlen ones (no long or compact rows), 100
-        // split-KV forwards (standard, long, compact; prefill at d128) and 100 paged ones,
-        // 48 combine steps (standard, long, prefill)
-        assert_eq!(KernelSpec::all().len(), 512);
+        // 136 dense-attention kernels and 140 varlen ones (no long or compact rows; 12
+        // wide ones), 100 split-KV forwards (standard, long, compact; prefill at d128) and
+        // 100 paged ones, 48 combine steps (standard, long, prefill)
+        assert_eq!(KernelSpec::all().len(), 524);
+        let wide = KernelSpec::all()
+            .into_iter()
+            .filter(|s| s.tiling == Tiling::Wide);
+        let wide: Vec<KernelSpec> = wide.collect();
+        assert_eq!(wide.len(), 12);
+        for s in &wide {
+            assert!(
+                s.pass == Pass::BwdVarlen && [64, 96, 128].contains(&s.head_dim),
+                "{s}"
+            );
+        }
+        assert!(
+            wide.iter()
+                .any(|s| s.name() == "fa2_bwdvarlen_d64_bf16_causal_wide_sm80")
+        );
         let split =
             |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged);
         assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 248);

@@ -1,6 +1,7 @@
-//! Spec layer: the tilings of a kernel (standard, long, compact) and the rules that
-//! choose between them: by sequence length ([`KernelSpec::for_seqlen`]) and by the GPU's
-//! shared memory per block ([`KernelSpec::for_smem`]).
+//! Spec layer: the tilings of a kernel (standard, long, compact, prefill, wide) and the
+//! rules that choose between them: by sequence length ([`KernelSpec::for_seqlen`]), by the
+//! GPU's shared memory per block ([`KernelSpec::for_smem`]) and by its compute capability
+//! ([`KernelSpec::for_compute_capability`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -30,16 +31,24 @@ pub enum Tiling {
     /// step's row for few splits (a row per warp, up to 8 splits;
     /// [`KernelSpec::for_splits`]). Same result.
     Prefill,
+    /// The row for GPUs of compute capability 9.0 and newer (H100, H200), where the pass
+    /// has one: the varlen backward at d64, d96 and d128 on the dense backward's tiles,
+    /// which ptxas fits in 255 registers for sm_90 but not for sm_80-sm_89 once the
+    /// sequence's lengths take registers (there the standard row, with smaller tiles,
+    /// runs; [`KernelSpec::for_compute_capability`]). Same result, faster there.
+    Wide,
 }
 
 impl Tiling {
-    /// The tiling's part of a kernel name (`""`, `"_long"`, `"_compact"`).
+    /// The tiling's part of a kernel name (`""`, `"_long"`, `"_compact"`, `"_prefill"`,
+    /// `"_wide"`).
     pub fn suffix(self) -> &'static str {
         match self {
             Tiling::Standard => "",
             Tiling::Long => "_long",
             Tiling::Compact => "_compact",
             Tiling::Prefill => "_prefill",
+            Tiling::Wide => "_wide",
         }
     }
 }
@@ -65,14 +74,15 @@ impl KernelSpec {
     }
 
     /// This spec in each tiling its pass and head dim have: [`Tiling::Standard`], then
-    /// [`Tiling::Long`], [`Tiling::Compact`] and [`Tiling::Prefill`] where there are
-    /// such rows.
+    /// [`Tiling::Long`], [`Tiling::Compact`], [`Tiling::Prefill`] and [`Tiling::Wide`]
+    /// where there are such rows.
     pub fn tilings(self) -> impl Iterator<Item = KernelSpec> {
         [
             Tiling::Standard,
             Tiling::Long,
             Tiling::Compact,
             Tiling::Prefill,
+            Tiling::Wide,
         ]
         .map(|tiling| self.with_tiling(tiling))
         .into_iter()
@@ -92,6 +102,31 @@ impl KernelSpec {
         {
             true => compact,
             false => self,
+        }
+    }
+
+    /// This spec with the tiling a GPU of compute capability `(major, minor)` runs: the
+    /// wide row from 9.0 on where the pass and head dim have one (the varlen backward at
+    /// d64-d128), otherwise unchanged. The wide kernels' manifest entries say so in
+    /// `min_compute_capability`.
+    pub fn for_compute_capability(self, (major, minor): (u32, u32)) -> KernelSpec {
+        let wide = self.with_tiling(Tiling::Wide);
+        let at_least = |(a, b): (u32, u32)| (major, minor) >= (a, b);
+        match self.tiling == Tiling::Standard
+            && wide.is_supported()
+            && at_least(wide.min_compute_capability())
+        {
+            true => wide,
+            false => self,
+        }
+    }
+
+    /// The compute capability the GPU must have for this kernel: its arch's (8.0), or
+    /// 9.0 for [`Tiling::Wide`] (the sm_80-sm_89 register allocation spills it).
+    pub fn min_compute_capability(&self) -> (u32, u32) {
+        match self.tiling {
+            Tiling::Wide => (9, 0),
+            _ => self.arch.min_compute_capability(),
         }
     }
 

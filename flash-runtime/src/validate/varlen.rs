@@ -99,6 +99,7 @@ fn to_varlen(
     v: &VarlenDesc,
     (batch, h, hk): (usize, usize, usize),
     scratch: (u64, u64),
+    cc: (u32, u32),
 ) -> Result<LaunchPlan> {
     let pass = dense.spec.pass.varlen().ok_or_else(|| {
         FlashError::Internal(format!("{} has no varlen pass", dense.spec.pass.name()))
@@ -107,7 +108,8 @@ fn to_varlen(
         pass,
         tiling: Tiling::Standard,
         ..dense.spec
-    };
+    }
+    .for_compute_capability(cc);
     // (sizes checked by the dense plan and `check_varlen`: each fits u32)
     let (mq, mk) = (v.max_seqlen_q as u32, v.max_seqlen_k as u32);
     let g = grid(&spec, batch as u32, mq, mk, h as u32, hk as u32)
@@ -135,7 +137,8 @@ pub fn plan_fwd_varlen(
         }));
     }
     let heads = (batch, a.q.shape[2], a.k.shape[2]);
-    to_varlen(&dense, v, heads, (0, 0))
+    // (no varlen forward has a wide row: its standard one for any GPU)
+    to_varlen(&dense, v, heads, (0, 0), arch.min_compute_capability())
 }
 
 /// The scratch of a varlen backward: D `[heads, total_q]` and, in atomic mode, the dq
@@ -153,7 +156,10 @@ pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) ->
 
 /// Check a varlen backward and plan its launches (scratch `None`: a dry run, as
 /// [`super::plan_bwd`]); an empty packed batch zero-fills as the dense call would.
-pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch) -> Result<BwdPlan> {
+///
+/// `cc` is the GPU's compute capability: from 9.0 on, the main pass runs on its wide row
+/// where it has one ([`KernelSpec::for_compute_capability`]).
+pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch, cc: (u32, u32)) -> Result<BwdPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
     let dry = BwdArgs {
         scratch: None,
@@ -175,7 +181,7 @@ pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch) -> Result<BwdPla
             // others then read nothing it would have written)
             let l = dense.launches.iter();
             let heads = (batch, a.q.shape[2], a.k.shape[2]);
-            let l = l.map(|l| to_varlen(l, v, heads, scratch));
+            let l = l.map(|l| to_varlen(l, v, heads, scratch, cc));
             let l: Vec<LaunchPlan> = l.collect::<Result<_>>()?;
             l.into_iter().filter(|l| !l.is_noop()).collect()
         }

@@ -132,6 +132,11 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
             find(&FWD_VARLEN_TILES).or_else(|| find(&FWD_TILES))
         }
         // (varlen d256 runs the compact row as its standard one; no long rows: `long_row`)
+        // the wide rows: the dense ones where the varlen standard row differs
+        (Tiling::Wide, Pass::Bwd) if spec.pass.is_varlen() => {
+            find(&BWD_VARLEN_TILES).and_then(|_| find(&BWD_TILES))
+        }
+        (Tiling::Wide, _) => None,
         (Tiling::Compact, _) if spec.pass.is_varlen() => None,
         (Tiling::Standard, Pass::Fwd) => find(&FWD_TILES),
         (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),

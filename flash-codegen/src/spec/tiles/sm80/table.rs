@@ -64,10 +64,12 @@ pub(crate) const BWD_TILES: [(u32, Sm80Tiles); 8] = [
 ];
 
 /// The varlen backward main pass ([`crate::spec::Pass::BwdVarlen`]): the dense rows,
-/// except where they leave no register for the sequence (its lengths come from device
-/// memory, not the constant bank: the dense rows spill 4 to 32 bytes on sm_80): d64 on
-/// 64 keys with resident Q fragments, d96 and d128 streamed on 64 keys (d128 without the
-/// exchange). No long row.
+/// except where they leave no register for the sequence on sm_80-sm_89 (its lengths come
+/// from device memory, not the constant bank: ptxas for sm_80 spills the dense rows 4 to
+/// 24 bytes there, for sm_90 not): d64 on 64 keys with resident Q fragments, d96 and d128
+/// streamed on 64 keys (d128 without the exchange). At these head dims the dense rows are
+/// the wide tiling ([`crate::spec::Tiling::Wide`]), for compute capability 9.0 on. No long
+/// row.
 #[rustfmt::skip]
 pub(crate) const BWD_VARLEN_TILES: [(u32, Sm80Tiles); 3] = [
     (64, tc(64, 64, 4, 2, 1).with(Resident)),
