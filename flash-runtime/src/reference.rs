@@ -4,7 +4,9 @@
 //! Naive `O(sq * sk * d)` per head, spread over threads; for tests, not for speed. The
 //! backward ([`attention_backward`]) and the KV-cache forward ([`attention_kvcache_f64`]:
 //! per-sequence key counts, causal bottom-right per sequence) and the varlen forward and
-//! backward ([`attention_varlen_f64`], packed sequences) follow the same rules.
+//! backward ([`attention_varlen_f64`], packed sequences) follow the same rules. The dense
+//! forward and backward also take [`Modifiers`] (sliding window, softcap, ALiBi:
+//! [`attention_forward_with`], [`attention_backward_with`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -12,9 +14,11 @@ use crate::error::{FlashError, Result};
 
 mod bwd;
 mod kvcache;
+mod modifiers;
 mod varlen;
-pub use bwd::{RefGrads, attention_backward, backward};
+pub use bwd::{RefGrads, attention_backward, attention_backward_with, backward};
 pub use kvcache::{attention_kvcache_f64, forward_kvcache};
+pub use modifiers::Modifiers;
 pub use varlen::{VarlenShape, attention_varlen_backward_f64, attention_varlen_f64};
 
 /// Problem sizes of a contiguous attention call.
@@ -152,6 +156,18 @@ pub fn attention_forward<T: Copy + Into<f64> + Sync>(
     causal: bool,
     softmax_scale: Option<f64>,
 ) -> Result<RefOutput> {
+    attention_forward_with(shape, q, k, v, &Modifiers::causal(causal), softmax_scale)
+}
+
+/// [`attention_forward`] with the score rule `mods` (mask and score transforms).
+pub fn attention_forward_with<T: Copy + Into<f64> + Sync>(
+    shape: &Shape,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    mods: &Modifiers,
+    softmax_scale: Option<f64>,
+) -> Result<RefOutput> {
     let Shape {
         batch: b,
         seqlen_q: sq,
@@ -197,7 +213,7 @@ pub fn attention_forward<T: Copy + Into<f64> + Sync>(
         let mut s = vec![0.0f64; sk];
         let mut qi = vec![0.0f64; d];
         for i in r0..r1 {
-            let Some(last) = last_visible_key(i, sq, sk, causal) else {
+            let Some((first, last)) = mods.keys(i, sq, sk) else {
                 continue;
             };
             let qo = ((bi * sq + i) * h + hi) * d;
@@ -205,14 +221,19 @@ pub fn attention_forward<T: Copy + Into<f64> + Sync>(
                 *x = y.into();
             }
             let mut m = f64::NEG_INFINITY;
-            for (j, sj) in s.iter_mut().enumerate().take(last + 1) {
+            for (j, sj) in s.iter_mut().enumerate().take(last + 1).skip(first) {
                 let ko = ((bi * sk + j) * hk + khi) * d;
-                *sj = dot(&qi, &k[ko..ko + d]) * scale;
+                *sj = mods.score(
+                    dot(&qi, &k[ko..ko + d]) * scale,
+                    (i, j),
+                    (bi, hi, h),
+                    (sq, sk),
+                );
                 m = m.max(*sj);
             }
             let orow = &mut o[(i - r0) * d..(i - r0 + 1) * d];
             let mut l = 0.0;
-            for (j, sj) in s.iter().enumerate().take(last + 1) {
+            for (j, sj) in s.iter().enumerate().take(last + 1).skip(first) {
                 let p = (sj - m).exp();
                 l += p;
                 let vo = ((bi * sk + j) * hk + khi) * d;
@@ -285,3 +306,5 @@ pub fn rel_l2<A: Copy + Into<f64>, B: Copy + Into<f64>>(got: &[A], want: &[B]) -
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_modifiers;

@@ -4,7 +4,7 @@
 //! `dQ = scale * dS K`, `dK = scale * dS^T Q`. dK and dV of a kv head are summed over its
 //! `heads / heads_k` query heads; a fully masked row contributes nothing (its dq is 0).
 
-use super::{ROWS_PER_TASK, Shape, attention_forward, dot, last_visible_key, par_map};
+use super::{Modifiers, ROWS_PER_TASK, Shape, attention_forward_with, dot, par_map};
 use crate::error::{FlashError, Result};
 
 /// Reference gradients, contiguous: dq `[b, sq, h, d]`, dk and dv `[b, sk, hk, d]`.
@@ -38,6 +38,28 @@ pub fn attention_backward<T: Copy + Into<f64> + Sync>(
     causal: bool,
     softmax_scale: Option<f64>,
 ) -> Result<RefGrads> {
+    attention_backward_with(
+        shape,
+        q,
+        k,
+        v,
+        d_o,
+        &Modifiers::causal(causal),
+        softmax_scale,
+    )
+}
+
+/// [`attention_backward`] with the score rule `mods`: `dX = dS * ds/dx` (softcap's
+/// `1 - tanh^2`) takes dS's place in dQ and dK.
+pub fn attention_backward_with<T: Copy + Into<f64> + Sync>(
+    shape: &Shape,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    d_o: &[T],
+    mods: &Modifiers,
+    softmax_scale: Option<f64>,
+) -> Result<RefGrads> {
     if d_o.len() != shape.q_len() {
         return Err(FlashError::ShapeMismatch(format!(
             "reference: {shape:?} needs dO of {} elements, got {}",
@@ -45,7 +67,7 @@ pub fn attention_backward<T: Copy + Into<f64> + Sync>(
             d_o.len()
         )));
     }
-    let fwd = attention_forward(shape, q, k, v, causal, softmax_scale)?;
+    let fwd = attention_forward_with(shape, q, k, v, mods, softmax_scale)?;
     let Shape {
         batch: b,
         seqlen_q: sq,
@@ -73,17 +95,19 @@ pub fn attention_backward<T: Copy + Into<f64> + Sync>(
             dot(&d_o[r..r + d], &fwd.o[r..r + d])
         })
         .collect();
-    // dS[i][j] (with P) of query row i of head hi and key j of its kv head, or None when
-    // i does not see j.
+    // dX[i][j] = dS * ds/dx (with P) of query row i of head hi and key j of its kv head,
+    // or None when i does not see j.
     let ds = |bi: usize, hi: usize, i: usize, j: usize| -> Option<(f64, f64)> {
-        if last_visible_key(i, sq, sk, causal).is_none_or(|last| j > last) {
+        if !mods.visible(i, j, sq, sk) {
             return None;
         }
         let lrow = (bi * h + hi) * sq + i;
         let (qr, kr) = (row(sq, h, bi, i, hi), row(sk, hk, bi, j, hi / (h / hk)));
-        let p = (dot(&q[qr..qr + d], &k[kr..kr + d]) * scale - fwd.lse[lrow]).exp();
+        let x = dot(&q[qr..qr + d], &k[kr..kr + d]) * scale;
+        let s = mods.score(x, (i, j), (bi, hi, h), (sq, sk));
+        let p = (s - fwd.lse[lrow]).exp();
         let dp = dot(&d_o[qr..qr + d], &v[kr..kr + d]);
-        Some((p, p * (dp - dvec[lrow])))
+        Some((p, p * (dp - dvec[lrow]) * mods.dscore(x)))
     };
 
     // dq: one task per (batch, head, block of rows).
@@ -161,8 +185,8 @@ pub fn backward<T: Copy + Into<f64> + Sync>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::rel_l2;
     use super::super::tests::shape;
+    use super::super::{attention_forward, rel_l2};
     use super::*;
     use crate::rng::Rng;
 
