@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use flash_ptx::codegen::{KernelSpec, Pass, generate};
+use flash_ptx::codegen::{KernelSpec, Mask, Pass, generate};
 use flash_ptx::runtime::EmbeddedKernel;
 
 flash_ptx::flash_kernel! {
@@ -22,13 +22,21 @@ flash_ptx::flash_kernel! {
     mod narrow { head_dim = 96, dtype = bf16, causal = true, passes = fwd }
 }
 
+flash_ptx::flash_kernel! {
+    mod local { head_dim = [128, 256], dtype = bf16, causal = [false, true], passes = fwd_local }
+}
+
 fn names(kernels: &[EmbeddedKernel]) -> Vec<String> {
     kernels.iter().map(|k| k.spec().name()).collect()
 }
 
 #[test]
 fn embedded_ptx_is_the_generators_byte_for_byte() {
-    for k in wide::KERNELS.iter().chain(narrow::KERNELS) {
+    for k in wide::KERNELS
+        .iter()
+        .chain(narrow::KERNELS)
+        .chain(local::KERNELS)
+    {
         let expected = generate(&k.spec());
         assert!(
             k.ptx().as_bytes() == expected.as_bytes(),
@@ -43,9 +51,11 @@ fn embedded_ptx_is_the_generators_byte_for_byte() {
 
 #[test]
 fn the_product_of_the_lists_in_spec_order() {
-    // (`wide` takes passes = [fwd, bwd]: not the KV-cache or varlen kernels)
+    // (`wide` takes passes = [fwd, bwd]: not the KV-cache, varlen or sliding-window kernels)
     let dense = |s: &KernelSpec| {
-        !matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged) && !s.pass.is_varlen()
+        !matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged)
+            && !s.pass.is_varlen()
+            && s.mask != Mask::Local
     };
     let want: BTreeSet<KernelSpec> = KernelSpec::all()
         .into_iter()
@@ -64,6 +74,16 @@ fn the_product_of_the_lists_in_spec_order() {
     sorted.sort_by_key(|n| n.parse::<KernelSpec>().unwrap());
     assert_eq!(names(wide::KERNELS), sorted);
     assert_eq!(names(narrow::KERNELS), ["fa2_fwd_d96_bf16_causal_sm80"]);
+    // `fwd_local`: the sliding-window forward, whatever `causal` says (and its compact
+    // tiling at d256)
+    assert_eq!(
+        names(local::KERNELS),
+        [
+            "fa2_fwd_d128_bf16_local_sm80",
+            "fa2_fwd_d256_bf16_local_sm80",
+            "fa2_fwd_d256_bf16_local_compact_sm80",
+        ]
+    );
 }
 
 #[test]

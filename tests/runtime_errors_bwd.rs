@@ -7,54 +7,35 @@ use flash_codegen::{Arch, DType, Pass};
 use flash_runtime::validate::{
     BufDesc, BwdArgs, ParamValue, ScratchDesc, ScratchNeed, TensorDesc, plan_bwd,
 };
-use flash_runtime::{
-    AttnParams, BwdOptions, BwdPlan, FlashError, Mask, tensor::contiguous_strides,
-};
+use flash_runtime::{AttnParams, BwdOptions, BwdPlan, FlashError, Mask};
 
 const BF: DType = DType::Bf16;
 const DVEC: u64 = 0xa000_0000;
 const ACC: u64 = 0xb000_0000;
 
-fn t(shape: [usize; 4], ptr: u64) -> TensorDesc {
-    TensorDesc {
-        shape,
-        strides: contiguous_strides(shape),
-        ptr,
-        len: shape.iter().product(),
-        dtype: BF,
-    }
-}
+mod validate_support;
+use validate_support::{bwd_args, t};
 
 /// Contiguous tensors at distinct aligned pointers, exactly sized lse and scratch.
 fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArgs {
-    let (qs, ks) = ([b, sq, h, d], [b, sk, hk, d]);
-    BwdArgs {
-        q: t(qs, 0x1000_0000),
-        k: t(ks, 0x2000_0000),
-        v: t(ks, 0x3000_0000),
-        o: t(qs, 0x4000_0000),
-        d_o: t(qs, 0x5000_0000),
-        dq: t(qs, 0x6000_0000),
-        dk: t(ks, 0x7000_0000),
-        dv: t(ks, 0x8000_0000),
-        lse: BufDesc {
-            ptr: 0x9000_0000,
+    let scratch = ScratchDesc {
+        dvec: BufDesc {
+            ptr: DVEC,
             len: b * h * sq,
         },
-        scratch: Some(ScratchDesc {
-            dvec: BufDesc {
-                ptr: DVEC,
-                len: b * h * sq,
-            },
-            dq_accum: Some(BufDesc {
-                ptr: ACC,
-                len: b * sq.div_ceil(16) * 16 * h * d,
-            }),
+        dq_accum: Some(BufDesc {
+            ptr: ACC,
+            len: b * sq.div_ceil(16) * 16 * h * d,
         }),
-        // atomic mode: the plans below expect the dq_accum scratch and the post pass
-        params: AttnParams::new(),
-        opts: BwdOptions::new(),
-    }
+    };
+    // atomic mode: the plans below expect the dq_accum scratch and the post pass
+    let modes = (AttnParams::new(), BwdOptions::new());
+    bwd_args(
+        ([b, sq, h, d], [b, sk, hk, d]),
+        b * h * sq,
+        Some(scratch),
+        modes,
+    )
 }
 
 fn plan(a: &BwdArgs) -> Result<BwdPlan, FlashError> {

@@ -5,29 +5,21 @@
 //! batch), with the offsets and totals as parameters, and the dense checks still apply.
 
 use flash_codegen::abi::{grid, params, varlen::accum_rows};
-use flash_codegen::{Arch, DType, Pass, Tiling};
+use flash_codegen::{Arch, Pass, Tiling};
 use flash_runtime::validate::{
-    BufDesc, BwdArgs, FwdArgs, ParamValue, ScratchDesc, TensorDesc, VarlenDesc, plan_bwd_varlen,
+    BufDesc, BwdArgs, FwdArgs, ParamValue, ScratchDesc, VarlenDesc, plan_bwd_varlen,
     plan_fwd_varlen, varlen_scratch,
 };
-use flash_runtime::{AttnParams, BwdOptions, FlashError, tensor::contiguous_strides};
+use flash_runtime::{AttnParams, BwdOptions, FlashError};
 
-const BF: DType = DType::Bf16;
 const CUQ: u64 = 0xc000_0000;
 const CUK: u64 = 0xd000_0000;
 /// Compute capabilities: A100 (the standard rows), H100 (the wide ones where they exist).
 const A100: (u32, u32) = (8, 0);
 const H100: (u32, u32) = (9, 0);
 
-fn t(shape: [usize; 4], ptr: u64) -> TensorDesc {
-    TensorDesc {
-        shape,
-        strides: contiguous_strides(shape),
-        ptr,
-        len: shape.iter().product(),
-        dtype: BF,
-    }
-}
+mod validate_support;
+use validate_support::{bwd_args, t};
 
 /// `batch` sequences packed in `total_q` query and `total_k` key rows.
 fn vl(batch: usize, max_q: usize, max_k: usize) -> VarlenDesc {
@@ -62,36 +54,26 @@ fn fwd(tq: usize, tk: usize, h: usize, hk: usize, d: usize) -> FwdArgs {
 fn bwd(tq: usize, tk: usize, h: usize, hk: usize, d: usize, batch: usize, det: bool) -> BwdArgs {
     let (qs, ks) = ([1, tq, h, d], [1, tk, hk, d]);
     let need = varlen_scratch(qs, batch, det);
-    BwdArgs {
-        q: t(qs, 0x1000_0000),
-        k: t(ks, 0x2000_0000),
-        v: t(ks, 0x3000_0000),
-        o: t(qs, 0x4000_0000),
-        d_o: t(qs, 0x5000_0000),
-        dq: t(qs, 0x6000_0000),
-        dk: t(ks, 0x7000_0000),
-        dv: t(ks, 0x8000_0000),
-        lse: BufDesc {
-            ptr: 0x9000_0000,
-            len: h * tq,
+    let scratch = ScratchDesc {
+        dvec: BufDesc {
+            ptr: 0xa000_0000,
+            len: need.dvec,
         },
-        scratch: Some(ScratchDesc {
-            dvec: BufDesc {
-                ptr: 0xa000_0000,
-                len: need.dvec,
-            },
-            dq_accum: (!det).then_some(BufDesc {
-                ptr: 0xb000_0000,
-                len: need.dq_accum,
-            }),
+        dq_accum: (!det).then_some(BufDesc {
+            ptr: 0xb000_0000,
+            len: need.dq_accum,
         }),
-        params: AttnParams::causal(),
-        opts: if det {
-            BwdOptions::deterministic()
-        } else {
-            BwdOptions::new()
-        },
-    }
+    };
+    let opts = match det {
+        true => BwdOptions::deterministic(),
+        false => BwdOptions::new(),
+    };
+    bwd_args(
+        (qs, ks),
+        h * tq,
+        Some(scratch),
+        (AttnParams::causal(), opts),
+    )
 }
 
 fn msg(e: FlashError) -> String {

@@ -248,7 +248,7 @@ pub fn kernel(spec: &KernelSpec, tuning: &Tuning) -> KernelInfo {
         target: target.name().to_string(),
         ptx_version: format!("{major}.{minor}"),
         min_compute_capability: format!("{cc_major}.{cc_minor}"),
-        params: abi::params(spec.pass)
+        params: abi::params_of(spec)
             .iter()
             .enumerate()
             .map(|(index, p)| param_info(index, p))
@@ -288,7 +288,7 @@ mod tests {
         for (k, s) in m.kernels.iter().zip(&specs) {
             assert_eq!(k.name, s.name());
             assert_eq!(k.file, format!("{}.ptx", s.name()));
-            assert_eq!(k.params.len(), abi::params(s.pass).len());
+            assert_eq!(k.params.len(), abi::params_of(s).len());
             assert_eq!(k.launch.block[0], s.tiles().threads());
             assert_eq!(k.tiles, s.tiles());
         }

@@ -116,6 +116,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
     let mask = match spec.mask {
         Mask::None => quote!(None),
         Mask::Causal => quote!(Causal),
+        Mask::Local => quote!(Local),
     };
     let head_dim = Literal::u32_suffixed(spec.head_dim);
     quote! {

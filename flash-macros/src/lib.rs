@@ -57,7 +57,7 @@ mod tests;
 /// | `head_dim` | `32`, `64`, `96`, `128`, `160`, `192`, `224`, `256` | required |
 /// | `dtype` | `f16`, `bf16` | required |
 /// | `causal` | `false`, `true` | required |
-/// | `passes` | `fwd`, `bwd`, `kvcache`, `paged`, `varlen`, `varlen_bwd` | required |
+/// | `passes` | `fwd`, `bwd`, `kvcache`, `paged`, `varlen`, `varlen_bwd`, `fwd_local` | required |
 /// | `arch` | `sm80` | optional, default `sm80` |
 ///
 /// Only the kernel head dims are instantiable: a problem of head dim `d` (a multiple of 8
@@ -77,7 +77,9 @@ mod tests;
 /// (`FlashAttention::forward_varlen`: `fwdvarlen`), `varlen_bwd` its backward
 /// (`bwdprevarlen`, `bwdvarlen`, `bwddqvarlen`, `bwdpostvarlen`), with, at head dims 64, 96
 /// and 128, the `bwdvarlen` kernel's wide tiling (`..._WIDE_SM80`, run on GPUs of compute
-/// capability 9.0 and newer; `KernelSpec::for_compute_capability`).
+/// capability 9.0 and newer; `KernelSpec::for_compute_capability`). `fwd_local` brings
+/// the sliding-window forward (`..._LOCAL_SM80`: `AttnParams::with_window`; the window is
+/// a runtime parameter, so `causal` leaves it as it is).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

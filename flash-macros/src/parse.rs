@@ -30,6 +30,7 @@ enum Passes {
     Paged,
     Varlen,
     VarlenBwd,
+    FwdLocal,
 }
 
 /// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
@@ -264,7 +265,8 @@ fn passes(a: &Atom) -> Result<Passes> {
                     fwdcombine), `paged` (the paged KV-cache forward: fwdpaged and \
                     fwdcombine), `varlen` (the packed-sequence forward: fwdvarlen) or \
                     `varlen_bwd` (its backward: bwdprevarlen, bwdvarlen with its wide tiling \
-                    at d64-d128, bwddqvarlen and bwdpostvarlen)";
+                    at d64-d128, bwddqvarlen and bwdpostvarlen) or `fwd_local` (the \
+                    sliding-window forward: fwd, mask local)";
     let w = word(a, "a pass", expected)?;
     match w.to_string().as_str() {
         "fwd" => Ok(Passes::Fwd),
@@ -273,6 +275,7 @@ fn passes(a: &Atom) -> Result<Passes> {
         "paged" => Ok(Passes::Paged),
         "varlen" => Ok(Passes::Varlen),
         "varlen_bwd" => Ok(Passes::VarlenBwd),
+        "fwd_local" => Ok(Passes::FwdLocal),
         other => Err(Error::new(
             w.span(),
             format!("unknown pass `{other}`: {expected}"),
@@ -294,7 +297,9 @@ fn arch(a: &Atom) -> Result<Arch> {
 /// tiling where it has one (d128); bwdpre and bwdpost have no causal variant, so they
 /// come once per head dim and dtype. `kvcache` brings the split-KV forward and its
 /// combine step (no causal variant); `paged` the paged split-KV forward and the same
-/// combine step; `varlen` and `varlen_bwd` the packed-sequence forward and backward.
+/// combine step; `varlen` and `varlen_bwd` the packed-sequence forward and backward;
+/// `fwd_local` the sliding-window forward (its window is a runtime parameter, so
+/// `causal` does not change it).
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
     for &arch in &a.arch {
@@ -303,7 +308,7 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                 for &causal in &a.causal {
                     for &p in &a.passes {
                         let passes: &[Pass] = match p {
-                            Passes::Fwd => &[Pass::Fwd],
+                            Passes::Fwd | Passes::FwdLocal => &[Pass::Fwd],
                             Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
                             Passes::KvCache => &[Pass::FwdSplit, Pass::FwdCombine],
                             Passes::Paged => &[Pass::FwdPaged, Pass::FwdCombine],
@@ -320,7 +325,10 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                 pass,
                                 head_dim,
                                 dtype,
-                                mask: Mask::causal(causal && pass.has_mask()),
+                                mask: match p {
+                                    Passes::FwdLocal => Mask::Local,
+                                    _ => Mask::causal(causal && pass.has_mask()),
+                                },
                                 tiling: Tiling::Standard,
                                 arch,
                             };

@@ -77,6 +77,7 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
         format!("the kernel for head dims {lowest} to {d}")
     };
     let pass = match spec.pass {
+        Pass::Fwd if spec.mask == flash_codegen::Mask::Local => "`passes = fwd_local`",
         Pass::Fwd => "`passes = fwd`",
         Pass::FwdSplit => "`passes = kvcache`",
         Pass::FwdPaged => "`passes = paged`",
@@ -87,7 +88,7 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
             "`passes = varlen_bwd`"
         }
     };
-    let causal = match spec.pass.has_mask() {
+    let causal = match spec.pass.has_mask() && spec.mask != flash_codegen::Mask::Local {
         true => format!(", `causal = {}`", spec.mask.is_causal()),
         false => String::new(),
     };

@@ -12,6 +12,18 @@ pub enum Mask {
     /// Causal, bottom-right aligned when `seqlen_q != seqlen_k` (as FlashAttention >= 2.1):
     /// query `i` sees keys `j <= i + seqlen_k - seqlen_q`.
     Causal,
+    /// A sliding window as FlashAttention-2 defines it: query `i` sees keys `j` with
+    /// `i + a - left <= j <= i + a + right`, `a = seqlen_k - seqlen_q`; `-1` leaves that
+    /// side unbounded (`(-1, 0)` is [`Mask::Causal`], `(-1, -1)` [`Mask::None`]; Mistral's
+    /// 4096-token window is `(4095, 0)`). Keys wholly outside the window cost nothing.
+    /// Dense forward only for now ([`crate::FlashAttention::forward`]); other calls
+    /// return [`FlashError::InvalidParam`](crate::FlashError::InvalidParam).
+    Window {
+        /// Keys before the diagonal each query sees, or -1 for all.
+        left: i32,
+        /// Keys after the diagonal each query sees, or -1 for all.
+        right: i32,
+    },
 }
 
 /// What an attention computes: `softmax(q k^T * scale + mask) v`. The forward and the
@@ -52,6 +64,12 @@ impl AttnParams {
         AttnParams { mask, ..self }
     }
 
+    /// The same with the sliding window `(left, right)` ([`Mask::Window`]; each -1 or
+    /// more, checked at the call).
+    pub const fn with_window(self, left: i32, right: i32) -> Self {
+        self.with_mask(Mask::Window { left, right })
+    }
+
     /// The same with softmax scale `scale` (positive and finite; checked at the call).
     pub const fn with_scale(self, scale: f32) -> Self {
         AttnParams {
@@ -60,17 +78,57 @@ impl AttnParams {
         }
     }
 
-    /// Whether the mask is causal.
+    /// Whether the mask is causal (a window `(-1, 0)` is).
     pub fn is_causal(&self) -> bool {
-        self.mask == Mask::Causal
+        self.kernel_mask() == flash_codegen::Mask::Causal
     }
 
-    /// The kernels' mask.
+    /// The kernels' mask: a window unbounded on both sides is none, `(-1, 0)` causal.
     pub(crate) fn kernel_mask(&self) -> flash_codegen::Mask {
         match self.mask {
-            Mask::None => flash_codegen::Mask::None,
-            Mask::Causal => flash_codegen::Mask::Causal,
+            Mask::None
+            | Mask::Window {
+                left: -1,
+                right: -1,
+            } => flash_codegen::Mask::None,
+            Mask::Causal | Mask::Window { left: -1, right: 0 } => flash_codegen::Mask::Causal,
+            Mask::Window { .. } => flash_codegen::Mask::Local,
         }
+    }
+
+    /// The window bounds a local kernel takes (`window_left`, `window_right`): -1 becomes
+    /// `u32::MAX` (unbounded); `None` unless the mask is a window.
+    pub(crate) fn window_params(&self) -> Option<(u32, u32)> {
+        let bound = |x: i32| u32::try_from(x).unwrap_or(u32::MAX);
+        match self.mask {
+            Mask::Window { left, right } => Some((bound(left), bound(right))),
+            _ => None,
+        }
+    }
+
+    /// The kernels' mask for a call of `pass`, checked: a window's bounds must be -1 or
+    /// more, and the pass must have a kernel for the mask.
+    pub(crate) fn kernel_mask_for(
+        &self,
+        pass: flash_codegen::Pass,
+    ) -> crate::Result<flash_codegen::Mask> {
+        if let Mask::Window { left, right } = self.mask
+            && (left < -1 || right < -1)
+        {
+            return Err(crate::FlashError::InvalidParam(format!(
+                "window ({left}, {right}): each bound must be -1 (unbounded) or a key count >= 0"
+            )));
+        }
+        let mask = self.kernel_mask();
+        if !pass.has_mask_for(mask) {
+            return Err(crate::FlashError::InvalidParam(format!(
+                "a sliding window ({:?}) runs in the dense forward only so far (forward, \
+                 forward_into); this call ({} kernels) has no sliding-window kernel",
+                self.mask,
+                pass.name()
+            )));
+        }
+        Ok(mask)
     }
 }
 

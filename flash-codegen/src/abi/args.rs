@@ -85,6 +85,10 @@ pub const HEADS_PER_KV: Arg<B32> = Arg::u32("heads_per_kv");
 pub const SCALE_LOG2: Arg<F32> = Arg::f32("scale_log2");
 /// Softmax scale.
 pub const SOFTMAX_SCALE: Arg<F32> = Arg::f32("softmax_scale");
+/// A sliding window's keys before the diagonal (`Mask::Local` kernels).
+pub const WINDOW_LEFT: Arg<B32> = Arg::u32("window_left");
+/// A sliding window's keys after the diagonal (`Mask::Local` kernels).
+pub const WINDOW_RIGHT: Arg<B32> = Arg::u32("window_right");
 
 /// Every tensor handle.
 pub const TENSORS: [TensorArgs; 8] = [Q, K, V, O, DO, DK, DV, DQ];

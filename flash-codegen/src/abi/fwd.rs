@@ -1,7 +1,10 @@
 //! ABI layer: the forward pass's parameters, in launch order. Strides are in elements; the
 //! last dim of every tensor is contiguous.
 
-use super::args::{HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, V};
+use super::args::{
+    HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, V, WINDOW_LEFT,
+    WINDOW_RIGHT,
+};
 use super::{ParamDesc, cat};
 
 /// Forward parameters, in launch order. Strides are in elements; the last dim of every
@@ -34,3 +37,16 @@ const FWD_HEAD: [ParamDesc; 11] = [
     HEADS_PER_KV.desc("heads / heads_k (1 = MHA, heads = MQA)"),
     SCALE_LOG2.desc("softmax scale times log2(e) (default 1/sqrt(head_dim) * 1.4426950408889634)"),
 ];
+
+/// A sliding window's bounds, after a local kernel's pass parameters.
+pub const WINDOW_PARAMS: [ParamDesc; 2] = [
+    WINDOW_LEFT.desc(
+        "keys before the diagonal each query sees: query i sees key j from i + seqlen_k - seqlen_q - window_left on (seqlen_k or more, e.g. 0xffffffff: unbounded)",
+    ),
+    WINDOW_RIGHT.desc(
+        "keys after the diagonal each query sees: query i sees key j up to i + seqlen_k - seqlen_q + window_right (seqlen_q or more, e.g. 0xffffffff: unbounded; 0: causal)",
+    ),
+];
+
+/// The sliding-window forward's parameters: [`FWD_PARAMS`], then [`WINDOW_PARAMS`].
+pub const FWD_LOCAL_PARAMS: [ParamDesc; 25] = cat(FWD_PARAMS, WINDOW_PARAMS);

@@ -1,22 +1,54 @@
-//! Kernel layer: the key mask of one block of scores: sequence bound and the
-//! bottom-right-aligned causal diagonal (query i sees keys j <= i + seqlen_k - seqlen_q).
+//! Kernel layer: the key mask of one block of scores: sequence bound, the
+//! bottom-right-aligned causal diagonal (query i sees keys j <= i + seqlen_k - seqlen_q)
+//! and the sliding window (`i + a - left <= j <= i + a + right`, [`Window`]).
 
+use super::params::Params;
+use crate::abi::{WINDOW_LEFT, WINDOW_RIGHT};
 use crate::ptx::{B32, Builder, Cmp, Reg};
 use crate::spec::{KernelPlan, Mask};
 use crate::tile::acc::AccTile;
 
-/// Per-row key limits of one thread: key `j` of a row is valid iff `j < limit(row)`.
+/// A sliding window's bounds ([`Mask::Local`]), clamped where they are read: `left` to
+/// `seqlen_k` and `right` to `seqlen_q`, where each is already unbounded, so that every
+/// sum below stays within i32 whatever the caller passed (`u32::MAX` for unbounded).
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    /// Keys before the diagonal a query sees.
+    pub left: Reg<B32>,
+    /// Keys after the diagonal a query sees.
+    pub right: Reg<B32>,
+}
+
+impl Window {
+    /// The window of a [`Mask::Local`] kernel, `None` for other masks.
+    pub fn load(
+        b: &mut Builder,
+        p: &Params,
+        mask: Mask,
+        (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
+    ) -> Option<Window> {
+        (mask == Mask::Local).then(|| Window {
+            left: b.min_u32(p.get(WINDOW_LEFT), seqlen_k),
+            right: b.min_u32(p.get(WINDOW_RIGHT), seqlen_q),
+        })
+    }
+}
+
+/// Per-row key limits of one thread: key `j` of a row is valid iff `j < limit(row)` (and,
+/// under a window, `j >= first(row)`).
 pub struct KeyMask {
     /// `limit(row) - 2t` for each of the thread's rows, so that an element's test is
     /// `n0 + const < limit - 2t`.
     limit_rel: Vec<Reg<B32>>,
+    /// Under a window: `first(row) - 2t`, the test `n0 + const >= first - 2t`.
+    first_rel: Vec<Reg<B32>>,
 }
 
 impl KeyMask {
     /// `rows[r]` is the absolute query index of thread row r; `t2 = 2 * (lane & 3)`.
     pub fn new(
         b: &mut Builder,
-        mask: Mask,
+        (mask, window): (Mask, Option<Window>),
         rows: &[Reg<B32>],
         t2: Reg<B32>,
         seqlen_q: Reg<B32>,
@@ -26,23 +58,47 @@ impl KeyMask {
         let limit_rel = rows
             .iter()
             .map(|&row| {
-                let limit = match mask {
-                    Mask::None => seqlen_k,
-                    Mask::Causal => {
+                let limit = match (mask, window) {
+                    (Mask::None, _) => seqlen_k,
+                    (Mask::Causal, _) => {
                         let diag = b.add_s32(row, shift);
                         let diag = b.add_s32(diag, 1i32);
                         b.min_s32(diag, seqlen_k)
+                    }
+                    (Mask::Local, w) => {
+                        let w = w.expect("generator bug: a local mask without its window");
+                        let diag = b.add_s32(row, shift);
+                        let last = b.add_s32(diag, w.right);
+                        let end = b.add_s32(last, 1i32);
+                        b.min_s32(end, seqlen_k)
                     }
                 };
                 b.sub_s32(limit, t2)
             })
             .collect();
-        KeyMask { limit_rel }
+        let first_rel = match window {
+            Some(w) if mask == Mask::Local => rows
+                .iter()
+                .map(|&row| {
+                    let diag = b.add_s32(row, shift);
+                    let first = b.sub_s32(diag, w.left);
+                    b.sub_s32(first, t2)
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        KeyMask {
+            limit_rel,
+            first_rel,
+        }
     }
 
     /// Sets the scores of invalid keys of the block starting at key `n0` to -inf.
     pub fn apply(&self, b: &mut Builder, s: &mut AccTile, n0: Reg<B32>) {
         s.mask(b, Cmp::Gt, |b, r| b.sub_s32(self.limit_rel[r], n0));
+        if !self.first_rel.is_empty() {
+            s.mask(b, Cmp::Le, |b, r| b.sub_s32(self.first_rel[r], n0));
+        }
     }
 }
 
@@ -85,27 +141,40 @@ impl QueryMask {
 
 /// Masks `s` (scores of the key block at `n0`; the warp's columns start at key `s_n0`,
 /// `n0` itself unless the block's keys are split between warps) when the block crosses
-/// the sequence end or the causal diagonal; other blocks skip the mask with a uniform
-/// branch.
+/// the sequence end, the causal diagonal or an edge of the window (`diag`: the block's
+/// first query row's diagonal key); other blocks skip the mask with a uniform branch.
 #[allow(clippy::too_many_arguments)]
 pub fn mask_block(
     b: &mut Builder,
     plan: &KernelPlan,
-    mask: &KeyMask,
+    (mask, window): (&KeyMask, Option<Window>),
     s: &mut AccTile,
     (n0, s_n0): (Reg<B32>, Reg<B32>),
     seqlen_k: Reg<B32>,
     diag: Reg<B32>,
 ) {
-    let bn = plan.tiles.block_n();
+    let (bm, bn) = (plan.tiles.block_m(), plan.tiles.block_n());
     let end = b.add_u32(n0, bn);
     let past_end = b.setp_u32(Cmp::Gt, end, seqlen_k);
-    let needs_mask = match plan.spec.mask {
-        Mask::None => past_end,
-        Mask::Causal => {
+    let needs_mask = match (plan.spec.mask, window) {
+        (Mask::None, _) => past_end,
+        (Mask::Causal, _) => {
             let last = b.add_s32(n0, bn as i32 - 1);
             let crosses = b.setp_s32(Cmp::Gt, last, diag);
             b.or_pred(past_end, crosses)
+        }
+        (Mask::Local, w) => {
+            let w = w.expect("generator bug: a local mask without its window");
+            // right edge: the block's last key past the first row's last visible key
+            let last = b.add_s32(n0, bn as i32 - 1);
+            let first_last = b.add_s32(diag, w.right);
+            let crosses_right = b.setp_s32(Cmp::Gt, last, first_last);
+            // left edge: the block's first key before the last row's first visible key
+            let last_row = b.add_s32(diag, bm as i32 - 1);
+            let last_first = b.sub_s32(last_row, w.left);
+            let crosses_left = b.setp_s32(Cmp::Lt, n0, last_first);
+            let edge = b.or_pred(crosses_right, crosses_left);
+            b.or_pred(past_end, edge)
         }
     };
     b.if_uniform(needs_mask, |b| mask.apply(b, s, s_n0));

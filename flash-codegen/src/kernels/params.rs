@@ -32,6 +32,20 @@ impl Params {
         p
     }
 
+    /// [`Params::load`] for `spec`'s kernel: its pass's parameters and its mask's (the
+    /// sliding window's bounds, [`abi::params_of`]).
+    pub fn load_spec(b: &mut Builder, spec: &crate::spec::KernelSpec) -> Self {
+        let mut p = Self::of(
+            b,
+            &format!("the {} kernel", spec.name()),
+            abi::params_of(spec),
+        );
+        if spec.pass.is_varlen() {
+            p.packed = Some(Packed::default());
+        }
+        p
+    }
+
     /// The parameters `descs` of an entry (`owner` names it in messages): one
     /// `ld.param` per scalar, in order. A by-value struct (a tensor map) is not loaded:
     /// it is read through its address ([`Builder::param_addr`]).

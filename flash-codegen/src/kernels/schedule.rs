@@ -1,10 +1,43 @@
 //! Kernel layer: block scheduling every architecture shares: which key blocks a query
-//! block visits (all, or up to the causal diagonal) and the causal forward's CTA order.
+//! block visits (all, up to the causal diagonal, or those a sliding window reaches) and
+//! the causal forward's CTA order.
 
+use super::mask::Window;
 use super::params::Params;
 use crate::abi::SEQLEN_K;
 use crate::ptx::{B32, Builder, Reg, Special};
 use crate::spec::KernelPlan;
+
+/// The key blocks a query block at `m0` visits under the sliding window `w`: from the one
+/// holding its first row's first visible key (`diag - left`) to the one holding its last
+/// row's last visible key (`diag + block_m - 1 + right`), within the sequence; `first ==
+/// end` when it sees none. Returns `(first, end, diag)`, `diag` as [`kv_blocks`]'.
+pub fn window_blocks(
+    b: &mut Builder,
+    plan: &KernelPlan,
+    w: Window,
+    (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
+    m0: Reg<B32>,
+) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
+    let t = &plan.tiles;
+    let (bm, bn) = (t.block_m(), t.block_n());
+    let n = b.add_u32(seqlen_k, bn - 1);
+    let n = b.div_u32(n, bn);
+    let diag = b.sub_s32(seqlen_k, seqlen_q);
+    let diag = b.add_s32(diag, m0);
+    // end = ceil((diag + block_m + right) / block_n), within 0..=n
+    let lim = b.add_s32(diag, w.right);
+    let lim = b.add_s32(lim, (bm + bn - 1) as i32);
+    let lim = b.max_s32(lim, 0i32);
+    let lim = b.div_u32(lim, bn);
+    let end = b.min_u32(n, lim);
+    // first = floor(max(diag - left, 0) / block_n), at most end
+    let lo = b.sub_s32(diag, w.left);
+    let lo = b.max_s32(lo, 0i32);
+    let first = b.div_u32(lo, bn);
+    let first = b.min_u32(first, end);
+    (first, end, diag)
+}
 
 /// Number of key blocks a query block visits (all, or up to the causal diagonal), and
 /// `diag`: the last key the block's first query row sees.

@@ -136,6 +136,15 @@ impl Pass {
             Pass::Fwd | Pass::Bwd | Pass::BwdDq | Pass::FwdSplit
         )
     }
+    /// Whether the pass has a variant for `mask`: every pass for none, the score passes
+    /// ([`Pass::has_mask`]) for causal, the dense forward for the sliding window.
+    pub fn has_mask_for(self, mask: Mask) -> bool {
+        match mask {
+            Mask::None => true,
+            Mask::Causal => self.has_mask(),
+            Mask::Local => self == Pass::Fwd,
+        }
+    }
 }
 
 /// Element type of q, k, v, o (and of the gradients).
@@ -175,17 +184,27 @@ pub enum Mask {
     None,
     /// Bottom-right aligned causal: query i sees keys j <= i + seqlen_k - seqlen_q.
     Causal,
+    /// A sliding window, its bounds runtime parameters (`window_left`, `window_right`,
+    /// [`crate::abi::WINDOW_LEFT`]): query i sees keys j with `i + a - left <= j <= i + a +
+    /// right`, `a = seqlen_k - seqlen_q` (a bound at least the sequence's length is
+    /// unbounded). Key blocks wholly outside the window are not visited.
+    Local,
 }
 
 impl Mask {
     /// Every mask, in generation order.
-    pub const ALL: [Mask; 2] = [Mask::None, Mask::Causal];
-    /// The mask's part of a kernel name (`""`, `"_causal"`).
+    pub const ALL: [Mask; 3] = [Mask::None, Mask::Causal, Mask::Local];
+    /// The mask's part of a kernel name (`""`, `"_causal"`, `"_local"`).
     pub fn suffix(self) -> &'static str {
         match self {
             Mask::None => "",
             Mask::Causal => "_causal",
+            Mask::Local => "_local",
         }
+    }
+    /// The mask's word in a kernel name (`causal`, `local`), `None` for no mask.
+    pub fn word(self) -> Option<&'static str> {
+        self.suffix().strip_prefix('_')
     }
     /// The causal mask, or none.
     pub fn causal(causal: bool) -> Mask {
@@ -277,7 +296,7 @@ impl KernelSpec {
                 for head_dim in HEAD_DIMS {
                     for dtype in DType::ALL {
                         for mask in Mask::ALL {
-                            if mask != Mask::None && !pass.has_mask() {
+                            if !pass.has_mask_for(mask) {
                                 continue;
                             }
                             let spec = KernelSpec {
@@ -311,7 +330,7 @@ impl KernelSpec {
     /// the pass has such a row.
     pub fn is_supported(&self) -> bool {
         HEAD_DIMS.contains(&self.head_dim)
-            && (self.pass.has_mask() || self.mask == Mask::None)
+            && self.pass.has_mask_for(self.mask)
             && (self.tiling == Tiling::Standard || self.has_tiling_row())
     }
 

@@ -54,10 +54,13 @@ impl FromStr for KernelSpec {
             return Err(err("expected 5 to 7 parts separated by `_`"));
         }
         let n = parts.len();
-        // between the dtype and the arch: `causal`, then `long`, `compact`, `prefill` or
-        // `wide`, each optional
+        // between the dtype and the arch: `causal` or `local`, then `long`, `compact`,
+        // `prefill` or `wide`, each optional
         let middle = &parts[4..n - 1];
-        let causal = middle.first() == Some(&"causal");
+        let mask = Mask::ALL
+            .into_iter()
+            .find(|m| m.word().is_some() && middle.first().copied() == m.word())
+            .unwrap_or(Mask::None);
         let tiling = match middle.last() {
             Some(&"long") => Tiling::Long,
             Some(&"compact") => Tiling::Compact,
@@ -65,9 +68,10 @@ impl FromStr for KernelSpec {
             Some(&"wide") => Tiling::Wide,
             _ => Tiling::Standard,
         };
-        if middle.len() != usize::from(causal) + usize::from(tiling != Tiling::Standard) {
+        if middle.len() != usize::from(mask != Mask::None) + usize::from(tiling != Tiling::Standard)
+        {
             return Err(err(
-                "between the dtype and the arch only `causal`, then `long`, `compact`, `prefill` or `wide`, may stand",
+                "between the dtype and the arch only `causal` or `local`, then `long`, `compact`, `prefill` or `wide`, may stand",
             ));
         }
         if parts[0] != "fa2" {
@@ -94,12 +98,15 @@ impl FromStr for KernelSpec {
             pass,
             head_dim,
             dtype,
-            mask: Mask::causal(causal),
+            mask,
             tiling,
             arch,
         };
-        if spec.mask != Mask::None && !spec.pass.has_mask() {
-            return Err(err("this pass has no causal variant"));
+        if !spec.pass.has_mask_for(mask) {
+            return Err(err(match mask {
+                Mask::Local => "this pass has no sliding-window (local) variant",
+                _ => "this pass has no causal variant",
+            }));
         }
         if !spec.is_supported() {
             let name = match tiling {
@@ -129,10 +136,22 @@ mod tests {
         for s in KernelSpec::all() {
             assert_eq!(s.name().parse::<KernelSpec>().unwrap(), s);
         }
-        // 136 dense-attention kernels and 140 varlen ones (no long or compact rows; 12
-        // wide ones), 100 split-KV forwards (standard, long, compact; prefill at d128) and
-        // 100 paged ones, 48 combine steps (standard, long, prefill)
-        assert_eq!(KernelSpec::all().len(), 524);
+        // 136 dense-attention kernels and 18 sliding-window forwards (local: 16 and the
+        // d256 compact pair), 140 varlen ones (no long or compact rows; 12 wide ones), 100
+        // split-KV forwards (standard, long, compact; prefill at d128) and 100 paged ones,
+        // 48 combine steps (standard, long, prefill)
+        assert_eq!(KernelSpec::all().len(), 542);
+        let local: Vec<KernelSpec> = KernelSpec::all()
+            .into_iter()
+            .filter(|s| s.mask == Mask::Local)
+            .collect();
+        assert_eq!(local.len(), 18);
+        assert!(local.iter().all(|s| s.pass == Pass::Fwd));
+        assert!(
+            local
+                .iter()
+                .any(|s| s.name() == "fa2_fwd_d128_bf16_local_sm80")
+        );
         let wide = KernelSpec::all()
             .into_iter()
             .filter(|s| s.tiling == Tiling::Wide);
@@ -162,8 +181,10 @@ mod tests {
             [
                 "fa2_fwd_d256_f16_compact_sm80",
                 "fa2_fwd_d256_f16_causal_compact_sm80",
+                "fa2_fwd_d256_f16_local_compact_sm80",
                 "fa2_fwd_d256_bf16_compact_sm80",
                 "fa2_fwd_d256_bf16_causal_compact_sm80",
+                "fa2_fwd_d256_bf16_local_compact_sm80",
             ]
         );
         assert_eq!(

@@ -245,7 +245,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     }
 
     let pre = spec(Pass::BwdPre, Mask::None);
-    let main = spec(Pass::Bwd, p.kernel_mask()).for_seqlen(sq, long_tiles && !det);
+    let main = spec(Pass::Bwd, p.kernel_mask_for(Pass::Bwd)?).for_seqlen(sq, long_tiles && !det);
     let last = match det {
         false => spec(Pass::BwdPost, Mask::None),
         true => spec(Pass::BwdDq, p.kernel_mask()),

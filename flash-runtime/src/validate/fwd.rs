@@ -9,8 +9,8 @@ use flash_codegen::abi::{self, fwd_grid};
 use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
 use super::{
-    LaunchPlan, LseDesc, ParamValue, Placed, TensorDesc, bind_params, check_dtypes, check_grid,
-    check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
+    LaunchPlan, LseDesc, ParamValue, Placed, TensorDesc, bind_spec_params, check_dtypes,
+    check_grid, check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
 };
 use crate::error::{FlashError, Result};
 use crate::params::AttnParams;
@@ -81,7 +81,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
         pass: Pass::Fwd,
         head_dim: kernel_d,
         dtype,
-        mask: a.params.kernel_mask(),
+        mask: a.params.kernel_mask_for(Pass::Fwd)?,
         tiling: Tiling::Standard,
         arch,
     }
@@ -110,7 +110,8 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
 
     let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
     let hk_div = h.checked_div(hk).unwrap_or(1);
-    let params = bind_params(Pass::Fwd, |name| {
+    let window = a.params.window_params().unwrap_or((u32::MAX, u32::MAX));
+    let params = bind_spec_params(&spec, |name| {
         use ParamValue::{F32, U32, U64};
         if let Some(t) = tensor_param(name, &tensors) {
             return Some(t);
@@ -123,6 +124,8 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
             "heads" => U32(h32),
             "heads_per_kv" => U32(hk_div as u32),
             "scale_log2" => F32((scale * std::f64::consts::LOG2_E) as f32),
+            "window_left" => U32(window.0),
+            "window_right" => U32(window.1),
             _ => return None,
         })
     })?;

@@ -250,7 +250,7 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         tiling: Tiling::Standard,
         arch,
     };
-    let kernel = (kernel_d, dtype, a.params.kernel_mask());
+    let kernel = (kernel_d, dtype, a.params.kernel_mask_for(Pass::FwdSplit)?);
     let split_spec = split_spec(a.q.shape, logical.shape, kernel, arch, gpu);
     let shapes = (a.q.shape, logical.shape);
     let page_size = paged.map(|p| 1usize << p.page_shift);

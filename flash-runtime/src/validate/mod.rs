@@ -277,7 +277,23 @@ pub(crate) fn bind_params(
     pass: Pass,
     value: impl Fn(&str) -> Option<ParamValue>,
 ) -> Result<Vec<(&'static str, ParamValue)>> {
-    let descs = abi_params(pass);
+    bind_descs(pass, abi_params(pass), value)
+}
+
+/// [`bind_params`] for `spec`'s kernel: its pass's parameters and its mask's
+/// (`flash_codegen::abi::params_of`).
+pub(crate) fn bind_spec_params(
+    spec: &KernelSpec,
+    value: impl Fn(&str) -> Option<ParamValue>,
+) -> Result<Vec<(&'static str, ParamValue)>> {
+    bind_descs(spec.pass, flash_codegen::abi::params_of(spec), value)
+}
+
+fn bind_descs(
+    pass: Pass,
+    descs: &[flash_codegen::abi::ParamDesc],
+    value: impl Fn(&str) -> Option<ParamValue>,
+) -> Result<Vec<(&'static str, ParamValue)>> {
     let mut out = Vec::with_capacity(descs.len());
     for p in descs {
         let v = value(p.name).ok_or_else(|| {

@@ -240,7 +240,7 @@ pub fn kvcache_splits(
     let spec = split_spec(
         q_shape,
         k_shape,
-        (kernel_d, dtype, params.kernel_mask()),
+        (kernel_d, dtype, params.kernel_mask_for(Pass::FwdSplit)?),
         arch,
         gpu,
     );

@@ -104,6 +104,13 @@ fn to_varlen(
     let pass = dense.spec.pass.varlen().ok_or_else(|| {
         FlashError::Internal(format!("{} has no varlen pass", dense.spec.pass.name()))
     })?;
+    if !pass.has_mask_for(dense.spec.mask) {
+        return Err(FlashError::InvalidParam(format!(
+            "a sliding window runs in the dense forward only so far (forward, forward_into); \
+             the varlen {} has no sliding-window kernel",
+            pass.name()
+        )));
+    }
     let spec = KernelSpec {
         pass,
         tiling: Tiling::Standard,

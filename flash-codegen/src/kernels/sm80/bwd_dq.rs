@@ -124,7 +124,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     b.cp_async_commit();
     let [q_operand, do_operand] =
         q.a_operands(&mut b, t.layout.resident(), [&q_tile, &do_tile], smem, d);
-    let mask = q.mask(&mut b, spec.mask, seqlen_q, seqlen_k);
+    let mask = q.mask(&mut b, (spec.mask, None), seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
     let mut dq = q.acc_zeros(&mut b, d);
 
@@ -132,7 +132,15 @@ pub fn build(plan: &KernelPlan) -> Entry {
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(&mut b, fmt, &mut s, &q_operand, (&kv.tiles[0], kv_smem), d);
-    mask_block(&mut b, plan, &mask, &mut s, (n0, n0), seqlen_k, diag);
+    mask_block(
+        &mut b,
+        plan,
+        (&mask, None),
+        &mut s,
+        (n0, n0),
+        seqlen_k,
+        diag,
+    );
     stats.probabilities(&mut b, &mut s, scale_log2);
     b.comment("-- dS = P * (dO V^T - D) --");
     let mut dpt = q.acc_zeros(&mut b, t.block_n);

@@ -15,9 +15,9 @@ use super::warp::AOperand;
 use super::warp_store::Cols;
 use crate::abi::{HEAD_DIM, HEADS, K, LSE, O, Q, SCALE_LOG2, V};
 use crate::kernels::half_fmt;
-use crate::kernels::mask::{KeyMask, mask_block};
+use crate::kernels::mask::{KeyMask, Window, mask_block};
 use crate::kernels::params::Params;
-use crate::kernels::schedule::kv_blocks;
+use crate::kernels::schedule::{kv_blocks, window_blocks};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{
     Addr, B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, Pred, Reg, Space, Ty,
@@ -33,7 +33,8 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let (d, t) = (plan.spec.head_dim, &f.t);
     let resident = t.layout.resident();
     let [q_operand] = f.q.a_operands(&mut b, resident, [&f.q_tile], f.smem, d);
-    let mask = f.q.mask(&mut b, plan.spec.mask, f.seqlen_q, f.seqlen_k);
+    let mask =
+        f.q.mask(&mut b, (plan.spec.mask, f.window), f.seqlen_q, f.seqlen_k);
     let mut o = f.q.acc_zeros(&mut b, f.ex.as_ref().map_or(d, |e| e.cols()));
     let mut softmax = OnlineSoftmax::new(&mut b, f.q.rows.len(), f.p.get(SCALE_LOG2));
     f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
@@ -52,13 +53,15 @@ struct QueryBlock<'a> {
     fmt: HalfFmt,
     p: Params,
     q: QBlock,
-    zero: Reg<B32>,
     seqlen_q: Reg<B32>,
     seqlen_k: Reg<B32>,
     head_dim: Reg<B32>,
     /// Key blocks the query block visits, and the last key its first row sees.
+    /// Key blocks `first..n_blocks` are visited (`first` 0 unless under a window).
+    first: Reg<B32>,
     n_blocks: Reg<B32>,
     diag: Reg<B32>,
+    window: Option<Window>,
     smem: Reg<B32>,
     q_tile: SmemTile,
     kv: BlockStream,
@@ -87,7 +90,14 @@ impl<'a> QueryBlock<'a> {
         let q_base = p.tensor(&mut b, &Q, q.batch, q.m0, q.head);
         let k_base = p.tensor(&mut b, &K, q.batch, zero, q.kv_head);
         let v_base = p.tensor(&mut b, &V, q.batch, zero, q.kv_head);
-        let (n_blocks, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
+        let window = Window::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
+        let (first, n_blocks, diag) = match window {
+            Some(w) => window_blocks(&mut b, plan, w, (seqlen_q, seqlen_k), q.m0),
+            None => {
+                let (n, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
+                (zero, n, diag)
+            }
+        };
 
         b.comment("-- shared memory: Q tile, then `stages` K tiles, then `stages` V tiles --");
         let smem = b.smem_base();
@@ -109,7 +119,7 @@ impl<'a> QueryBlock<'a> {
         if t.layout.resident() {
             b.cp_async_commit(); // Q lands first, then its fragments move to registers
         }
-        kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
+        kv.start(&mut b, smem, [k_base, v_base], first, seqlen_k, n_blocks);
         b.cp_async_commit();
         let f = QueryBlock {
             plan,
@@ -117,12 +127,13 @@ impl<'a> QueryBlock<'a> {
             fmt: half_fmt(spec.dtype),
             p,
             q,
-            zero,
             seqlen_q,
             seqlen_k,
             head_dim,
+            first,
             n_blocks,
             diag,
+            window,
             smem,
             q_tile,
             kv,
@@ -143,7 +154,7 @@ impl<'a> QueryBlock<'a> {
     ) {
         let (q, kv, ex, fmt, smem) = (&self.q, &self.kv, &self.ex, self.fmt, self.smem);
         let d = self.plan.spec.head_dim;
-        let (n0, kv_smem, lp) = kv.begin(b, smem, self.seqlen_k, (self.zero, self.n_blocks));
+        let (n0, kv_smem, lp) = kv.begin(b, smem, self.seqlen_k, (self.first, self.n_blocks));
         b.comment("-- S = Q K^T --");
         let mut s = q.acc_zeros(b, ex.as_ref().map_or(self.t.block_n, |e| e.keys()));
         let (k_smem, s_n0) = match ex {
@@ -153,7 +164,8 @@ impl<'a> QueryBlock<'a> {
         q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], k_smem), d);
         b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
         let (seqlen_k, diag) = (self.seqlen_k, self.diag);
-        mask_block(b, self.plan, mask, &mut s, (n0, s_n0), seqlen_k, diag);
+        let masks = (mask, self.window);
+        mask_block(b, self.plan, masks, &mut s, (n0, s_n0), seqlen_k, diag);
         b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
         match ex {
             None => softmax.step(b, &mut s, o),
@@ -206,7 +218,10 @@ impl<'a> QueryBlock<'a> {
         // each warp stages only its own columns); but with no key block at all (causal rows
         // before the first key) no barrier has ordered the other threads' Q copies (landed:
         // the stream's exit waits for every copy) before this warp's staging writes
-        let no_blocks = b.setp_u32(Cmp::Eq, self.n_blocks, 0u32);
+        let no_blocks = match self.window {
+            Some(_) => b.setp_u32(Cmp::Eq, self.n_blocks, self.first),
+            None => b.setp_u32(Cmp::Eq, self.n_blocks, 0u32),
+        };
         b.if_uniform(no_blocks, Builder::bar_sync);
         let cols = match ex {
             Some(e) => {

@@ -6,7 +6,7 @@ use std::ops::Deref;
 
 use super::warp::Warp;
 use crate::abi::{Arg, HEADS_PER_KV};
-use crate::kernels::mask::KeyMask;
+use crate::kernels::mask::{KeyMask, Window};
 use crate::kernels::params::Params;
 use crate::kernels::params::row_stats_base;
 use crate::kernels::schedule::heaviest_first;
@@ -32,7 +32,7 @@ pub fn open(plan: &KernelPlan, header: String) -> Opening {
     let spec = &plan.spec;
     let mut b = Builder::new();
     b.comment(header);
-    let mut p = Params::load(&mut b, spec.pass);
+    let mut p = Params::load_spec(&mut b, spec);
     let q = QBlock::new(&mut b, plan, &mut p);
     let zero = b.mov(0u32);
     Opening { b, p, q, zero }
@@ -124,7 +124,7 @@ impl QBlock {
     pub fn mask(
         &self,
         b: &mut Builder,
-        mask: Mask,
+        mask: (Mask, Option<Window>),
         seqlen_q: Reg<B32>,
         seqlen_k: Reg<B32>,
     ) -> KeyMask {

@@ -44,7 +44,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let [q_operand] = w.a_operands(&mut b, t.layout.resident(), [&f.q_tile], f.smem, d);
     let mask = KeyMask::new(
         &mut b,
-        plan.spec.mask,
+        (plan.spec.mask, None),
         &f.positions,
         w.t2,
         f.p.get(SEQLEN_Q),
@@ -263,7 +263,7 @@ impl<'a> SplitBlock<'a> {
             mask_block(
                 b,
                 self.plan,
-                mask,
+                (mask, None),
                 &mut s,
                 (n0, s_n0),
                 self.seqlen_k,

@@ -1,0 +1,106 @@
+//! The sliding window's host checks and plans (no GPU): `AttnParams::with_window` plans
+//! the dense forward on its `_local` kernel with the bounds as parameters (-1 as
+//! `u32::MAX`), `(-1, 0)` and `(-1, -1)` on the causal and plain kernels; bounds below -1
+//! and the calls without a sliding-window kernel (backward, varlen) are typed errors.
+
+use flash_codegen::abi::params_of;
+use flash_codegen::{Arch, Mask, Pass};
+use flash_runtime::validate::{
+    BufDesc, FwdArgs, ParamValue, VarlenDesc, plan_bwd, plan_fwd, plan_fwd_varlen,
+};
+use flash_runtime::{AttnParams, BwdOptions, FlashError};
+
+mod validate_support;
+use validate_support::{bwd_args, t};
+
+fn fwd(b: usize, sq: usize, sk: usize, params: AttnParams) -> FwdArgs {
+    FwdArgs {
+        q: t([b, sq, 8, 128], 0x1000_0000),
+        k: t([b, sk, 2, 128], 0x2000_0000),
+        v: t([b, sk, 2, 128], 0x3000_0000),
+        o: t([b, sq, 8, 128], 0x4000_0000),
+        lse: Some(BufDesc {
+            ptr: 0x5000_0000,
+            len: b * 8 * sq,
+        }),
+        params,
+    }
+}
+
+#[test]
+fn windows_plan_the_local_kernel_with_their_bounds() {
+    for ((l, r), want) in [
+        ((100, 0), (100, 0)),
+        ((-1, 3), (u32::MAX, 3)),
+        ((7, -1), (7, u32::MAX)),
+        ((0, 0), (0, 0)),
+    ] {
+        let p = plan_fwd(
+            &fwd(2, 500, 700, AttnParams::new().with_window(l, r)),
+            Arch::Sm80,
+        )
+        .unwrap();
+        assert_eq!((p.spec.pass, p.spec.mask), (Pass::Fwd, Mask::Local));
+        assert!(p.spec.name().contains("_local"), "{}", p.spec);
+        let names: Vec<&str> = p.params.iter().map(|(n, _)| *n).collect();
+        let abi: Vec<&str> = params_of(&p.spec).iter().map(|d| d.name).collect();
+        assert_eq!(names, abi);
+        assert_eq!(p.param("window_left"), Some(ParamValue::U32(want.0)));
+        assert_eq!(p.param("window_right"), Some(ParamValue::U32(want.1)));
+    }
+    let causal = plan_fwd(
+        &fwd(1, 64, 64, AttnParams::new().with_window(-1, 0)),
+        Arch::Sm80,
+    )
+    .unwrap();
+    assert_eq!(causal.spec.mask, Mask::Causal);
+    assert!(causal.param("window_left").is_none());
+    let plain = plan_fwd(
+        &fwd(1, 64, 64, AttnParams::new().with_window(-1, -1)),
+        Arch::Sm80,
+    )
+    .unwrap();
+    assert_eq!(plain.spec.mask, Mask::None);
+}
+
+#[test]
+fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
+    for (l, r) in [(-2, 0), (0, -5), (i32::MIN, i32::MIN)] {
+        let e = plan_fwd(
+            &fwd(1, 64, 64, AttnParams::new().with_window(l, r)),
+            Arch::Sm80,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, FlashError::InvalidParam(m) if m.contains("-1 (unbounded)")),
+            "{e}"
+        );
+    }
+    let w = AttnParams::new().with_window(16, 0);
+    // the backward
+    let shapes = ([1, 64, 8, 128], [1, 64, 2, 128]);
+    let bwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
+    let e = plan_bwd(&bwd, Arch::Sm80).unwrap_err();
+    assert!(
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("dense forward only")),
+        "{e}"
+    );
+    // the varlen forward
+    let vl = VarlenDesc {
+        cu_seqlens_q: BufDesc {
+            ptr: 0xc000_0000,
+            len: 3,
+        },
+        cu_seqlens_k: BufDesc {
+            ptr: 0xd000_0000,
+            len: 3,
+        },
+        max_seqlen_q: 40,
+        max_seqlen_k: 40,
+    };
+    let e = plan_fwd_varlen(&fwd(1, 64, 64, w), &vl, Arch::Sm80, u64::MAX).unwrap_err();
+    assert!(
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("dense forward only")),
+        "{e}"
+    );
+}

@@ -1,0 +1,45 @@
+//! What the validate-layer tests (tests/runtime_errors_*.rs) share: contiguous bf16
+//! tensor descriptors and a backward's arguments at distinct aligned pointers.
+#![allow(dead_code)] // each test file uses its own subset
+
+use flash_codegen::DType;
+use flash_runtime::validate::{BufDesc, BwdArgs, ScratchDesc, TensorDesc};
+use flash_runtime::{AttnParams, BwdOptions, tensor::contiguous_strides};
+
+/// A contiguous bf16 tensor of `shape` at `ptr`, exactly sized.
+pub fn t(shape: [usize; 4], ptr: u64) -> TensorDesc {
+    TensorDesc {
+        shape,
+        strides: contiguous_strides(shape),
+        ptr,
+        len: shape.iter().product(),
+        dtype: DType::Bf16,
+    }
+}
+
+/// A backward's arguments: q, o, dO, dq of shape `qs`, k, v, dk, dv of `ks`, contiguous at
+/// distinct aligned pointers, an lse of `lse_len` values, and `scratch`.
+pub fn bwd_args(
+    (qs, ks): ([usize; 4], [usize; 4]),
+    lse_len: usize,
+    scratch: Option<ScratchDesc>,
+    (params, opts): (AttnParams, BwdOptions),
+) -> BwdArgs {
+    BwdArgs {
+        q: t(qs, 0x1000_0000),
+        k: t(ks, 0x2000_0000),
+        v: t(ks, 0x3000_0000),
+        o: t(qs, 0x4000_0000),
+        d_o: t(qs, 0x5000_0000),
+        dq: t(qs, 0x6000_0000),
+        dk: t(ks, 0x7000_0000),
+        dv: t(ks, 0x8000_0000),
+        lse: BufDesc {
+            ptr: 0x9000_0000,
+            len: lse_len,
+        },
+        scratch,
+        params,
+        opts,
+    }
+}
