@@ -239,7 +239,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let worst = ratios.iter().copied().fold(f64::INFINITY, f64::min);
     println!(
         "{}",
-        json!({"summary": true, "geomean": geo, "worst": worst, "method": t.flush.method()})
+        json!({"summary": true, "geomean": geo, "worst": worst, "method": t.flush.method(), "spin_cycles": t.sleep.cycles})
     );
     Ok(())
 }
