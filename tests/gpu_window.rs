@@ -2,10 +2,13 @@
 //! `_local` kernels) against the f64 reference (`reference::Modifiers`): windows that
 //! cross block edges and that align with them, one-sided windows (left only: local
 //! causal; right only), windows wider than the sequence, a window leaving rows without
-//! keys (sq > sk), sq != sk both ways, GQA and MQA, both dtypes, head dims 40 to 256,
-//! batch > 1; outputs NaN-poisoned inside buffers with a NaN guard band past their end
-//! (every row must be written, the band untouched). `(-1, 0)` and `(-1, -1)` must give
-//! the causal and the plain kernels' bits.
+//! keys (sq > sk), windows one key short of a block edge, sq != sk both ways, GQA and
+//! MQA, both dtypes, every kernel head dim (32 to 256, and 40: columns past d), batch > 1,
+//! and the d256 cases again on the 99 KiB compact kernels; outputs NaN-poisoned inside
+//! buffers with a NaN guard band past their end (every row must be written, the band
+//! untouched). `(-1, 0)` and `(-1, -1)` must give the causal and the plain kernels' bits.
+//! (Session 14 ran 70 cases on the H200; the block-edge windows, d160-d224 and the
+//! compact run were added after, from a review, and have not run yet.)
 #![cfg(feature = "gpu")]
 
 use flash_codegen::DType;
@@ -109,7 +112,7 @@ fn check<T: Element>(
 
 fn cases() -> Vec<Case> {
     // (window, b, sq, sk, h, hk): blocks are 64-128 queries x 32-128 keys
-    let shapes: [((i32, i32), usize, usize, usize, usize, usize); 12] = [
+    let shapes: [((i32, i32), usize, usize, usize, usize, usize); 17] = [
         ((100, 0), 2, 700, 700, 4, 2),     // local causal, crosses block edges
         ((127, 0), 1, 1024, 1024, 4, 4),   // aligned: 128 keys with the diagonal
         ((64, 64), 1, 513, 513, 2, 1),     // two-sided, MQA
@@ -122,9 +125,19 @@ fn cases() -> Vec<Case> {
         ((31, 33), 1, 97, 1500, 2, 2), // decode-like: few queries, many keys
         ((0, 255), 1, 1, 1000, 4, 4),  // one query
         ((256, 0), 1, 4096, 4096, 2, 2),
+        // one key short of a block edge on either side (block_n 32 to 128): each catches
+        // an off-by-one in the edge tests or the last block (session 14's review)
+        ((-1, 62), 1, 600, 600, 2, 2),
+        ((-1, 30), 1, 600, 600, 2, 2),
+        ((62, -1), 1, 600, 600, 2, 2),
+        ((126, -1), 1, 600, 600, 2, 2),
+        ((126, 1), 1, 600, 600, 2, 2),
     ];
     let mut v = Vec::new();
-    for (i, d) in [64, 128, 40, 96, 256, 32].into_iter().enumerate() {
+    for (i, d) in [64, 128, 40, 96, 256, 32, 160, 192, 224]
+        .into_iter()
+        .enumerate()
+    {
         for (j, &(window, b, sq, sk, h, hk)) in shapes.iter().enumerate() {
             if d == 256 && sq * sk > 2_000_000 {
                 continue; // (the f64 reference's time)
@@ -148,12 +161,35 @@ fn cases() -> Vec<Case> {
 #[test]
 fn windowed_forward_matches_f64_reference() {
     let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    check_all(&rt, &cases());
+}
+
+/// The d256 cases on a runtime planning for 99 KiB of shared memory per block (RTX
+/// 30/40): the `_local_compact` kernels.
+#[test]
+fn compact_windowed_forward_matches_f64_reference() {
+    let mut rt = FlashAttention::on_device(0).expect("a CUDA device");
+    rt.limit_smem(99 * 1024);
+    let d256: Vec<Case> = cases().into_iter().filter(|c| c.d == 256).collect();
+    check_all(&rt, &d256);
+    let compact = rt
+        .loaded_specs()
+        .iter()
+        .filter(|s| s.tiling == flash_codegen::Tiling::Compact)
+        .count();
+    assert!(
+        compact >= 2,
+        "the compact local kernels ran ({compact} compact kernels loaded)"
+    );
+}
+
+fn check_all(rt: &FlashAttention, cases: &[Case]) {
     let mut failures = Vec::new();
-    for (i, c) in cases().iter().enumerate() {
+    for (i, c) in cases.iter().enumerate() {
         let seed = 0x51d0 ^ ((i as u64) << 20);
         let r = match c.dtype {
-            DType::F16 => check::<half::f16>(&rt, c, seed),
-            DType::Bf16 => check::<half::bf16>(&rt, c, seed),
+            DType::F16 => check::<half::f16>(rt, c, seed),
+            DType::Bf16 => check::<half::bf16>(rt, c, seed),
         };
         match r {
             Ok(p) if p.is_empty() => {}

@@ -103,4 +103,39 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
         matches!(&e, FlashError::InvalidParam(m) if m.contains("dense forward only")),
         "{e}"
     );
+    // ... also when there is nothing to compute
+    let empty = VarlenDesc {
+        max_seqlen_q: 0,
+        ..vl
+    };
+    let e = plan_fwd_varlen(&fwd(1, 64, 64, w), &empty, Arch::Sm80, u64::MAX).unwrap_err();
+    assert!(matches!(&e, FlashError::InvalidParam(_)), "{e}");
+    let no_keys = ([1, 64, 8, 128], [1, 0, 2, 128]);
+    let e = plan_bwd(
+        &bwd_args(no_keys, 8 * 64, None, (w, BwdOptions::new())),
+        Arch::Sm80,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("dense forward only")),
+        "{e}"
+    );
+    let bad = AttnParams::new().with_window(-7, 0);
+    let e = plan_bwd(
+        &bwd_args(no_keys, 8 * 64, None, (bad, BwdOptions::new())),
+        Arch::Sm80,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("-1 (unbounded)")),
+        "{e}"
+    );
+    // lengths whose sum the kernel's i32 window arithmetic cannot hold
+    let e = plan_fwd(&fwd(1, 1 << 30, 1 << 30, w), Arch::Sm80).unwrap_err();
+    assert!(
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("below 2^31")),
+        "{e}"
+    );
+    let p = plan_fwd(&fwd(1, 1 << 29, 1 << 30, w), Arch::Sm80).unwrap();
+    assert_eq!(p.spec.mask, Mask::Local);
 }

@@ -10,7 +10,9 @@ use crate::tile::acc::AccTile;
 
 /// A sliding window's bounds ([`Mask::Local`]), clamped where they are read: `left` to
 /// `seqlen_k` and `right` to `seqlen_q`, where each is already unbounded, so that every
-/// sum below stays within i32 whatever the caller passed (`u32::MAX` for unbounded).
+/// sum below stays within i32 whatever the caller passed (`u32::MAX` for unbounded),
+/// given `seqlen_q + seqlen_k + block_m + block_n < 2^31` (the runtime checks
+/// `seqlen_q + seqlen_k + 256 < 2^31` for a window).
 #[derive(Clone, Copy, Debug)]
 pub struct Window {
     /// Keys before the diagonal a query sees.

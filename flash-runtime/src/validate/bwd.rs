@@ -214,6 +214,8 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     }
     let (p, det) = (a.params, a.opts.deterministic);
     let (kernel_d, scale) = check_problem(&a.q, &a.k, p.softmax_scale)?;
+    // (before the empty-problem return: a window is an error whatever the sizes)
+    let main_mask = p.kernel_mask_for(Pass::Bwd)?;
     let spec = |pass: Pass, mask: Mask| KernelSpec {
         pass,
         head_dim: kernel_d,
@@ -245,7 +247,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     }
 
     let pre = spec(Pass::BwdPre, Mask::None);
-    let main = spec(Pass::Bwd, p.kernel_mask_for(Pass::Bwd)?).for_seqlen(sq, long_tiles && !det);
+    let main = spec(Pass::Bwd, main_mask).for_seqlen(sq, long_tiles && !det);
     let last = match det {
         false => spec(Pass::BwdPost, Mask::None),
         true => spec(Pass::BwdDq, p.kernel_mask()),

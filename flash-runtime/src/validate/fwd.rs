@@ -90,6 +90,12 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
         return Ok(LaunchPlan::noop(spec));
     }
 
+    // A window's bounds join both lengths in one i32 sum in the kernel
+    if spec.mask == flash_codegen::Mask::Local && sq + sk + 256 >= 1 << 31 {
+        return Err(FlashError::InvalidParam(format!(
+            "a sliding window needs seqlen_q + seqlen_k below 2^31 - 256, got {sq} + {sk}"
+        )));
+    }
     // Grid first: it names the limit users hit with huge batches or head counts.
     check_grid(sq, h, b, spec.tiles().block_m())?;
     let (sq32, sk32, h32) = (u32_of(sq, "seqlen_q")?, u32_of(sk, "seqlen_k")?, h as u32);

@@ -136,6 +136,8 @@ pub fn plan_fwd_varlen(
 ) -> Result<LaunchPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
     let dense = plan_fwd_on(a, arch, smem_optin)?;
+    // (before the empty-batch return: a window is an error whatever the sizes)
+    a.params.kernel_mask_for(Pass::FwdVarlen)?;
     if dense.is_noop() || batch == 0 || v.max_seqlen_q == 0 {
         return Ok(LaunchPlan::noop(KernelSpec {
             pass: Pass::FwdVarlen,
