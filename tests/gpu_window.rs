@@ -17,7 +17,7 @@ use flash_runtime::rng::Rng;
 use flash_runtime::{AttnParams, Element, FlashAttention, Tensor4, Tensor4Mut};
 
 mod gpu_support;
-use gpu_support::{check_o, lse_abs_err, o_tol, rounded};
+use gpu_support::{check_o, for_each_problem, lse_abs_err, o_tol, rounded};
 
 const GUARD: usize = 4096;
 
@@ -184,24 +184,11 @@ fn compact_windowed_forward_matches_f64_reference() {
 }
 
 fn check_all(rt: &FlashAttention, cases: &[Case]) {
-    let mut failures = Vec::new();
-    for (i, c) in cases.iter().enumerate() {
-        let seed = 0x51d0 ^ ((i as u64) << 20);
-        let r = match c.dtype {
-            DType::F16 => check::<half::f16>(rt, c, seed),
-            DType::Bf16 => check::<half::bf16>(rt, c, seed),
-        };
-        match r {
-            Ok(p) if p.is_empty() => {}
-            Ok(p) => failures.push(format!("{c:?}: {}", p.join("; "))),
-            Err(e) => failures.push(format!("{c:?}: error {e}")),
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} failing:\n{}",
-        failures.len(),
-        failures.join("\n")
+    for_each_problem(
+        cases,
+        |c| c.dtype,
+        |c, seed| check::<half::f16>(rt, c, seed),
+        |c, seed| check::<half::bf16>(rt, c, seed),
     );
 }
 
