@@ -17,9 +17,12 @@ mod kvcache;
 mod modifiers;
 mod varlen;
 pub use bwd::{RefGrads, attention_backward, attention_backward_with, backward};
-pub use kvcache::{attention_kvcache_f64, forward_kvcache};
+pub use kvcache::{attention_kvcache_f64, attention_kvcache_with, forward_kvcache};
 pub use modifiers::Modifiers;
-pub use varlen::{VarlenShape, attention_varlen_backward_f64, attention_varlen_f64};
+pub use varlen::{
+    VarlenShape, attention_varlen_backward_f64, attention_varlen_backward_with,
+    attention_varlen_f64, attention_varlen_with,
+};
 
 /// Problem sizes of a contiguous attention call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +194,16 @@ pub fn attention_forward_with<T: Copy + Into<f64> + Sync>(
             heads: h,
             heads_k: hk,
         });
+    }
+    if let Some(s) = &mods.alibi
+        && s.len() != h
+        && s.len() != b * h
+    {
+        return Err(FlashError::ShapeMismatch(format!(
+            "reference: ALiBi slopes must be [heads] ({h}) or [batch, heads] ({}), got {}",
+            b * h,
+            s.len()
+        )));
     }
     let scale = softmax_scale.unwrap_or(1.0 / (d as f64).sqrt());
     let mut out = RefOutput {

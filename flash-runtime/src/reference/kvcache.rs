@@ -4,7 +4,7 @@
 //! (query `i` sees keys `j <= i + seqlens_k[b] - seqlen_q`), and a row that sees no key
 //! gets `o = 0`, `lse = -inf`.
 
-use super::{RefOutput, Shape, attention_forward};
+use super::{Modifiers, RefOutput, Shape, attention_forward_with};
 use crate::error::{FlashError, Result};
 
 /// Forward attention against a KV cache on contiguous host tensors: q `[b, sq, h, d]`,
@@ -19,6 +19,25 @@ pub fn attention_kvcache_f64<T: Copy + Into<f64> + Sync>(
     v_cache: &[T],
     seqlens_k: &[i32],
     causal: bool,
+    softmax_scale: Option<f64>,
+) -> Result<RefOutput> {
+    let mods = Modifiers::causal(causal);
+    attention_kvcache_with(
+        shape,
+        (q, k_cache, v_cache),
+        seqlens_k,
+        &mods,
+        softmax_scale,
+    )
+}
+
+/// [`attention_kvcache_f64`] with the score rule `mods`, each sequence's own (its window
+/// bottom-right against its `seqlens_k` keys; ALiBi slopes `[h]` or `[b, h]`).
+pub fn attention_kvcache_with<T: Copy + Into<f64> + Sync>(
+    shape: &Shape,
+    (q, k_cache, v_cache): (&[T], &[T], &[T]),
+    seqlens_k: &[i32],
+    mods: &Modifiers,
     softmax_scale: Option<f64>,
 ) -> Result<RefOutput> {
     let Shape {
@@ -57,12 +76,12 @@ pub fn attention_kvcache_f64<T: Copy + Into<f64> + Sync>(
         let kv = bi * kv_per_b..bi * kv_per_b + len * hk * d;
         let one = Shape::new(1, sq, len, h, hk, d);
         let qb = &q[bi * q_per_b..(bi + 1) * q_per_b];
-        let r = attention_forward(
+        let r = attention_forward_with(
             &one,
             qb,
             &k_cache[kv.clone()],
             &v_cache[kv],
-            causal,
+            &mods.for_sequence(bi, h),
             Some(scale),
         )?;
         out.o[bi * q_per_b..(bi + 1) * q_per_b].copy_from_slice(&r.o);
@@ -94,6 +113,7 @@ pub fn forward_kvcache<T: Copy + Into<f64> + Sync>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::attention_forward;
     use crate::reference::tests::pseudo;
 
     fn inputs(s: &Shape) -> (Vec<f64>, Vec<f64>, Vec<f64>) {

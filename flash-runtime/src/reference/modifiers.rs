@@ -52,6 +52,19 @@ impl Modifiers {
         }
     }
 
+    /// The rule of sequence `b` alone (a batch-1 problem): ALiBi slopes `[batch, heads]`
+    /// reduced to that sequence's `[heads]` row; the rest unchanged.
+    pub fn for_sequence(&self, b: usize, heads: usize) -> Modifiers {
+        let alibi = self.alibi.as_ref().map(|s| match s.len() == heads {
+            true => s.clone(),
+            false => s[b * heads..(b + 1) * heads].to_vec(),
+        });
+        Modifiers {
+            alibi,
+            ..self.clone()
+        }
+    }
+
     /// The visible keys of query `i`, `first..=last`, or `None` when it sees none.
     pub fn keys(&self, i: usize, seqlen_q: usize, seqlen_k: usize) -> Option<(usize, usize)> {
         let diag = i as i64 + seqlen_k as i64 - seqlen_q as i64;

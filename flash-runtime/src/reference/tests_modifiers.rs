@@ -178,7 +178,12 @@ fn modifier_gradients_match_finite_differences() {
         r.o.iter().zip(&d_o).map(|(a, b)| a * b).sum()
     };
     let eps = 1e-6;
-    for m in cases() {
+    // (slopes cut to the shape's 2 heads)
+    let fit = |m: Modifiers| match m.alibi.clone() {
+        Some(sl) => m.with_alibi(sl[..2].to_vec()),
+        None => m,
+    };
+    for m in cases().into_iter().map(fit) {
         let g = attention_backward_with(&s, &q, &k, &v, &d_o, &m, None).unwrap();
         for (which, grad) in [(0, &g.dq), (1, &g.dk), (2, &g.dv)] {
             for e in 0..grad.len() {
@@ -196,4 +201,71 @@ fn modifier_gradients_match_finite_differences() {
             }
         }
     }
+}
+
+/// The varlen and KV-cache references apply the rule per sequence: equal lengths and full
+/// caches give the dense batch's results under every case, `[b, h]` slopes included
+/// (the dense reference indexes them by batch, the per-sequence ones slice them).
+#[test]
+fn per_sequence_references_follow_the_rule() {
+    let (b, n, h, hk, d) = (3, 9, 4, 2, 8);
+    let s = shape(b, n, n, h, hk, d);
+    let (q, k, v, d_o) = (
+        pseudo(s.q_len(), 13),
+        pseudo(s.kv_len(), 14),
+        pseudo(s.kv_len(), 15),
+        pseudo(s.q_len(), 16),
+    );
+    let vs = VarlenShape {
+        cu_seqlens_q: (0..=b).map(|i| i * n).collect(),
+        cu_seqlens_k: (0..=b).map(|i| i * n).collect(),
+        heads: h,
+        heads_k: hk,
+        head_dim: d,
+    };
+    let mut all: Vec<Modifiers> = cases()
+        .into_iter()
+        .filter(|m| m.alibi.as_ref().is_none_or(|s| s.len() == h))
+        .collect();
+    all.push(Modifiers::causal(true).with_alibi((0..b * h).map(|x| 0.05 * x as f64).collect()));
+    for m in all {
+        let dense = attention_forward_with(&s, &q, &k, &v, &m, None).unwrap();
+        let packed = attention_varlen_with(&vs, (&q, &k, &v), &m, None).unwrap();
+        assert!(close(&packed.o, &dense.o, 1e-12), "varlen o: {m:?}");
+        for (bi, hi, i) in
+            (0..b).flat_map(|bi| (0..h).flat_map(move |hi| (0..n).map(move |i| (bi, hi, i))))
+        {
+            let (x, y) = (
+                packed.lse[hi * b * n + bi * n + i],
+                dense.lse[(bi * h + hi) * n + i],
+            );
+            assert!(x == y || (x - y).abs() < 1e-12, "varlen lse: {m:?}");
+        }
+        let g = attention_varlen_backward_with(&vs, (&q, &k, &v), &d_o, &m, None).unwrap();
+        let w = attention_backward_with(&s, &q, &k, &v, &d_o, &m, None).unwrap();
+        assert!(
+            close(&g.dq, &w.dq, 1e-12) && close(&g.dk, &w.dk, 1e-12) && close(&g.dv, &w.dv, 1e-12),
+            "varlen grads: {m:?}"
+        );
+        let full = vec![n as i32; b];
+        let cache = attention_kvcache_with(&s, (&q, &k, &v), &full, &m, None).unwrap();
+        assert!(
+            close(&cache.o, &dense.o, 1e-12) && close(&cache.lse, &dense.lse, 1e-12),
+            "kvcache: {m:?}"
+        );
+    }
+}
+
+/// Slopes that are neither `[heads]` nor `[batch, heads]` are an error, not a panic.
+#[test]
+fn wrong_slope_counts_are_errors() {
+    let s = shape(3, 4, 4, 4, 2, 8);
+    let (q, k, v) = (
+        pseudo(s.q_len(), 1),
+        pseudo(s.kv_len(), 2),
+        pseudo(s.kv_len(), 3),
+    );
+    let m = Modifiers::causal(false).with_alibi(vec![0.1; 8]);
+    let e = attention_forward_with(&s, &q, &k, &v, &m, None).unwrap_err();
+    assert!(matches!(e, FlashError::ShapeMismatch(_)), "{e}");
 }

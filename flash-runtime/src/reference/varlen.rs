@@ -6,7 +6,9 @@
 //! layout). An empty sequence contributes nothing; a sequence with queries and no keys
 //! gets `o = 0`, `lse = -inf` and zero gradients.
 
-use super::{RefGrads, RefOutput, Shape, attention_backward, attention_forward};
+use super::{
+    Modifiers, RefGrads, RefOutput, Shape, attention_backward_with, attention_forward_with,
+};
 use crate::error::{FlashError, Result};
 
 /// The packed problem: offsets of each sequence and the per-row sizes.
@@ -95,6 +97,17 @@ pub fn attention_varlen_f64<T: Copy + Into<f64> + Sync>(
     causal: bool,
     softmax_scale: Option<f64>,
 ) -> Result<RefOutput> {
+    attention_varlen_with(s, (q, k, v), &Modifiers::causal(causal), softmax_scale)
+}
+
+/// [`attention_varlen_f64`] with the score rule `mods`, each sequence's own (its window
+/// bottom-right within the sequence; ALiBi slopes `[h]` or `[batch, h]`).
+pub fn attention_varlen_with<T: Copy + Into<f64> + Sync>(
+    s: &VarlenShape,
+    (q, k, v): (&[T], &[T], &[T]),
+    mods: &Modifiers,
+    softmax_scale: Option<f64>,
+) -> Result<RefOutput> {
     check_lens(s, (q, k, v))?;
     let (h, qw, kw) = (s.heads, s.heads * s.head_dim, s.heads_k * s.head_dim);
     let total_q = s.total_q();
@@ -107,12 +120,12 @@ pub fn attention_varlen_f64<T: Copy + Into<f64> + Sync>(
         if qr.is_empty() {
             continue;
         }
-        let r = attention_forward(
+        let r = attention_forward_with(
             &one,
             &q[rows(&qr, qw)],
             &k[rows(&kr, kw)],
             &v[rows(&kr, kw)],
-            causal,
+            &mods.for_sequence(b, h),
             softmax_scale,
         )?;
         out.o[rows(&qr, qw)].copy_from_slice(&r.o);
@@ -132,6 +145,18 @@ pub fn attention_varlen_backward_f64<T: Copy + Into<f64> + Sync>(
     (q, k, v): (&[T], &[T], &[T]),
     d_o: &[T],
     causal: bool,
+    softmax_scale: Option<f64>,
+) -> Result<RefGrads> {
+    attention_varlen_backward_with(s, (q, k, v), d_o, &Modifiers::causal(causal), softmax_scale)
+}
+
+/// [`attention_varlen_backward_f64`] with the score rule `mods` (as
+/// [`attention_varlen_with`]).
+pub fn attention_varlen_backward_with<T: Copy + Into<f64> + Sync>(
+    s: &VarlenShape,
+    (q, k, v): (&[T], &[T], &[T]),
+    d_o: &[T],
+    mods: &Modifiers,
     softmax_scale: Option<f64>,
 ) -> Result<RefGrads> {
     check_lens(s, (q, k, v))?;
@@ -154,13 +179,13 @@ pub fn attention_varlen_backward_f64<T: Copy + Into<f64> + Sync>(
             continue; // no scores: every gradient of the sequence is 0
         }
         let (qs, ks) = (rows(&qr, qw), rows(&kr, kw));
-        let r = attention_backward(
+        let r = attention_backward_with(
             &one,
             &q[qs.clone()],
             &k[ks.clone()],
             &v[ks.clone()],
             &d_o[qs.clone()],
-            causal,
+            &mods.for_sequence(b, s.heads),
             softmax_scale,
         )?;
         g.dq[qs].copy_from_slice(&r.dq);
@@ -174,6 +199,7 @@ pub fn attention_varlen_backward_f64<T: Copy + Into<f64> + Sync>(
 mod tests {
     use super::*;
     use crate::reference::tests::pseudo;
+    use crate::reference::{attention_backward, attention_forward};
 
     /// Equal lengths: the packed problem is the dense batch, row for row (lse
     /// `[h, total_q]` against `[b, h, sq]`), forward and backward.
