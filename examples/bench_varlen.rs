@@ -19,59 +19,16 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream};
 use flash_runtime::rng::Rng;
 use flash_runtime::{BwdInputs, BwdOptions, FlashAttention, Tensor4, Varlen};
 use half::bf16;
 use serde_json::json;
 
 mod bench_common;
-use bench_common::{Flush, Sleep, attn_params, env_list, median};
+use bench_common::{SpinTimer, attn_params, env_list, median};
 
 const H: usize = 16;
-
-struct Timer {
-    flush: Flush,
-    sleep: Sleep,
-    /// The host's enqueue time of each `ms` call (median ms), in call order.
-    host_ms: Vec<f64>,
-    /// Timed calls whose enqueue outlasted the spin (the GPU may have waited for the host).
-    sleep_short: usize,
-    start: CudaEvent,
-    end: CudaEvent,
-}
-
-impl Timer {
-    /// Median ms of `f` over 15 timed calls after 5 warm-ups.
-    fn ms(
-        &mut self,
-        s: &Arc<CudaStream>,
-        mut f: impl FnMut() -> Result<(), Box<dyn Error>>,
-    ) -> Result<f64, Box<dyn Error>> {
-        for _ in 0..5 {
-            f()?;
-        }
-        let mut v = Vec::new();
-        let mut host = Vec::new();
-        for _ in 0..15 {
-            self.flush.run(s)?;
-            self.sleep.run(s)?;
-            self.start.record(s)?;
-            let t0 = std::time::Instant::now();
-            f()?;
-            host.push(t0.elapsed().as_secs_f64() * 1e3);
-            // the start event completes when the spin ends: done already means the GPU
-            // may have waited for the host inside the events
-            self.sleep_short += (self.start.is_complete() && self.sleep.cycles > 0) as usize;
-            self.end.record(s)?;
-            self.end.synchronize()?;
-            v.push(self.start.elapsed_ms(&self.end)? as f64);
-        }
-        self.host_ms.push(median(host));
-        Ok(median(v))
-    }
-}
 
 fn dev(s: &Arc<CudaStream>, rng: &mut Rng, n: usize) -> Result<CudaSlice<bf16>, Box<dyn Error>> {
     let x: Vec<bf16> = rng.normal_vec(n).into_iter().map(bf16::from_f32).collect();
@@ -84,7 +41,7 @@ fn dev(s: &Arc<CudaStream>, rng: &mut Rng, n: usize) -> Result<CudaSlice<bf16>, 
 fn time_pair(
     rt: &FlashAttention,
     s: &Arc<CudaStream>,
-    t: &mut Timer,
+    t: &mut SpinTimer,
     (b, n, d, causal): (usize, usize, usize, bool),
     lens: &[usize],
 ) -> Result<([f64; 2], [f64; 2]), Box<dyn Error>> {
@@ -152,20 +109,12 @@ fn flops(lens: &[usize], d: usize, causal: bool) -> f64 {
 fn main() -> Result<(), Box<dyn Error>> {
     let rt = FlashAttention::on_device(0)?;
     let s = rt.context().default_stream();
-    let ctx = rt.context();
     let rounds = env_list("BENCH_ROUNDS", &[3]).first().copied().unwrap_or(3);
     let cycles = env_list("BENCH_SLEEP_CYCLES", &[1_500_000])
         .first()
         .copied()
         .unwrap_or(1_500_000);
-    let mut t = Timer {
-        flush: Flush::from_env(&s)?,
-        sleep: Sleep::new(&rt, cycles as u64)?,
-        host_ms: Vec::new(),
-        sleep_short: 0,
-        start: ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-        end: ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-    };
+    let mut t = SpinTimer::new(&rt, &s, cycles as u64)?;
     let mut out = match std::env::var("BENCH_OUT") {
         Ok(p) if !p.is_empty() => Some(std::fs::File::create(p)?),
         _ => None,

@@ -2,8 +2,9 @@
 //! d128, batch 2, 16 heads, sq = sk = 8K and 32K, windows 256, 1024 and 4096 as Mistral
 //! runs them (`with_window(w - 1, 0)`: causal within the last w keys).
 //!
-//! Per row: the median ms (256 MB L2 flush, then a GPU spin of 1.5M cycles past the
-//! host's enqueue, CUDA events around the call, 5 warm-ups, median of 15), in
+//! Per row: the median ms (`bench_common::SpinTimer`: 256 MB L2 flush, then a GPU spin of
+//! 1.5M cycles past the host's enqueue, CUDA events around the call, 5 warm-ups, median
+//! of 15), in
 //! `BENCH_ROUNDS` (default 3) rounds that time causal and every window in turn; TFLOP/s
 //! on the unmasked work (4 d per visible (query, key) pair) and on the key blocks the
 //! kernel visits (its tiles' block_m x block_n per visited block), and each window's
@@ -11,7 +12,6 @@
 
 use std::error::Error;
 
-use cudarc::driver::sys::CUevent_flags;
 use flash_codegen::{DType, KernelSpec, Mask, Pass, Tiling};
 use flash_runtime::rng::Rng;
 use flash_runtime::{AttnParams, FlashAttention, Tensor4, Tensor4Mut};
@@ -19,7 +19,7 @@ use half::bf16;
 use serde_json::json;
 
 mod bench_common;
-use bench_common::{Flush, Sleep, env_list, median};
+use bench_common::{SpinTimer, env_list, median};
 
 const H: usize = 16;
 const D: usize = 128;
@@ -43,15 +43,8 @@ fn work(n: usize, window: Option<usize>, (bm, bn): (usize, usize)) -> (f64, f64)
 fn main() -> Result<(), Box<dyn Error>> {
     let rt = FlashAttention::on_device(0)?;
     let s = rt.context().default_stream();
-    let ctx = rt.context();
     let rounds = env_list("BENCH_ROUNDS", &[3]).first().copied().unwrap_or(3);
-    let flush = Flush::from_env(&s)?;
-    let sleep = Sleep::new(&rt, 1_500_000)?;
-    let (start, end) = (
-        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-        ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
-    );
-    let mut flush = flush;
+    let mut timer = SpinTimer::new(&rt, &s, 1_500_000)?;
     let mut ratios = Vec::new();
     for n in env_list("BENCH_N", &[8192, 32768]) {
         let mut rng = Rng::new(11);
@@ -72,7 +65,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         let mut o = s.alloc_zeros::<bf16>(B * n * H * D)?;
         let windows: Vec<Option<usize>> = [None, Some(256), Some(1024), Some(4096)].into();
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); windows.len()];
-        let mut short = 0usize;
+        timer.sleep_short = 0;
         for _ in 0..rounds {
             for (wi, w) in windows.iter().enumerate() {
                 let p = match w {
@@ -84,25 +77,11 @@ fn main() -> Result<(), Box<dyn Error>> {
                     Tensor4::contiguous(&k, shape),
                     Tensor4::contiguous(&v, shape),
                 );
-                let mut call = || -> Result<(), Box<dyn Error>> {
+                let ms = timer.ms(&s, || {
                     let mut ot = Tensor4Mut::contiguous(&mut o, shape);
                     Ok(rt.forward_into(&s, &qt, &kt, &vt, &mut ot, None, &p)?)
-                };
-                for _ in 0..5 {
-                    call()?;
-                }
-                let mut ms = Vec::new();
-                for _ in 0..15 {
-                    flush.run(&s)?;
-                    sleep.run(&s)?;
-                    start.record(&s)?;
-                    call()?;
-                    short += start.is_complete() as usize;
-                    end.record(&s)?;
-                    end.synchronize()?;
-                    ms.push(start.elapsed_ms(&end)? as f64);
-                }
-                times[wi].push(median(ms));
+                })?;
+                times[wi].push(ms);
             }
         }
         let mut causal = (0.0, 0.0);
@@ -131,7 +110,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let line = json!({"n": n, "window": w, "ms": ms, "round_ms": times[wi],
                 "tflops_unmasked": tf_work, "tflops_visited": tf_visited,
                 "visited_vs_causal": tf_visited / causal.1, "unmasked_vs_causal": tf_work / causal.0,
-                "sleep_short": short});
+                "sleep_short": timer.sleep_short});
             if w.is_some() {
                 ratios.push((n, *w, tf_visited / causal.1, tf_work / causal.0));
             }

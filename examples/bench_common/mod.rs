@@ -5,8 +5,9 @@
 use std::error::Error;
 use std::sync::Arc;
 
+use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
-    CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg,
 };
 use flash_runtime::{AttnParams, FlashAttention, Mask};
 
@@ -165,5 +166,67 @@ impl Sleep {
         // touches no memory; one thread, no shared memory.
         unsafe { b.launch(cfg) }?;
         Ok(())
+    }
+}
+
+/// Timing after an L2 flush and a GPU spin past the host's enqueue (GPU time only): the
+/// median ms of 15 calls after 5 warm-ups, the host's enqueue time of each timed call
+/// (median, `host_ms`, one entry per `ms` call) and the calls whose enqueue outlasted the
+/// spin (`sleep_short`: the GPU may have waited for the host inside the events).
+pub struct SpinTimer {
+    pub flush: Flush,
+    pub sleep: Sleep,
+    pub host_ms: Vec<f64>,
+    pub sleep_short: usize,
+    start: CudaEvent,
+    end: CudaEvent,
+}
+
+impl SpinTimer {
+    /// A flush as the environment asks (`BENCH_FLUSH`) and a spin of `cycles`.
+    pub fn new(
+        rt: &FlashAttention,
+        stream: &Arc<CudaStream>,
+        cycles: u64,
+    ) -> Result<Self, Box<dyn Error>> {
+        let ctx = rt.context();
+        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
+        Ok(SpinTimer {
+            flush: Flush::from_env(stream)?,
+            sleep: Sleep::new(rt, cycles)?,
+            host_ms: Vec::new(),
+            sleep_short: 0,
+            start: event()?,
+            end: event()?,
+        })
+    }
+
+    /// Median ms of `f` over 15 timed calls after 5 warm-ups.
+    pub fn ms(
+        &mut self,
+        s: &Arc<CudaStream>,
+        mut f: impl FnMut() -> Result<(), Box<dyn Error>>,
+    ) -> Result<f64, Box<dyn Error>> {
+        for _ in 0..5 {
+            f()?;
+        }
+        let mut v = Vec::new();
+        let mut host = Vec::new();
+        for _ in 0..15 {
+            self.flush.run(s)?;
+            self.sleep.run(s)?;
+            self.start.record(s)?;
+            let t0 = std::time::Instant::now();
+            f()?;
+            host.push(t0.elapsed().as_secs_f64() * 1e3);
+            // the start event completes when the spin ends: done already means the GPU
+            // may have waited for the host inside the events
+            self.sleep_short += (self.start.is_complete() && self.sleep.cycles > 0) as usize;
+            self.end.record(s)?;
+            self.end.synchronize()?;
+            v.push(self.start.elapsed_ms(&self.end)? as f64);
+        }
+        self.host_ms.push(median(host));
+        Ok(median(v))
     }
 }

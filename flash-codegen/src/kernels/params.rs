@@ -25,22 +25,22 @@ impl Params {
     /// The parameters of `pass` ([`abi::params`]); a varlen pass's also answer with its
     /// CTA's sequence ([`Packed`]).
     pub fn load(b: &mut Builder, pass: Pass) -> Self {
-        let mut p = Self::of(b, &format!("the {} pass", pass.name()), abi::params(pass));
-        if pass.is_varlen() {
-            p.packed = Some(Packed::default());
-        }
-        p
+        let owner = format!("the {} pass", pass.name());
+        Self::of_pass(b, pass, &owner, abi::params(pass))
     }
 
     /// [`Params::load`] for `spec`'s kernel: its pass's parameters and its mask's (the
     /// sliding window's bounds, [`abi::params_of`]).
     pub fn load_spec(b: &mut Builder, spec: &crate::spec::KernelSpec) -> Self {
-        let mut p = Self::of(
-            b,
-            &format!("the {} kernel", spec.name()),
-            abi::params_of(spec),
-        );
-        if spec.pass.is_varlen() {
+        let owner = format!("the {} kernel", spec.name());
+        Self::of_pass(b, spec.pass, &owner, abi::params_of(spec))
+    }
+
+    /// [`Params::of`] for a kernel of `pass` (a varlen pass also answers with its CTA's
+    /// sequence).
+    fn of_pass(b: &mut Builder, pass: Pass, owner: &str, descs: &[ParamDesc]) -> Self {
+        let mut p = Self::of(b, owner, descs);
+        if pass.is_varlen() {
             p.packed = Some(Packed::default());
         }
         p

@@ -21,10 +21,8 @@ pub fn window_blocks(
 ) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
     let t = &plan.tiles;
     let (bm, bn) = (t.block_m(), t.block_n());
-    let n = b.add_u32(seqlen_k, bn - 1);
-    let n = b.div_u32(n, bn);
-    let diag = b.sub_s32(seqlen_k, seqlen_q);
-    let diag = b.add_s32(diag, m0);
+    // (a local mask is not causal: every block of the sequence, and the diagonal)
+    let (n, diag) = kv_blocks(b, plan, seqlen_q, seqlen_k, m0);
     // end = ceil((diag + block_m + right) / block_n), within 0..=n
     let lim = b.add_s32(diag, w.right);
     let lim = b.add_s32(lim, (bm + bn - 1) as i32);

@@ -104,13 +104,6 @@ fn to_varlen(
     let pass = dense.spec.pass.varlen().ok_or_else(|| {
         FlashError::Internal(format!("{} has no varlen pass", dense.spec.pass.name()))
     })?;
-    if !pass.has_mask_for(dense.spec.mask) {
-        return Err(FlashError::InvalidParam(format!(
-            "a sliding window runs in the dense forward only so far (forward, forward_into); \
-             the varlen {} has no sliding-window kernel",
-            pass.name()
-        )));
-    }
     let spec = KernelSpec {
         pass,
         tiling: Tiling::Standard,
@@ -170,6 +163,7 @@ pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) ->
 /// where it has one ([`KernelSpec::for_compute_capability`]).
 pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch, cc: (u32, u32)) -> Result<BwdPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
+    a.params.kernel_mask_for(Pass::BwdVarlen)?; // (a window: no varlen kernel has one)
     let dry = BwdArgs {
         scratch: None,
         ..*a
