@@ -1,18 +1,20 @@
-//! The sliding-window forward against our causal forward (issue 19's window rows): bf16,
-//! d128, batch 2, 16 heads, sq = sk = 8K and 32K, windows 256, 1024 and 4096 as Mistral
-//! runs them (`with_window(w - 1, 0)`: causal within the last w keys).
+//! The modifier forwards against our plain ones (issue 19's rows): bf16, d128, batch 2, 16
+//! heads, sq = sk = 8K and 32K; windows 256, 1024 and 4096 as Mistral runs them
+//! (`with_window(w - 1, 0)`: causal within the last w keys) against causal; softcap 30,
+//! causal and unmasked, against the causal and the unmasked kernels.
 //!
 //! Per row: the median ms (`bench_common::SpinTimer`: 256 MB L2 flush, then a GPU spin of
 //! 1.5M cycles past the host's enqueue, CUDA events around the call, 5 warm-ups, median
 //! of 15), in
 //! `BENCH_ROUNDS` (default 3) rounds that time causal and every window in turn; TFLOP/s
 //! on the unmasked work (4 d per visible (query, key) pair) and on the key blocks the
-//! kernel visits (its tiles' block_m x block_n per visited block), and each window's
-//! ratios to causal. JSON lines on stdout.
+//! kernel visits (its tiles' block_m x block_n per visited block), and each row's ratios
+//! to its plain twin (`twin_ms_over_ms`: above 0.909 is a cost under 10%). JSON lines on
+//! stdout.
 
 use std::error::Error;
 
-use flash_codegen::{DType, KernelSpec, Mask, Pass, Tiling};
+use flash_codegen::{DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use flash_runtime::rng::Rng;
 use flash_runtime::{AttnParams, FlashAttention, Tensor4, Tensor4Mut};
 use half::bf16;
@@ -25,9 +27,74 @@ const H: usize = 16;
 const D: usize = 128;
 const B: usize = 2;
 
+/// One bench row: its label, the call's parameters, its window (causal within the last w
+/// keys), whether it is causal, its softcap, and the label of its plain twin.
+struct Row {
+    label: String,
+    causal: bool,
+    window: Option<usize>,
+    softcap: Option<f32>,
+    twin: Option<&'static str>,
+}
+
+impl Row {
+    fn params(&self) -> AttnParams {
+        let p = match (self.window, self.causal) {
+            (Some(w), _) => AttnParams::new().with_window(w as i32 - 1, 0),
+            (None, true) => AttnParams::causal(),
+            (None, false) => AttnParams::new(),
+        };
+        match self.softcap {
+            Some(c) => p.with_softcap(c),
+            None => p,
+        }
+    }
+
+    fn spec(&self) -> KernelSpec {
+        KernelSpec {
+            pass: Pass::Fwd,
+            head_dim: D as u32,
+            dtype: DType::Bf16,
+            mask: match (self.window, self.causal) {
+                (Some(_), _) => Mask::Local,
+                (None, c) => Mask::causal(c),
+            },
+            scores: match self.softcap {
+                Some(_) => Scores::Softcap,
+                None => Scores::Plain,
+            },
+            tiling: Tiling::Standard,
+            arch: flash_codegen::Arch::Sm80,
+        }
+    }
+}
+
+fn rows() -> Vec<Row> {
+    let row = |label: &str, causal, window, softcap, twin| Row {
+        label: label.to_string(),
+        causal,
+        window,
+        softcap,
+        twin,
+    };
+    vec![
+        row("causal", true, None, None, None),
+        row("window256", true, Some(256), None, Some("causal")),
+        row("window1024", true, Some(1024), None, Some("causal")),
+        row("window4096", true, Some(4096), None, Some("causal")),
+        row("causal_softcap30", true, None, Some(30.0), Some("causal")),
+        row("plain", false, None, None, None),
+        row("plain_softcap30", false, None, Some(30.0), Some("plain")),
+    ]
+}
+
 /// (unmasked pairs, visited blocks' pairs) of one head of an n x n problem under `window`
-/// (`None`: causal), for tiles `bm x bn`.
-fn work(n: usize, window: Option<usize>, (bm, bn): (usize, usize)) -> (f64, f64) {
+/// (`None`: causal; `causal` false: every pair), for tiles `bm x bn`.
+fn work(n: usize, causal: bool, window: Option<usize>, (bm, bn): (usize, usize)) -> (f64, f64) {
+    if !causal {
+        let pairs = (n * n) as f64;
+        return (pairs, (n.div_ceil(bm) * n.div_ceil(bn) * bm * bn) as f64);
+    }
     let left = window.map_or(n, |w| w - 1);
     let pairs: usize = (0..n).map(|i| i + 1 - i.saturating_sub(left)).sum();
     let mut visited = 0usize;
@@ -63,15 +130,12 @@ fn main() -> Result<(), Box<dyn Error>> {
             dev(B * n * H * D)?,
         );
         let mut o = s.alloc_zeros::<bf16>(B * n * H * D)?;
-        let windows: Vec<Option<usize>> = [None, Some(256), Some(1024), Some(4096)].into();
-        let mut times: Vec<Vec<f64>> = vec![Vec::new(); windows.len()];
+        let rows = rows();
+        let mut times: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
         timer.sleep_short = 0;
         for _ in 0..rounds {
-            for (wi, w) in windows.iter().enumerate() {
-                let p = match w {
-                    None => AttnParams::causal(),
-                    Some(w) => AttnParams::new().with_window(*w as i32 - 1, 0),
-                };
+            for (wi, row) in rows.iter().enumerate() {
+                let p = row.params();
                 let (qt, kt, vt) = (
                     Tensor4::contiguous(&q, shape),
                     Tensor4::contiguous(&k, shape),
@@ -84,35 +148,30 @@ fn main() -> Result<(), Box<dyn Error>> {
                 times[wi].push(ms);
             }
         }
-        let mut causal = (0.0, 0.0);
-        for (wi, w) in windows.iter().enumerate() {
-            let mask = if w.is_some() {
-                Mask::Local
-            } else {
-                Mask::Causal
-            };
-            let spec = KernelSpec {
-                pass: Pass::Fwd,
-                head_dim: D as u32,
-                dtype: DType::Bf16,
-                mask,
-                tiling: Tiling::Standard,
-                arch: flash_codegen::Arch::Sm80,
-            };
-            let t = spec.tiles();
-            let (pairs, visited) = work(n, *w, (t.block_m() as usize, t.block_n() as usize));
+        let mut plain = std::collections::HashMap::new();
+        for (wi, row) in rows.iter().enumerate() {
+            let t = row.spec().tiles();
+            let tiles = (t.block_m() as usize, t.block_n() as usize);
+            let (pairs, visited) = work(n, row.causal, row.window, tiles);
             let ms = median(times[wi].clone());
             let tf = |x: f64| 4.0 * D as f64 * x * (B * H) as f64 / ms / 1e9;
             let (tf_work, tf_visited) = (tf(pairs), tf(visited));
-            if w.is_none() {
-                causal = (tf_work, tf_visited);
-            }
-            let line = json!({"n": n, "window": w, "ms": ms, "round_ms": times[wi],
-                "tflops_unmasked": tf_work, "tflops_visited": tf_visited,
-                "visited_vs_causal": tf_visited / causal.1, "unmasked_vs_causal": tf_work / causal.0,
-                "sleep_short": timer.sleep_short});
-            if w.is_some() {
-                ratios.push((n, *w, tf_visited / causal.1, tf_work / causal.0));
+            let mut line = json!({"n": n, "row": row.label, "window": row.window,
+                "softcap": row.softcap, "kernel": row.spec().name(), "ms": ms,
+                "round_ms": times[wi], "tflops_unmasked": tf_work,
+                "tflops_visited": tf_visited, "sleep_short": timer.sleep_short});
+            match row.twin.and_then(|t| plain.get(t)) {
+                Some(&(t_ms, t_work, t_visited)) => {
+                    let r = (t_ms / ms, tf_visited / t_visited, tf_work / t_work);
+                    line["twin"] = json!(row.twin);
+                    line["twin_ms_over_ms"] = json!(r.0);
+                    line["visited_vs_twin"] = json!(r.1);
+                    line["unmasked_vs_twin"] = json!(r.2);
+                    ratios.push(json!([n, row.label, r.0, r.1, r.2]));
+                }
+                None => {
+                    plain.insert(row.label.as_str(), (ms, tf_work, tf_visited));
+                }
             }
             println!("{line}");
         }

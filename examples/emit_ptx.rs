@@ -28,6 +28,7 @@ const DEFAULT: KernelSpec = KernelSpec {
     head_dim: 128,
     dtype: DType::Bf16,
     mask: Mask::Causal,
+    scores: flash_codegen::Scores::Plain,
     tiling: Tiling::Standard,
     arch: Arch::Sm80,
 };

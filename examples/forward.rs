@@ -112,6 +112,7 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
             .ok_or("head dim: a multiple of 8 <= 256")?,
         dtype: T::DTYPE,
         mask: Mask::causal(p.causal),
+        scores: flash_codegen::Scores::Plain,
         tiling: Tiling::Standard,
         arch: Arch::Sm80,
     };

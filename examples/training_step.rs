@@ -166,6 +166,7 @@ fn run<T: Element + Into<f64>>(p: &Problem, tol: f64) -> Result<bool, Box<dyn Er
             head_dim,
             dtype,
             mask: Mask::causal(causal),
+            scores: flash_codegen::Scores::Plain,
             tiling: Tiling::Standard,
             arch,
         };

@@ -7,8 +7,9 @@
 //! and the d256 cases again on the 99 KiB compact kernels; outputs NaN-poisoned inside
 //! buffers with a NaN guard band past their end (every row must be written, the band
 //! untouched). `(-1, 0)` and `(-1, -1)` must give the causal and the plain kernels' bits.
-//! (Session 14 ran 70 cases on the H200; the block-edge windows, d160-d224 and the
-//! compact run were added after, from a review, and have not run yet.)
+//! The softcap (`AttnParams::with_softcap`, the `_softcap` kernels) under no mask, the
+//! causal mask and windows, caps that bite (0.7, and 5 on scores of unit scale) and one
+//! that barely does (50), every head dim, both dtypes.
 #![cfg(feature = "gpu")]
 
 use flash_codegen::DType;
@@ -26,6 +27,9 @@ struct Case {
     d: usize,
     dtype: DType,
     window: (i32, i32),
+    /// The softcap and the softmax scale (None: none, 1 / sqrt(d)).
+    softcap: Option<f32>,
+    scale: Option<f32>,
     b: usize,
     sq: usize,
     sk: usize,
@@ -80,10 +84,17 @@ fn check<T: Element>(
     let (k, kf) = rounded::<T>(&mut rng, shape.kv_len());
     let (v, vf) = rounded::<T>(&mut rng, shape.kv_len());
     let (l, r) = c.window;
-    let p = AttnParams::new().with_window(l, r);
+    let mut p = AttnParams::new().with_window(l, r);
+    let mut m = Modifiers::causal(false).with_window(l as i64, r as i64);
+    if let Some(cap) = c.softcap {
+        p = p.with_softcap(cap);
+        m = m.with_softcap(cap as f64);
+    }
+    if let Some(scale) = c.scale {
+        p = p.with_scale(scale);
+    }
     let (o, lse) = run(rt, c, (&q, &k, &v), &p)?;
-    let m = Modifiers::causal(false).with_window(l as i64, r as i64);
-    let want = attention_forward_with(&shape, &qf, &kf, &vf, &m, None)?;
+    let want = attention_forward_with(&shape, &qf, &kf, &vf, &m, c.scale.map(f64::from))?;
     let mut problems = Vec::new();
     let o64: Vec<f64> = o.iter().map(|&x| x as f64).collect();
     let o_err = check_o(
@@ -147,6 +158,8 @@ fn cases() -> Vec<Case> {
                 d,
                 dtype,
                 window,
+                softcap: None,
+                scale: None,
                 b,
                 sq,
                 sk,
@@ -156,6 +169,55 @@ fn cases() -> Vec<Case> {
         }
     }
     v
+}
+
+/// Softcap cases: plain, causal and windowed scores, a cap that bites hard (0.7 on scores
+/// of about unit size), one that bites the tails (5 with softmax scale 1: scores of about
+/// sqrt(d)), one that barely does (50).
+fn softcap_cases() -> Vec<Case> {
+    let shapes: [((i32, i32), usize, usize, usize, usize, usize); 8] = [
+        ((-1, -1), 2, 300, 300, 4, 2),
+        ((-1, 0), 1, 700, 700, 4, 4),
+        ((-1, 0), 1, 200, 333, 2, 1), // sq < sk
+        ((100, 0), 2, 700, 700, 4, 2),
+        ((64, 64), 1, 513, 513, 2, 1),
+        ((3, 0), 1, 300, 100, 2, 2), // rows without keys
+        ((0, 255), 1, 1, 1000, 4, 4),
+        ((-1, -1), 1, 97, 1500, 2, 2),
+    ];
+    let caps = [(0.7, None), (5.0, Some(1.0)), (50.0, None)];
+    let mut v = Vec::new();
+    for (i, d) in [64, 128, 40, 96, 256, 32, 160, 192, 224]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, &(window, b, sq, sk, h, hk)) in shapes.iter().enumerate() {
+            let (cap, scale) = caps[(i + j) % 3];
+            v.push(Case {
+                d,
+                dtype: [DType::F16, DType::Bf16][(i + j / 2) % 2],
+                window,
+                softcap: Some(cap),
+                scale,
+                b,
+                sq,
+                sk,
+                h,
+                hk,
+            });
+        }
+    }
+    v
+}
+
+#[test]
+fn softcapped_forward_matches_f64_reference() {
+    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    check_all(&rt, &softcap_cases());
+    let mut compact = FlashAttention::on_device(0).expect("a CUDA device");
+    compact.limit_smem(99 * 1024);
+    let d256: Vec<Case> = softcap_cases().into_iter().filter(|c| c.d == 256).collect();
+    check_all(&compact, &d256);
 }
 
 #[test]
@@ -183,9 +245,16 @@ fn compact_windowed_forward_matches_f64_reference() {
     );
 }
 
+/// Every case, or with `GPU_WINDOW_EVERY=n` every n-th (a sanitizer's subset).
 fn check_all(rt: &FlashAttention, cases: &[Case]) {
+    let every = std::env::var("GPU_WINDOW_EVERY")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let cases: Vec<Case> = cases.iter().copied().step_by(every).collect();
     for_each_problem(
-        cases,
+        &cases,
         |c| c.dtype,
         |c, seed| check::<half::f16>(rt, c, seed),
         |c, seed| check::<half::bf16>(rt, c, seed),
@@ -200,6 +269,8 @@ fn unbounded_windows_are_the_causal_and_plain_kernels() {
         d: 64,
         dtype: DType::Bf16,
         window: (-1, 0),
+        softcap: None,
+        scale: None,
         b: 1,
         sq: 300,
         sk: 500,

@@ -33,6 +33,7 @@ fn spec() -> impl Strategy<Value = KernelSpec> {
                 dtype,
                 // elementwise passes have no causal variant
                 mask: Mask::causal(causal && pass.has_mask()),
+                scores: flash_codegen::Scores::Plain,
                 tiling: Tiling::Standard,
                 arch,
             };

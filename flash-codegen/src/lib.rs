@@ -17,7 +17,7 @@ pub mod spec;
 pub mod tile;
 
 pub use spec::{
-    Arch, DType, KernelPlan, KernelSpec, Mask, Pass, Sm80Layout, TileConfig, Tiling, Tuning,
+    Arch, DType, KernelPlan, KernelSpec, Mask, Pass, Scores, Sm80Layout, TileConfig, Tiling, Tuning,
 };
 
 /// The PTX module text of one kernel variant, on its table row.

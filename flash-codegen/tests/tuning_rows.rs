@@ -33,6 +33,7 @@ fn every_accepted_row_generates() {
                                         head_dim: d,
                                         dtype: DType::Bf16,
                                         mask: Mask::Causal,
+                                        scores: flash_codegen::Scores::Plain,
                                         tiling: Tiling::Standard,
                                         arch: flash_codegen::Arch::Sm80,
                                     };

@@ -1,7 +1,7 @@
 //! Output layer: the module `flash_kernel!` expands to, with the PTX of every variant
 //! generated here, at compile time, and embedded as string literals.
 
-use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling};
+use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::quote;
 use syn::Ident;
@@ -118,6 +118,10 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Mask::Causal => quote!(Causal),
         Mask::Local => quote!(Local),
     };
+    let scores = match spec.scores {
+        Scores::Plain => quote!(Plain),
+        Scores::Softcap => quote!(Softcap),
+    };
     let head_dim = Literal::u32_suffixed(spec.head_dim);
     quote! {
         #cg::KernelSpec {
@@ -125,6 +129,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
             head_dim: #head_dim,
             dtype: #cg::DType::#dtype,
             mask: #cg::Mask::#mask,
+            scores: #cg::Scores::#scores,
             tiling: #cg::Tiling::#tiling,
             arch: #cg::Arch::#arch,
         }

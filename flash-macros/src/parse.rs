@@ -4,14 +4,14 @@
 use std::collections::BTreeSet;
 
 use flash_codegen::spec::HEAD_DIMS;
-use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling};
+use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Error, Ident, Lit, Result, Token, Visibility, braced, bracketed};
 
 /// The keys, in the order the docs give them. `arch` is the only optional one.
-const KEYS: [&str; 5] = ["head_dim", "dtype", "causal", "passes", "arch"];
+const KEYS: [&str; 6] = ["head_dim", "dtype", "causal", "passes", "arch", "softcap"];
 
 /// A parsed invocation: the module to emit and the kernel variants it embeds.
 pub struct Input {
@@ -127,6 +127,8 @@ struct Args {
     causal: Vec<bool>,
     passes: Vec<Passes>,
     arch: Vec<Arch>,
+    /// Plain scores, and softcap where `softcap = true` asks for it.
+    scores: Vec<Scores>,
 }
 
 /// Check every entry and make the product of the values.
@@ -137,7 +139,7 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
         if !KEYS.contains(&key.as_str()) {
             let msg = format!(
                 "unknown key `{key}`: flash_kernel! takes head_dim, dtype, causal, passes \
-                 and (optional) arch"
+                 and (optional) arch and softcap"
             );
             return Err(Error::new(e.key.span(), msg));
         }
@@ -186,8 +188,34 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
             Some(e) => each(&e.values, arch)?,
             None => vec![Arch::Sm80],
         },
+        scores: match entries.iter().find(|e| e.key == "softcap") {
+            Some(e) => each(&e.values, causal)?
+                .into_iter()
+                .map(|on| if on { Scores::Softcap } else { Scores::Plain })
+                .collect(),
+            None => vec![Scores::Plain],
+        },
     };
+    if let Some(e) = entries.iter().find(|e| e.key == "softcap") {
+        check_softcap(e, &args)?;
+    }
     Ok(product(&args))
+}
+
+/// `softcap = true` needs a pass with softcap kernels (the forwards: `fwd`, `fwd_local`).
+fn check_softcap(e: &Entry, a: &Args) -> Result<()> {
+    let with = a
+        .passes
+        .iter()
+        .any(|p| matches!(p, Passes::Fwd | Passes::FwdLocal));
+    if a.scores.contains(&Scores::Softcap) && !with {
+        return Err(Error::new(
+            e.key.span(),
+            "`softcap = true` needs `fwd` or `fwd_local` in `passes`: only the dense forward \
+             has softcap kernels so far",
+        ));
+    }
+    Ok(())
 }
 
 /// Check each value of a key, refusing repeats.
@@ -329,11 +357,19 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                     Passes::FwdLocal => Mask::Local,
                                     _ => Mask::causal(causal && pass.has_mask()),
                                 },
+                                scores: Scores::Plain,
                                 tiling: Tiling::Standard,
                                 arch,
                             };
+                            for &scores in &a.scores {
+                                // (softcap: the passes that have it; `check_softcap` refused
+                                // a list with none)
+                                let spec = KernelSpec { scores, ..spec };
+                                if spec.is_supported() {
+                                    specs.extend(spec.tilings());
+                                }
+                            }
                             assert!(spec.is_supported(), "checked spec {spec} unsupported");
-                            specs.extend(spec.tilings());
                         }
                     }
                 }

@@ -112,6 +112,7 @@ mod tests {
             head_dim,
             dtype: DType::Bf16,
             mask: Mask::causal(causal),
+            scores: flash_codegen::Scores::Plain,
             tiling: Tiling::Standard,
             arch: Arch::Sm80,
         }

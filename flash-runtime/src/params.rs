@@ -26,15 +26,18 @@ pub enum Mask {
     },
 }
 
-/// What an attention computes: `softmax(q k^T * scale + mask) v`. The forward and the
-/// backward of one attention take the same value, so their masks and scales cannot
-/// disagree. Built with methods (fields may be added: a sliding window, a softcap, ALiBi):
+/// What an attention computes: `softmax(softcap(q k^T * scale) + mask) v`. The forward
+/// and the backward of one attention take the same value, so their masks and scales
+/// cannot disagree. Built with methods (fields may be added: ALiBi):
 ///
 /// ```
 /// use flash_runtime::{AttnParams, Mask};
 /// let p = AttnParams::causal().with_scale(0.125);
 /// assert_eq!((p.mask, p.softmax_scale), (Mask::Causal, Some(0.125)));
 /// assert_eq!(AttnParams::new(), AttnParams::default());
+/// // Gemma 2: a 4096-token window and a softcap of 50
+/// let g = AttnParams::new().with_window(4095, 0).with_softcap(50.0);
+/// assert_eq!(g.softcap, Some(50.0));
 /// ```
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -43,6 +46,11 @@ pub struct AttnParams {
     pub mask: Mask,
     /// Softmax scale; `None` (default) means `1 / sqrt(head_dim)` of the problem's head dim.
     pub softmax_scale: Option<f32>,
+    /// Logit softcap (Gemma 2): each scaled score `x` becomes `cap * tanh(x / cap)` before
+    /// the mask and the softmax. `None` (default): none. Finite and positive (checked at
+    /// the call); dense forward only for now (other calls return
+    /// [`FlashError::InvalidParam`](crate::FlashError::InvalidParam)).
+    pub softcap: Option<f32>,
 }
 
 impl AttnParams {
@@ -51,6 +59,7 @@ impl AttnParams {
         AttnParams {
             mask: Mask::None,
             softmax_scale: None,
+            softcap: None,
         }
     }
 
@@ -75,6 +84,23 @@ impl AttnParams {
         AttnParams {
             softmax_scale: Some(scale),
             ..self
+        }
+    }
+
+    /// The same with the logit softcap `cap` ([`AttnParams::softcap`]; finite and
+    /// positive, checked at the call).
+    pub const fn with_softcap(self, cap: f32) -> Self {
+        AttnParams {
+            softcap: Some(cap),
+            ..self
+        }
+    }
+
+    /// The kernels' score transform: softcap where one is set.
+    pub(crate) fn kernel_scores(&self) -> flash_codegen::Scores {
+        match self.softcap {
+            Some(_) => flash_codegen::Scores::Softcap,
+            None => flash_codegen::Scores::Plain,
         }
     }
 
@@ -107,7 +133,8 @@ impl AttnParams {
     }
 
     /// The kernels' mask for a call of `pass`, checked: a window's bounds must be -1 or
-    /// more, and the pass must have a kernel for the mask.
+    /// more, a softcap finite and positive, and the pass must have a kernel for the mask
+    /// and the softcap.
     pub(crate) fn kernel_mask_for(
         &self,
         pass: flash_codegen::Pass,
@@ -127,6 +154,21 @@ impl AttnParams {
                 self.mask,
                 pass.name()
             )));
+        }
+        if let Some(cap) = self.softcap {
+            if !(cap.is_finite() && cap > 0.0) {
+                return Err(crate::FlashError::InvalidParam(format!(
+                    "softcap {cap}: the cap must be finite and > 0 (Gemma 2 uses 50.0; leave \
+                     it None for no softcap)"
+                )));
+            }
+            if !pass.has_scores_for(flash_codegen::Scores::Softcap, mask) {
+                return Err(crate::FlashError::InvalidParam(format!(
+                    "a softcap runs in the dense forward only so far (forward, \
+                     forward_into); this call ({} kernels) has no softcap kernel",
+                    pass.name()
+                )));
+            }
         }
         Ok(mask)
     }

@@ -91,6 +91,7 @@ pub fn split_spec(d: u32, mask: KMask) -> KernelSpec {
         head_dim: d,
         dtype: BF,
         mask,
+        scores: flash_codegen::Scores::Plain,
         tiling: Tiling::Standard,
         arch: Arch::Sm80,
     }

@@ -90,5 +90,8 @@ pub const WINDOW_LEFT: Arg<B32> = Arg::u32("window_left");
 /// A sliding window's keys after the diagonal (`Mask::Local` kernels).
 pub const WINDOW_RIGHT: Arg<B32> = Arg::u32("window_right");
 
+/// The logit softcap (`Scores::Softcap` kernels): scores become `cap * tanh(x / cap)`.
+pub const SOFTCAP: Arg<F32> = Arg::f32("softcap");
+
 /// Every tensor handle.
 pub const TENSORS: [TensorArgs; 8] = [Q, K, V, O, DO, DK, DV, DQ];

@@ -2,8 +2,8 @@
 //! last dim of every tensor is contiguous.
 
 use super::args::{
-    HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, V, WINDOW_LEFT,
-    WINDOW_RIGHT,
+    HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SOFTCAP, V,
+    WINDOW_LEFT, WINDOW_RIGHT,
 };
 use super::{ParamDesc, cat};
 
@@ -48,5 +48,7 @@ pub const WINDOW_PARAMS: [ParamDesc; 2] = [
     ),
 ];
 
-/// The sliding-window forward's parameters: [`FWD_PARAMS`], then [`WINDOW_PARAMS`].
-pub const FWD_LOCAL_PARAMS: [ParamDesc; 25] = cat(FWD_PARAMS, WINDOW_PARAMS);
+/// The softcap's value, after a softcap kernel's pass (and window) parameters.
+pub const SOFTCAP_PARAMS: [ParamDesc; 1] = [SOFTCAP.desc(
+    "the logit softcap: each scaled score x = softmax_scale * q . k becomes softcap * tanh(x / softcap) before the mask and the softmax (finite, > 0; Gemma 2: 50 in attention)",
+)];

@@ -7,6 +7,7 @@ pub mod combine;
 pub mod mask;
 pub mod params;
 pub mod schedule;
+pub mod scores;
 pub mod sm80;
 pub mod softmax;
 pub mod varlen;

@@ -33,7 +33,7 @@ impl Params {
     /// sliding window's bounds, [`abi::params_of`]).
     pub fn load_spec(b: &mut Builder, spec: &crate::spec::KernelSpec) -> Self {
         let owner = format!("the {} kernel", spec.name());
-        Self::of_pass(b, spec.pass, &owner, abi::params_of(spec))
+        Self::of_pass(b, spec.pass, &owner, &abi::params_of(spec))
     }
 
     /// [`Params::of`] for a kernel of `pass` (a varlen pass also answers with its CTA's

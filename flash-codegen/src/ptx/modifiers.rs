@@ -50,6 +50,8 @@ pub enum AluOp {
     Lg2,
     /// `rcp.approx.ftz`: 1/a.
     Rcp,
+    /// `tanh.approx`: tanh(a) (sm_75+; max relative error about 2^-11).
+    Tanh,
 }
 
 impl AluOp {
@@ -61,7 +63,7 @@ impl AluOp {
         let float = ty == Ty::F32;
         let signed_or_float = matches!(ty, Ty::S32 | Ty::S64 | Ty::F32);
         match self {
-            AluOp::Mul | AluOp::Fma | AluOp::Ex2 | AluOp::Lg2 | AluOp::Rcp => float,
+            AluOp::Mul | AluOp::Fma | AluOp::Ex2 | AluOp::Lg2 | AluOp::Rcp | AluOp::Tanh => float,
             AluOp::MulLo
             | AluOp::MulWide
             | AluOp::MadLo
@@ -77,7 +79,7 @@ impl AluOp {
     /// Number of source operands.
     pub fn arity(self) -> usize {
         match self {
-            AluOp::Neg | AluOp::Not | AluOp::Ex2 | AluOp::Lg2 | AluOp::Rcp => 1,
+            AluOp::Neg | AluOp::Not | AluOp::Ex2 | AluOp::Lg2 | AluOp::Rcp | AluOp::Tanh => 1,
             AluOp::MadLo | AluOp::MadWide | AluOp::Fma => 3,
             _ => 2,
         }

@@ -7,11 +7,13 @@ use serde::{Deserialize, Serialize};
 
 mod name;
 mod plan;
+mod scores;
 mod smem;
 mod tiles;
 mod tiling;
 
 pub use plan::KernelPlan;
+pub use scores::Scores;
 pub use smem::{SmemLayout, StreamRegion, TileRegion};
 pub use tiles::{Sm80Layout, Sm80Tiles, TileConfig, Tuning, check, parse_override};
 pub use tiling::Tiling;
@@ -249,13 +251,14 @@ pub const HEAD_DIMS: [u32; 8] = [32, 64, 96, 128, 160, 192, 224, 256];
 /// name and parses back ([`FromStr`](std::str::FromStr)):
 ///
 /// ```
-/// use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling};
+/// use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Scores, Tiling};
 ///
 /// let spec = KernelSpec {
 ///     pass: Pass::Fwd,
 ///     head_dim: 128,
 ///     dtype: DType::Bf16,
 ///     mask: Mask::Causal,
+///     scores: Scores::Plain,
 ///     tiling: Tiling::Standard,
 ///     arch: Arch::Sm80,
 /// };
@@ -276,6 +279,10 @@ pub struct KernelSpec {
     pub dtype: DType,
     /// The mask; only passes with [`Pass::has_mask`] have masked variants.
     pub mask: Mask,
+    /// The score transform ([`Scores::Plain`] unless the pass has others,
+    /// [`Pass::has_scores_for`]; the name says `_softcap` after the mask).
+    #[serde(default)]
+    pub scores: Scores,
     /// The tile row: [`Tiling::Standard`], [`Tiling::Long`] where the pass has a row for
     /// long sequences, or [`Tiling::Compact`] where it has one for GPUs with less shared
     /// memory (the name ends in `_long` or `_compact` before the arch).
@@ -295,8 +302,11 @@ impl KernelSpec {
             for pass in Pass::ALL {
                 for head_dim in HEAD_DIMS {
                     for dtype in DType::ALL {
-                        for mask in Mask::ALL {
-                            if !pass.has_mask_for(mask) {
+                        for (mask, scores) in Mask::ALL
+                            .into_iter()
+                            .flat_map(|m| Scores::ALL.map(|s| (m, s)))
+                        {
+                            if !pass.has_scores_for(scores, mask) {
                                 continue;
                             }
                             let spec = KernelSpec {
@@ -304,6 +314,7 @@ impl KernelSpec {
                                 head_dim,
                                 dtype,
                                 mask,
+                                scores,
                                 tiling: Tiling::Standard,
                                 arch,
                             };
@@ -330,7 +341,7 @@ impl KernelSpec {
     /// the pass has such a row.
     pub fn is_supported(&self) -> bool {
         HEAD_DIMS.contains(&self.head_dim)
-            && self.pass.has_mask_for(self.mask)
+            && self.pass.has_scores_for(self.scores, self.mask)
             && (self.tiling == Tiling::Standard || self.has_tiling_row())
     }
 

@@ -1,22 +1,23 @@
 //! Spec layer: a kernel's name (`fa2_fwd_d128_bf16_causal_sm80`,
 //! `fa2_bwd_d128_bf16_long_sm80`, `fa2_fwd_d256_f16_compact_sm80`) and its parser: `fa2`,
-//! pass, `d` + head dim, dtype, then `causal` and `long` or `compact` where they apply,
-//! then the arch.
+//! pass, `d` + head dim, dtype, then `causal` or `local`, `softcap`, and `long` or
+//! `compact` (or `prefill`, `wide`) where they apply, then the arch.
 
 use std::fmt;
 use std::str::FromStr;
 
-use super::{Arch, DType, HEAD_DIMS, KernelSpec, Mask, Pass, Tiling};
+use super::{Arch, DType, HEAD_DIMS, KernelSpec, Mask, Pass, Scores, Tiling};
 
 impl KernelSpec {
     /// The kernel's (and its entry point's) name.
     pub fn name(&self) -> String {
         format!(
-            "fa2_{}_d{}_{}{}{}_{}",
+            "fa2_{}_d{}_{}{}{}{}_{}",
             self.pass.name(),
             self.head_dim,
             self.dtype.name(),
             self.mask.suffix(),
+            self.scores.suffix(),
             self.tiling.suffix(),
             self.arch.name()
         )
@@ -50,17 +51,22 @@ impl FromStr for KernelSpec {
             why: why.to_string(),
         };
         let parts: Vec<&str> = s.split('_').collect();
-        if !(5..=7).contains(&parts.len()) {
-            return Err(err("expected 5 to 7 parts separated by `_`"));
+        if !(5..=8).contains(&parts.len()) {
+            return Err(err("expected 5 to 8 parts separated by `_`"));
         }
         let n = parts.len();
-        // between the dtype and the arch: `causal` or `local`, then `long`, `compact`,
-        // `prefill` or `wide`, each optional
+        // between the dtype and the arch: `causal` or `local`, then `softcap`, then `long`,
+        // `compact`, `prefill` or `wide`, each optional
         let middle = &parts[4..n - 1];
         let mask = Mask::ALL
             .into_iter()
             .find(|m| m.word().is_some() && middle.first().copied() == m.word())
             .unwrap_or(Mask::None);
+        let at_scores = middle.get(usize::from(mask != Mask::None)).copied();
+        let scores = Scores::ALL
+            .into_iter()
+            .find(|s| s.word().is_some() && at_scores == s.word())
+            .unwrap_or(Scores::Plain);
         let tiling = match middle.last() {
             Some(&"long") => Tiling::Long,
             Some(&"compact") => Tiling::Compact,
@@ -68,10 +74,12 @@ impl FromStr for KernelSpec {
             Some(&"wide") => Tiling::Wide,
             _ => Tiling::Standard,
         };
-        if middle.len() != usize::from(mask != Mask::None) + usize::from(tiling != Tiling::Standard)
-        {
+        let words = usize::from(mask != Mask::None)
+            + usize::from(scores != Scores::Plain)
+            + usize::from(tiling != Tiling::Standard);
+        if middle.len() != words {
             return Err(err(
-                "between the dtype and the arch only `causal` or `local`, then `long`, `compact`, `prefill` or `wide`, may stand",
+                "between the dtype and the arch only `causal` or `local`, then `softcap`, then `long`, `compact`, `prefill` or `wide`, may stand",
             ));
         }
         if parts[0] != "fa2" {
@@ -99,6 +107,7 @@ impl FromStr for KernelSpec {
             head_dim,
             dtype,
             mask,
+            scores,
             tiling,
             arch,
         };
@@ -107,6 +116,9 @@ impl FromStr for KernelSpec {
                 Mask::Local => "this pass has no sliding-window (local) variant",
                 _ => "this pass has no causal variant",
             }));
+        }
+        if !spec.pass.has_scores_for(scores, mask) {
+            return Err(err("this pass has no softcap variant"));
         }
         if !spec.is_supported() {
             let name = match tiling {
@@ -139,11 +151,26 @@ mod tests {
         // 136 dense-attention kernels and 18 sliding-window forwards (local: 16 and the
         // d256 compact pair), 140 varlen ones (no long or compact rows; 12 wide ones), 100
         // split-KV forwards (standard, long, compact; prefill at d128) and 100 paged ones,
-        // 48 combine steps (standard, long, prefill)
-        assert_eq!(KernelSpec::all().len(), 542);
+        // 48 combine steps (standard, long, prefill); 48 softcap forwards (every mask; no
+        // compact rows: the softcap rows fit 99 KiB)
+        assert_eq!(KernelSpec::all().len(), 590);
+        let softcap: Vec<KernelSpec> = KernelSpec::all()
+            .into_iter()
+            .filter(|s| s.scores == Scores::Softcap)
+            .collect();
+        assert_eq!(softcap.len(), 48);
+        assert!(softcap.iter().all(|s| s.pass == Pass::Fwd));
+        for n in [
+            "fa2_fwd_d128_bf16_softcap_sm80",
+            "fa2_fwd_d128_bf16_causal_softcap_sm80",
+            "fa2_fwd_d64_f16_local_softcap_sm80",
+            "fa2_fwd_d256_bf16_local_softcap_sm80",
+        ] {
+            assert!(softcap.iter().any(|s| s.name() == n), "{n}");
+        }
         let local: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
-            .filter(|s| s.mask == Mask::Local)
+            .filter(|s| s.mask == Mask::Local && s.scores == Scores::Plain)
             .collect();
         assert_eq!(local.len(), 18);
         assert!(local.iter().all(|s| s.pass == Pass::Fwd));
@@ -214,6 +241,12 @@ mod tests {
             "fa2_bwd_d128_bf16_long_causal_sm80",
             "fa2_bwd_d128_bf16_long_long_sm80",
             "fa2_bwd_d128_bf16_causal_causal_sm80",
+            "fa2_bwd_d128_bf16_softcap_sm80",
+            "fa2_fwdsplit_d128_bf16_softcap_sm80",
+            "fa2_fwd_d128_bf16_softcap_causal_sm80",
+            "fa2_fwd_d128_bf16_softcap_softcap_sm80",
+            "fa2_fwd_d128_bf16_causal_compact_softcap_sm80",
+            "fa2_fwd_d256_bf16_softcap_compact_sm80",
         ] {
             assert!(n.parse::<KernelSpec>().is_err(), "{n}");
         }

@@ -221,6 +221,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
         head_dim: kernel_d,
         dtype,
         mask,
+        scores: flash_codegen::Scores::Plain,
         tiling: Tiling::Standard,
         arch,
     };

@@ -82,6 +82,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
         head_dim: kernel_d,
         dtype,
         mask: a.params.kernel_mask_for(Pass::Fwd)?,
+        scores: a.params.kernel_scores(),
         tiling: Tiling::Standard,
         arch,
     }
@@ -132,6 +133,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
             "scale_log2" => F32((scale * std::f64::consts::LOG2_E) as f32),
             "window_left" => U32(window.0),
             "window_right" => U32(window.1),
+            "softcap" => F32(a.params.softcap.unwrap_or(0.0)),
             _ => return None,
         })
     })?;

@@ -247,6 +247,7 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         head_dim: kernel_d,
         dtype,
         mask,
+        scores: flash_codegen::Scores::Plain,
         tiling: Tiling::Standard,
         arch,
     };

@@ -286,7 +286,7 @@ pub(crate) fn bind_spec_params(
     spec: &KernelSpec,
     value: impl Fn(&str) -> Option<ParamValue>,
 ) -> Result<Vec<(&'static str, ParamValue)>> {
-    bind_descs(spec.pass, flash_codegen::abi::params_of(spec), value)
+    bind_descs(spec.pass, &flash_codegen::abi::params_of(spec), value)
 }
 
 fn bind_descs(

@@ -170,6 +170,7 @@ pub(super) fn split_spec(
         head_dim: kernel_d,
         dtype,
         mask,
+        scores: flash_codegen::Scores::Plain,
         tiling: Tiling::Standard,
         arch,
     };

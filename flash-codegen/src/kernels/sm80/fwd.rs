@@ -18,6 +18,7 @@ use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyMask, Window, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::{kv_blocks, window_blocks};
+use crate::kernels::scores::ScoreTransform;
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{
     Addr, B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, Pred, Reg, Space, Ty,
@@ -36,7 +37,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let mask =
         f.q.mask(&mut b, (plan.spec.mask, f.window), f.seqlen_q, f.seqlen_k);
     let mut o = f.q.acc_zeros(&mut b, f.ex.as_ref().map_or(d, |e| e.cols()));
-    let mut softmax = OnlineSoftmax::new(&mut b, f.q.rows.len(), f.p.get(SCALE_LOG2));
+    let mut softmax = OnlineSoftmax::new(&mut b, f.q.rows.len(), f.softmax_scale);
     f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
     f.epilogue(&mut b, &softmax, &mut o);
     let bounds = LaunchBounds {
@@ -62,6 +63,9 @@ struct QueryBlock<'a> {
     n_blocks: Reg<B32>,
     diag: Reg<B32>,
     window: Option<Window>,
+    /// The score transform, and the scale (times log2 e) the softmax applies after it.
+    transform: Option<ScoreTransform>,
+    softmax_scale: Reg<F32>,
     smem: Reg<B32>,
     q_tile: SmemTile,
     kv: BlockStream,
@@ -91,6 +95,8 @@ impl<'a> QueryBlock<'a> {
         let k_base = p.tensor(&mut b, &K, q.batch, zero, q.kv_head);
         let v_base = p.tensor(&mut b, &V, q.batch, zero, q.kv_head);
         let window = Window::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
+        let (transform, softmax_scale) =
+            ScoreTransform::load(&mut b, &p, spec.scores, p.get(SCALE_LOG2));
         let (first, n_blocks, diag) = match window {
             Some(w) => window_blocks(&mut b, plan, w, (seqlen_q, seqlen_k), q.m0),
             None => {
@@ -134,6 +140,8 @@ impl<'a> QueryBlock<'a> {
             n_blocks,
             diag,
             window,
+            transform,
+            softmax_scale,
             smem,
             q_tile,
             kv,
@@ -162,6 +170,7 @@ impl<'a> QueryBlock<'a> {
             None => (kv_smem, n0),
         };
         q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], k_smem), d);
+        ScoreTransform::apply_opt(self.transform.as_ref(), b, &mut s);
         b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
         let (seqlen_k, diag) = (self.seqlen_k, self.diag);
         let masks = (mask, self.window);

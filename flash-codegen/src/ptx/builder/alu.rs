@@ -77,6 +77,8 @@ impl Builder {
         lg2(a) -> F32 = Lg2.F32;
         /// 1/a, approximate (1 ulp).
         rcp(a) -> F32 = Rcp.F32;
+        /// tanh(a), approximate (`tanh.approx.f32`, sm_75+).
+        tanh(a) -> F32 = Tanh.F32;
     }
 
     /// `shl.b64` by a constant (the shift amount of PTX `shl` is always 32-bit).

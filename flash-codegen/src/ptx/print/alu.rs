@@ -32,6 +32,7 @@ fn alu_op(op: AluOp) -> &'static str {
         AluOp::Ex2 => "ex2.approx.ftz",
         AluOp::Lg2 => "lg2.approx.ftz",
         AluOp::Rcp => "rcp.approx.ftz",
+        AluOp::Tanh => "tanh.approx",
     }
 }
 

@@ -3,13 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{KernelSpec, Pass, Tiling};
+use crate::spec::{KernelSpec, Pass, Scores, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
     BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES,
     FWD_COMBINE_LONG_TILES, FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES,
     FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES,
-    FWD_TILES, FWD_VARLEN_TILES,
+    FWD_SOFTCAP_TILES, FWD_TILES, FWD_VARLEN_TILES,
 };
 
 mod rules;
@@ -138,6 +138,9 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         }
         (Tiling::Wide, _) => None,
         (Tiling::Compact, _) if spec.pass.is_varlen() => None,
+        (Tiling::Standard, Pass::Fwd) if spec.scores == Scores::Softcap => {
+            find(&FWD_SOFTCAP_TILES).or_else(|| find(&FWD_TILES))
+        }
         (Tiling::Standard, Pass::Fwd) => find(&FWD_TILES),
         (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),
         (Tiling::Standard, Pass::BwdDq) => find(&BWD_DQ_TILES),
@@ -146,6 +149,8 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         (Tiling::Standard, Pass::FwdCombine) => find(&FWD_COMBINE_TILES),
         (Tiling::Standard, _) => None, // (not a tile pass)
         (Tiling::Long, _) => long_row(spec).map(|(_, t)| t),
+        // (the softcap rows fit 99 KiB already: d256's is the compact row)
+        (Tiling::Compact, Pass::Fwd) if spec.scores == Scores::Softcap => None,
         (Tiling::Compact, Pass::Fwd) => find(&FWD_COMPACT_TILES),
         (Tiling::Compact, Pass::FwdSplit) => find(&FWD_SPLIT_COMPACT_TILES),
         (Tiling::Compact, _) => None,

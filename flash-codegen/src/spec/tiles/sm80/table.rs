@@ -28,6 +28,17 @@ pub(crate) const FWD_TILES: [(u32, Sm80Tiles); 8] = [
     (256, tc(64, 64, 4, 1, 1).with(Exchange)),
 ];
 
+/// The dense forward's rows under a softcap ([`crate::spec::Scores::Softcap`]): the plain
+/// rows, except where the multiply and `tanh` per score leave ptxas too few registers
+/// (it spills the plain rows 4 to 44 bytes there): d64 with Q streamed from shared memory
+/// instead of resident, d96 on 32-key blocks, d256 without the exchange (its compact row).
+#[rustfmt::skip]
+pub(crate) const FWD_SOFTCAP_TILES: [(u32, Sm80Tiles); 3] = [
+    (64, tc(128, 64, 4, 2, 1)),
+    (96, tc(128, 32, 4, 2, 1)),
+    (256, tc(64, 64, 4, 1, 1)),
+];
+
 /// The forward's rows for GPUs whose shared memory per block is below the standard
 /// row's ([`crate::spec::Tiling::Compact`]; RTX 30/40 allow 99 KiB): the same block_m and
 /// warps (so the same grid), 96 KiB.
