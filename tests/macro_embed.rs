@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use flash_ptx::codegen::{KernelSpec, Mask, Pass, generate};
+use flash_ptx::codegen::{KernelSpec, Mask, Pass, Scores, generate};
 use flash_ptx::runtime::EmbeddedKernel;
 
 flash_ptx::flash_kernel! {
@@ -26,6 +26,16 @@ flash_ptx::flash_kernel! {
     mod local { head_dim = [128, 256], dtype = bf16, causal = [false, true], passes = fwd_local }
 }
 
+flash_ptx::flash_kernel! {
+    mod capped {
+        head_dim = 256,
+        dtype = bf16,
+        causal = true,
+        passes = [fwd, fwd_local, bwd],
+        softcap = [false, true],
+    }
+}
+
 fn names(kernels: &[EmbeddedKernel]) -> Vec<String> {
     kernels.iter().map(|k| k.spec().name()).collect()
 }
@@ -36,6 +46,7 @@ fn embedded_ptx_is_the_generators_byte_for_byte() {
         .iter()
         .chain(narrow::KERNELS)
         .chain(local::KERNELS)
+        .chain(capped::KERNELS)
     {
         let expected = generate(&k.spec());
         assert!(
@@ -56,6 +67,7 @@ fn the_product_of_the_lists_in_spec_order() {
         !matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged)
             && !s.pass.is_varlen()
             && s.mask != Mask::Local
+            && s.scores == Scores::Plain
     };
     let want: BTreeSet<KernelSpec> = KernelSpec::all()
         .into_iter()
@@ -83,6 +95,28 @@ fn the_product_of_the_lists_in_spec_order() {
             "fa2_fwd_d256_bf16_local_sm80",
             "fa2_fwd_d256_bf16_local_compact_sm80",
         ]
+    );
+    // `softcap = [false, true]`: the softcap twins of the passes that have them (the
+    // forwards; no compact rows: the softcap rows fit 99 KiB), the plain backward
+    let capped: Vec<String> = names(capped::KERNELS)
+        .into_iter()
+        .filter(|n| n.starts_with("fa2_fwd_"))
+        .collect();
+    assert_eq!(
+        capped,
+        [
+            "fa2_fwd_d256_bf16_causal_sm80",
+            "fa2_fwd_d256_bf16_causal_compact_sm80",
+            "fa2_fwd_d256_bf16_causal_softcap_sm80",
+            "fa2_fwd_d256_bf16_local_sm80",
+            "fa2_fwd_d256_bf16_local_compact_sm80",
+            "fa2_fwd_d256_bf16_local_softcap_sm80",
+        ]
+    );
+    assert!(
+        capped::KERNELS
+            .iter()
+            .all(|k| k.spec().pass == Pass::Fwd || k.spec().scores == Scores::Plain)
     );
 }
 

@@ -139,7 +139,7 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
         if !KEYS.contains(&key.as_str()) {
             let msg = format!(
                 "unknown key `{key}`: flash_kernel! takes head_dim, dtype, causal, passes \
-                 and (optional) arch and softcap"
+                 and (optional) arch and softcap (true or false)"
             );
             return Err(Error::new(e.key.span(), msg));
         }
