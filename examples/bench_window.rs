@@ -27,8 +27,8 @@ const H: usize = 16;
 const D: usize = 128;
 const B: usize = 2;
 
-/// One bench row: its label, the call's parameters, its window (causal within the last w
-/// keys), whether it is causal, its softcap, and the label of its plain twin.
+/// One bench row: its label, whether it is causal, its window (causal within the last w
+/// keys), its softcap, and the label of its plain twin (none for a plain row).
 struct Row {
     label: String,
     causal: bool,

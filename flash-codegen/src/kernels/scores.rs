@@ -47,18 +47,11 @@ impl ScoreTransform {
     /// Replaces each raw product of `s` by its transformed score (before the mask: a
     /// masked score must stay -inf, which `tanh` would not keep).
     pub fn apply(&self, b: &mut Builder, s: &mut AccTile) {
+        b.comment("-- score transform: softcap, t = tanh(S * scale / cap) --");
         let pre = self.pre;
         s.map(b, |b, _, x| {
             let y = b.mul_f32(x, pre);
             b.tanh(y)
         });
-    }
-
-    /// [`ScoreTransform::apply`] where there is a transform.
-    pub fn apply_opt(t: Option<&ScoreTransform>, b: &mut Builder, s: &mut AccTile) {
-        if let Some(t) = t {
-            b.comment("-- score transform: softcap, t = tanh(S * scale / cap) --");
-            t.apply(b, s);
-        }
     }
 }

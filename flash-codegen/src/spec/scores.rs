@@ -24,17 +24,17 @@ impl Scores {
     /// Every transform, in generation order.
     pub const ALL: [Scores; 2] = [Scores::Plain, Scores::Softcap];
 
-    /// The transform's word in a kernel name (`softcap`), `None` for plain scores.
-    pub fn word(self) -> Option<&'static str> {
+    /// The transform's part of a kernel name (`""`, `"_softcap"`).
+    pub fn suffix(self) -> &'static str {
         match self {
-            Scores::Plain => None,
-            Scores::Softcap => Some("softcap"),
+            Scores::Plain => "",
+            Scores::Softcap => "_softcap",
         }
     }
 
-    /// The transform's part of a kernel name (`""`, `"_softcap"`).
-    pub fn suffix(self) -> String {
-        self.word().map(|w| format!("_{w}")).unwrap_or_default()
+    /// The transform's word in a kernel name (`softcap`), `None` for plain scores.
+    pub fn word(self) -> Option<&'static str> {
+        self.suffix().strip_prefix('_')
     }
 }
 

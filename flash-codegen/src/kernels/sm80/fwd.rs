@@ -170,7 +170,9 @@ impl<'a> QueryBlock<'a> {
             None => (kv_smem, n0),
         };
         q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], k_smem), d);
-        ScoreTransform::apply_opt(self.transform.as_ref(), b, &mut s);
+        if let Some(t) = &self.transform {
+            t.apply(b, &mut s);
+        }
         b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
         let (seqlen_k, diag) = (self.seqlen_k, self.diag);
         let masks = (mask, self.window);
