@@ -27,6 +27,16 @@ flash_ptx::flash_kernel! {
 }
 
 flash_ptx::flash_kernel! {
+    mod packed_local {
+        head_dim = 64,
+        dtype = f16,
+        causal = false,
+        passes = [varlen, varlen_local],
+        softcap = [false, true],
+    }
+}
+
+flash_ptx::flash_kernel! {
     mod capped {
         head_dim = 256,
         dtype = bf16,
@@ -46,6 +56,7 @@ fn embedded_ptx_is_the_generators_byte_for_byte() {
         .iter()
         .chain(narrow::KERNELS)
         .chain(local::KERNELS)
+        .chain(packed_local::KERNELS)
         .chain(capped::KERNELS)
     {
         let expected = generate(&k.spec());
@@ -94,6 +105,17 @@ fn the_product_of_the_lists_in_spec_order() {
             "fa2_fwd_d128_bf16_local_sm80",
             "fa2_fwd_d256_bf16_local_sm80",
             "fa2_fwd_d256_bf16_local_compact_sm80",
+        ]
+    );
+    // `varlen_local`: the packed-sequence sliding-window forward; with `softcap`, the
+    // softcap twin of each
+    assert_eq!(
+        names(packed_local::KERNELS),
+        [
+            "fa2_fwdvarlen_d64_f16_sm80",
+            "fa2_fwdvarlen_d64_f16_softcap_sm80",
+            "fa2_fwdvarlen_d64_f16_local_sm80",
+            "fa2_fwdvarlen_d64_f16_local_softcap_sm80",
         ]
     );
     // `softcap = [false, true]`: the softcap twins of the passes that have them (the

@@ -1,12 +1,13 @@
 //! The sliding window's host checks and plans (no GPU): `AttnParams::with_window` plans
 //! the dense forward on its `_local` kernel with the bounds as parameters (-1 as
 //! `u32::MAX`), `(-1, 0)` and `(-1, -1)` on the causal and plain kernels; bounds below -1
-//! and the calls without a sliding-window kernel (backward, varlen) are typed errors.
+//! and the calls without a sliding-window kernel (the backward, dense and varlen) are typed
+//! errors; the varlen forward plans its `_local` kernel as the dense one.
 
 use flash_codegen::abi::params_of;
 use flash_codegen::{Arch, Mask, Pass};
 use flash_runtime::validate::{
-    BufDesc, FwdArgs, ParamValue, VarlenDesc, plan_bwd, plan_fwd, plan_fwd_varlen,
+    BufDesc, FwdArgs, ParamValue, VarlenDesc, plan_bwd, plan_bwd_varlen, plan_fwd, plan_fwd_varlen,
 };
 use flash_runtime::{AttnParams, BwdOptions, FlashError};
 
@@ -82,10 +83,10 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
     let bwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
     let e = plan_bwd(&bwd, Arch::Sm80).unwrap_err();
     assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("dense forward only")),
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("forward only")),
         "{e}"
     );
-    // the varlen forward
+    // the varlen forward has the window: its `_local` kernel, the bounds bound by name
     let vl = VarlenDesc {
         cu_seqlens_q: BufDesc {
             ptr: 0xc000_0000,
@@ -98,17 +99,29 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
         max_seqlen_q: 40,
         max_seqlen_k: 40,
     };
-    let e = plan_fwd_varlen(&fwd(1, 64, 64, w), &vl, Arch::Sm80, u64::MAX).unwrap_err();
+    let p = plan_fwd_varlen(&fwd(1, 64, 64, w), &vl, Arch::Sm80, u64::MAX).unwrap();
+    assert_eq!((p.spec.pass, p.spec.mask), (Pass::FwdVarlen, Mask::Local));
+    let names: Vec<&str> = p.params.iter().map(|(n, _)| *n).collect();
+    let abi: Vec<&str> = params_of(&p.spec).iter().map(|d| d.name).collect();
+    assert_eq!(names, abi);
+    assert_eq!(p.param("window_left"), Some(ParamValue::U32(16)));
+    assert_eq!(p.param("window_right"), Some(ParamValue::U32(0)));
+    // ... the varlen backward has none, also when there is nothing to compute
+    let vbwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
+    let e = plan_bwd_varlen(&vbwd, &vl, Arch::Sm80, (8, 0)).unwrap_err();
     assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("dense forward only")),
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("forward only")),
         "{e}"
     );
-    // ... also when there is nothing to compute
     let empty = VarlenDesc {
         max_seqlen_q: 0,
         ..vl
     };
-    let e = plan_fwd_varlen(&fwd(1, 64, 64, w), &empty, Arch::Sm80, u64::MAX).unwrap_err();
+    let e = plan_bwd_varlen(&vbwd, &empty, Arch::Sm80, (8, 0)).unwrap_err();
+    assert!(matches!(&e, FlashError::InvalidParam(_)), "{e}");
+    // ... and a bad window is an error in the varlen forward, also when it is empty
+    let bad = AttnParams::new().with_window(-3, 0);
+    let e = plan_fwd_varlen(&fwd(1, 64, 64, bad), &empty, Arch::Sm80, u64::MAX).unwrap_err();
     assert!(matches!(&e, FlashError::InvalidParam(_)), "{e}");
     let no_keys = ([1, 64, 8, 128], [1, 0, 2, 128]);
     let e = plan_bwd(
@@ -117,7 +130,7 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
     )
     .unwrap_err();
     assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("dense forward only")),
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("forward only")),
         "{e}"
     );
     let bad = AttnParams::new().with_window(-7, 0);

@@ -31,6 +31,7 @@ enum Passes {
     Varlen,
     VarlenBwd,
     FwdLocal,
+    VarlenLocal,
 }
 
 /// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
@@ -202,17 +203,20 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
     Ok(product(&args))
 }
 
-/// `softcap = true` needs a pass with softcap kernels (the forwards: `fwd`, `fwd_local`).
+/// `softcap = true` needs a pass with softcap kernels (the forwards: `fwd`, `fwd_local`,
+/// `varlen`, `varlen_local`).
 fn check_softcap(e: &Entry, a: &Args) -> Result<()> {
-    let with = a
-        .passes
-        .iter()
-        .any(|p| matches!(p, Passes::Fwd | Passes::FwdLocal));
+    let with = a.passes.iter().any(|p| {
+        matches!(
+            p,
+            Passes::Fwd | Passes::FwdLocal | Passes::Varlen | Passes::VarlenLocal
+        )
+    });
     if a.scores.contains(&Scores::Softcap) && !with {
         return Err(Error::new(
             e.key.span(),
-            "`softcap = true` needs `fwd` or `fwd_local` in `passes`: only the dense forward \
-             has softcap kernels so far",
+            "`softcap = true` needs `fwd`, `fwd_local`, `varlen` or `varlen_local` in \
+             `passes`: only the forwards (dense and varlen) have softcap kernels so far",
         ));
     }
     Ok(())
@@ -293,8 +297,9 @@ fn passes(a: &Atom) -> Result<Passes> {
                     fwdcombine), `paged` (the paged KV-cache forward: fwdpaged and \
                     fwdcombine), `varlen` (the packed-sequence forward: fwdvarlen) or \
                     `varlen_bwd` (its backward: bwdprevarlen, bwdvarlen with its wide tiling \
-                    at d64-d128, bwddqvarlen and bwdpostvarlen) or `fwd_local` (the \
-                    sliding-window forward: fwd, mask local)";
+                    at d64-d128, bwddqvarlen and bwdpostvarlen), `fwd_local` (the \
+                    sliding-window forward: fwd, mask local) or `varlen_local` (the \
+                    sliding-window packed-sequence forward: fwdvarlen, mask local)";
     let w = word(a, "a pass", expected)?;
     match w.to_string().as_str() {
         "fwd" => Ok(Passes::Fwd),
@@ -304,6 +309,7 @@ fn passes(a: &Atom) -> Result<Passes> {
         "varlen" => Ok(Passes::Varlen),
         "varlen_bwd" => Ok(Passes::VarlenBwd),
         "fwd_local" => Ok(Passes::FwdLocal),
+        "varlen_local" => Ok(Passes::VarlenLocal),
         other => Err(Error::new(
             w.span(),
             format!("unknown pass `{other}`: {expected}"),
@@ -326,8 +332,8 @@ fn arch(a: &Atom) -> Result<Arch> {
 /// come once per head dim and dtype. `kvcache` brings the split-KV forward and its
 /// combine step (no causal variant); `paged` the paged split-KV forward and the same
 /// combine step; `varlen` and `varlen_bwd` the packed-sequence forward and backward;
-/// `fwd_local` the sliding-window forward (its window is a runtime parameter, so
-/// `causal` does not change it).
+/// `fwd_local` and `varlen_local` the sliding-window forwards (the window is a runtime
+/// parameter, so `causal` does not change them).
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
     for &arch in &a.arch {
@@ -340,7 +346,7 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                             Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
                             Passes::KvCache => &[Pass::FwdSplit, Pass::FwdCombine],
                             Passes::Paged => &[Pass::FwdPaged, Pass::FwdCombine],
-                            Passes::Varlen => &[Pass::FwdVarlen],
+                            Passes::Varlen | Passes::VarlenLocal => &[Pass::FwdVarlen],
                             Passes::VarlenBwd => &[
                                 Pass::BwdPreVarlen,
                                 Pass::BwdVarlen,
@@ -354,7 +360,7 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                 head_dim,
                                 dtype,
                                 mask: match p {
-                                    Passes::FwdLocal => Mask::Local,
+                                    Passes::FwdLocal | Passes::VarlenLocal => Mask::Local,
                                     _ => Mask::causal(causal && pass.has_mask()),
                                 },
                                 scores: Scores::Plain,

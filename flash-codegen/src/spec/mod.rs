@@ -139,12 +139,13 @@ impl Pass {
         )
     }
     /// Whether the pass has a variant for `mask`: every pass for none, the score passes
-    /// ([`Pass::has_mask`]) for causal, the dense forward for the sliding window.
+    /// ([`Pass::has_mask`]) for causal, the forward (dense and varlen) for the sliding
+    /// window.
     pub fn has_mask_for(self, mask: Mask) -> bool {
         match mask {
             Mask::None => true,
             Mask::Causal => self.has_mask(),
-            Mask::Local => self == Pass::Fwd,
+            Mask::Local => self.tile_pass() == Pass::Fwd,
         }
     }
 }

@@ -152,19 +152,25 @@ mod tests {
         // d256 compact pair), 140 varlen ones (no long or compact rows; 12 wide ones), 100
         // split-KV forwards (standard, long, compact; prefill at d128) and 100 paged ones,
         // 48 combine steps (standard, long, prefill); 48 softcap forwards (every mask; no
-        // compact rows: the softcap rows fit 99 KiB)
-        assert_eq!(KernelSpec::all().len(), 590);
+        // compact rows: the softcap rows fit 99 KiB); the varlen forward's 16 local and
+        // 48 softcap ones
+        assert_eq!(KernelSpec::all().len(), 654);
         let softcap: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Softcap)
             .collect();
-        assert_eq!(softcap.len(), 48);
-        assert!(softcap.iter().all(|s| s.pass == Pass::Fwd));
+        assert_eq!(softcap.len(), 96);
+        assert!(softcap.iter().all(|s| s.pass.tile_pass() == Pass::Fwd));
+        assert_eq!(
+            softcap.iter().filter(|s| s.pass == Pass::FwdVarlen).count(),
+            48
+        );
         for n in [
             "fa2_fwd_d128_bf16_softcap_sm80",
             "fa2_fwd_d128_bf16_causal_softcap_sm80",
             "fa2_fwd_d64_f16_local_softcap_sm80",
             "fa2_fwd_d256_bf16_local_softcap_sm80",
+            "fa2_fwdvarlen_d128_f16_local_softcap_sm80",
         ] {
             assert!(softcap.iter().any(|s| s.name() == n), "{n}");
         }
@@ -172,8 +178,8 @@ mod tests {
             .into_iter()
             .filter(|s| s.mask == Mask::Local && s.scores == Scores::Plain)
             .collect();
-        assert_eq!(local.len(), 18);
-        assert!(local.iter().all(|s| s.pass == Pass::Fwd));
+        assert_eq!(local.len(), 34);
+        assert!(local.iter().all(|s| s.pass.tile_pass() == Pass::Fwd));
         assert!(
             local
                 .iter()

@@ -12,7 +12,7 @@ use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 use super::bwd::check_scratch;
 use super::{
     BufDesc, BwdArgs, BwdPlan, FwdArgs, LaunchPlan, MAX_GRID_YZ, ParamValue, ScratchNeed,
-    bind_params, check_grid, launch, plan_bwd_with, plan_fwd_on, prod, shape_err, u32_of,
+    bind_spec_params, check_grid, launch, plan_bwd_with, plan_fwd_on, prod, shape_err, u32_of,
 };
 use crate::error::{FlashError, Result};
 
@@ -115,7 +115,7 @@ fn to_varlen(
     let g = grid(&spec, batch as u32, mq, mk, h as u32, hk as u32)
         .ok_or_else(|| FlashError::Internal(format!("{spec} has no grid")))?;
     check_grid(v.max_seqlen_q, h, batch, spec.tiles().block_m())?;
-    let params = bind_params(pass, |n| varlen_value(dense, v, n, scratch))?;
+    let params = bind_spec_params(&spec, |n| varlen_value(dense, v, n, scratch))?;
     Ok(launch(spec, g, params))
 }
 
@@ -129,7 +129,8 @@ pub fn plan_fwd_varlen(
 ) -> Result<LaunchPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
     let dense = plan_fwd_on(a, arch, smem_optin)?;
-    // (before the empty-batch return: a window is an error whatever the sizes)
+    // (before the empty-batch return: what has no varlen kernel is an error whatever the
+    // sizes)
     a.params.kernel_mask_for(Pass::FwdVarlen)?;
     if dense.is_noop() || batch == 0 || v.max_seqlen_q == 0 {
         return Ok(LaunchPlan::noop(KernelSpec {
@@ -163,7 +164,7 @@ pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) ->
 /// where it has one ([`KernelSpec::for_compute_capability`]).
 pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch, cc: (u32, u32)) -> Result<BwdPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
-    a.params.kernel_mask_for(Pass::BwdVarlen)?; // (a window: no varlen kernel has one)
+    a.params.kernel_mask_for(Pass::BwdVarlen)?; // (a window or softcap: no backward has one)
     let dry = BwdArgs {
         scratch: None,
         ..*a

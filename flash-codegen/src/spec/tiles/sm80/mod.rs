@@ -3,13 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::spec::{KernelSpec, Pass, Scores, Tiling};
+use crate::spec::{KernelSpec, Mask, Pass, Scores, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
     BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES,
     FWD_COMBINE_LONG_TILES, FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES,
     FWD_SOFTCAP_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES,
-    FWD_SPLIT_TILES, FWD_TILES, FWD_VARLEN_TILES,
+    FWD_SPLIT_TILES, FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES, FWD_VARLEN_TILES,
 };
 
 mod rules;
@@ -128,8 +128,17 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         (Tiling::Standard, Pass::Bwd) if spec.pass.is_varlen() => {
             find(&BWD_VARLEN_TILES).or_else(|| find(&BWD_TILES))
         }
-        (Tiling::Standard, Pass::Fwd) if spec.pass.is_varlen() => {
-            find(&FWD_VARLEN_TILES).or_else(|| find(&FWD_TILES))
+        // (varlen: its own rows first; softcap: its rows before the plain ones)
+        (Tiling::Standard, Pass::Fwd) => {
+            let both = spec.mask == Mask::Local && spec.scores == Scores::Softcap;
+            let varlen = spec.pass.is_varlen().then(|| {
+                let local_softcap = both.then(|| find(&FWD_VARLEN_LOCAL_SOFTCAP_TILES));
+                local_softcap.flatten().or_else(|| find(&FWD_VARLEN_TILES))
+            });
+            let softcap = (spec.scores == Scores::Softcap).then(|| find(&FWD_SOFTCAP_TILES));
+            (varlen.flatten())
+                .or(softcap.flatten())
+                .or_else(|| find(&FWD_TILES))
         }
         // (varlen d256 runs the compact row as its standard one; no long rows: `long_row`)
         // the wide rows: the dense ones where the varlen standard row differs
@@ -138,10 +147,6 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         }
         (Tiling::Wide, _) => None,
         (Tiling::Compact, _) if spec.pass.is_varlen() => None,
-        (Tiling::Standard, Pass::Fwd) if spec.scores == Scores::Softcap => {
-            find(&FWD_SOFTCAP_TILES).or_else(|| find(&FWD_TILES))
-        }
-        (Tiling::Standard, Pass::Fwd) => find(&FWD_TILES),
         (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),
         (Tiling::Standard, Pass::BwdDq) => find(&BWD_DQ_TILES),
         (Tiling::Standard, Pass::BwdPre | Pass::BwdPost) => find(&ELEMENTWISE_TILES),

@@ -96,6 +96,14 @@ pub(crate) const FWD_VARLEN_TILES: [(u32, Sm80Tiles); 1] = [
     (256, tc(64, 64, 4, 1, 1)),
 ];
 
+/// The varlen forward with both a window and a softcap: the rows above, except d128,
+/// whose 128-query row spills 4 bytes on sm_80 with the sequence's lengths, the window's
+/// bounds and the cap in registers: one m-tile per warp (64 x 64).
+#[rustfmt::skip]
+pub(crate) const FWD_VARLEN_LOCAL_SOFTCAP_TILES: [(u32, Sm80Tiles); 1] = [
+    (128, tc(64, 64, 4, 2, 1)),
+];
+
 /// The backward main pass's rows for long sequences ([`crate::spec::Tiling::Long`]):
 /// (head dim, the fewest query rows it is chosen for, tiles). d128: FA2's 128 keys on 8
 /// warps with the late prefetch: half the dQ atomics per FLOP of the 64-key row, but one
