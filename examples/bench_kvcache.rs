@@ -35,8 +35,12 @@
 //! 256 MB and the fill chunks 32 MB: about 34.7e9 bytes (32.3 GiB) in all, one row at a
 //! time (each row frees its buffers).
 //!
-//! Env: QUICK=1, BENCH_OUT (also write the JSON lines to this file), BENCH_FLUSH=0 (no
-//! L2 flush), BENCH_SLEEP_CYCLES (default 200000; 0: no spin).
+//! `MODS=1` runs the modifier sweep instead (`mod_rows`: decode with a softcap, a 4096-key
+//! window and both, beside the plain rows; each row adds `visited_gbs`, the K/V bytes its
+//! window reaches over its time).
+//!
+//! Env: QUICK=1, MODS=1, BENCH_OUT (also write the JSON lines to this file),
+//! BENCH_FLUSH=0 (no L2 flush), BENCH_SLEEP_CYCLES (default 200000; 0: no spin).
 //! Run: `cargo run --release --features gpu --example bench_kvcache`.
 
 use std::error::Error;
@@ -59,7 +63,7 @@ const SLEEP_CYCLES: u64 = 200_000;
 /// The dense forward reference row: b, sq = sk, h, d.
 const DENSE: (usize, usize, usize, usize) = (2, 8192, 16, 128);
 
-/// One row of `scripts/bench_kvcache.py`.
+/// One row of `scripts/bench_kvcache.py` (or of the `MODS=1` sweep).
 #[derive(Clone, Copy, Debug)]
 struct Row {
     kind: &'static str,
@@ -69,6 +73,10 @@ struct Row {
     h: usize,
     hk: usize,
     d: usize,
+    /// A sliding window `(left, 0)`: its `left`, or -1 for none.
+    left: i32,
+    /// A softcap, or 0 for none.
+    softcap: f32,
 }
 
 impl Row {
@@ -81,10 +89,31 @@ impl Row {
         4.0 * (self.b * self.h * self.sq) as f64 * (self.l * self.d) as f64
     }
 
+    /// K and V bytes the row's window reaches (all of them without one).
+    fn visited_bytes(&self) -> usize {
+        let keys = match self.left {
+            -1 => self.l,
+            left => self.l.min(left as usize + self.sq),
+        };
+        self.b * keys * self.hk * self.d * 2 * 2
+    }
+
+    fn params(&self) -> flash_runtime::AttnParams {
+        let mut p = attn_params(false);
+        if self.left >= 0 {
+            p = p.with_window(self.left, 0);
+        }
+        if self.softcap > 0.0 {
+            p = p.with_softcap(self.softcap);
+        }
+        p
+    }
+
     fn keys(&self) -> Value {
         json!({
             "kind": self.kind, "b": self.b, "L": self.l, "sq": self.sq,
-            "h": self.h, "hk": self.hk, "d": self.d,
+            "h": self.h, "hk": self.hk, "d": self.d, "left": self.left,
+            "softcap": self.softcap,
         })
     }
 }
@@ -113,6 +142,8 @@ fn rows(quick: bool) -> Vec<Row> {
                             h,
                             hk,
                             d,
+                            left: -1,
+                            softcap: 0.0,
                         });
                     }
                 }
@@ -133,7 +164,39 @@ fn rows(quick: bool) -> Vec<Row> {
             h: 8,
             hk: 8,
             d: 128,
+            left: -1,
+            softcap: 0.0,
         });
+    }
+    out
+}
+
+/// The `MODS=1` sweep: decode (1 query, 32 heads on 8 KV heads, d 128) at batch 1, 8, 64
+/// over caches of 8K-128K, each plain, with a softcap of 50 (Gemma 2), a 4096-key window
+/// (Mistral: `(4095, 0)`) and both, then the plain row over a 4096-key cache (what the
+/// window's rows should cost).
+fn mod_rows() -> Vec<Row> {
+    let mut out = Vec::new();
+    for (b, l) in [(1, 32768), (1, 131072), (8, 32768), (64, 8192)] {
+        let base = Row {
+            kind: "decode_mods",
+            b,
+            l,
+            sq: 1,
+            h: 32,
+            hk: 8,
+            d: 128,
+            left: -1,
+            softcap: 0.0,
+        };
+        for (left, softcap) in [(-1, 0.0), (-1, 50.0), (4095, 0.0), (4095, 50.0)] {
+            out.push(Row {
+                left,
+                softcap,
+                ..base
+            });
+        }
+        out.push(Row { l: 4096, ..base });
     }
     out
 }
@@ -151,7 +214,7 @@ fn run_row(
         r.b * r.l * r.hk * r.d,
         r.b * r.h * r.sq,
     );
-    let params = attn_params(false);
+    let params = r.params();
     let opts = KvOptions::new();
     let splits = rt.kvcache_splits::<bf16>(qs, ks, &params, &opts)?;
     stream.synchronize()?; // the pool gives the last row's freed buffers back
@@ -194,6 +257,10 @@ fn run_row(
     m.insert("splits".into(), json!(splits));
     m.insert("kv_bytes".into(), json!(r.kv_bytes()));
     m.insert("gbs".into(), json!(r.kv_bytes() as f64 / us / 1e3));
+    m.insert(
+        "visited_gbs".into(),
+        json!(r.visited_bytes() as f64 / us / 1e3),
+    );
     m.insert("tflops".into(), json!(r.flops() / us / 1e6));
     m.insert("reps".into(), json!(reps));
     m.insert("sleep_short".into(), json!(t.sleep_short));
@@ -267,7 +334,10 @@ fn run() -> Result<usize, Box<dyn Error>> {
     let stream = rt.context().default_stream();
     let ctx = rt.context();
     let quick = env_flag("QUICK");
-    let rows = rows(quick);
+    let rows = match env_flag("MODS") {
+        true => mod_rows(),
+        false => rows(quick),
+    };
     let cycles = env_list("BENCH_SLEEP_CYCLES", &[SLEEP_CYCLES as usize])
         .first()
         .map_or(SLEEP_CYCLES, |&c| c as u64);

@@ -60,6 +60,9 @@ pub struct Row {
     h: usize,
     hk: usize,
     d: usize,
+    /// No window (-1) and no softcap (0): the plain rows (`support::spot_reference`).
+    left: i32,
+    softcap: f32,
 }
 
 fn rows() -> Vec<Row> {
@@ -71,6 +74,8 @@ fn rows() -> Vec<Row> {
         h,
         hk,
         d,
+        left: -1,
+        softcap: 0.0,
     };
     let (gqa, mqa, mha) = ((32, 8, 128), (8, 1, 64), (8, 8, 128));
     vec![

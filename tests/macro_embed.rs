@@ -37,6 +37,16 @@ flash_ptx::flash_kernel! {
 }
 
 flash_ptx::flash_kernel! {
+    mod decode_local {
+        head_dim = 64,
+        dtype = bf16,
+        causal = false,
+        passes = [kvcache_local, paged_local],
+        softcap = [false, true],
+    }
+}
+
+flash_ptx::flash_kernel! {
     mod capped {
         head_dim = 256,
         dtype = bf16,
@@ -57,6 +67,7 @@ fn embedded_ptx_is_the_generators_byte_for_byte() {
         .chain(narrow::KERNELS)
         .chain(local::KERNELS)
         .chain(packed_local::KERNELS)
+        .chain(decode_local::KERNELS)
         .chain(capped::KERNELS)
     {
         let expected = generate(&k.spec());
@@ -117,6 +128,28 @@ fn the_product_of_the_lists_in_spec_order() {
             "fa2_fwdvarlen_d64_f16_local_sm80",
             "fa2_fwdvarlen_d64_f16_local_softcap_sm80",
         ]
+    );
+    // `kvcache_local` / `paged_local`: the windowed split kernels in each tiling, plain and
+    // softcapped, and the combine step (no mask, plain)
+    let split: Vec<KernelSpec> = decode_local::KERNELS
+        .iter()
+        .map(|k| k.spec())
+        .filter(|s| s.pass != Pass::FwdCombine)
+        .collect();
+    assert!(split.iter().all(|s| s.mask == Mask::Local), "{split:?}");
+    for n in [
+        "fa2_fwdsplit_d64_bf16_local_sm80",
+        "fa2_fwdsplit_d64_bf16_local_softcap_long_sm80",
+        "fa2_fwdpaged_d64_bf16_local_softcap_sm80",
+        "fa2_fwdpaged_d64_bf16_local_long_sm80",
+    ] {
+        assert!(names(decode_local::KERNELS).iter().any(|k| k == n), "{n}");
+    }
+    assert!(
+        decode_local::KERNELS
+            .iter()
+            .filter(|k| k.spec().pass == Pass::FwdCombine)
+            .all(|k| k.spec().mask == Mask::None && k.spec().scores == Scores::Plain)
     );
     // `softcap = [false, true]`: the softcap twins of the passes that have them (the
     // forwards; no compact rows: the softcap rows fit 99 KiB), the plain backward

@@ -83,7 +83,7 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
     let bwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
     let e = plan_bwd(&bwd, Arch::Sm80).unwrap_err();
     assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("forward only")),
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("forwards only")),
         "{e}"
     );
     // the varlen forward has the window: its `_local` kernel, the bounds bound by name
@@ -110,7 +110,7 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
     let vbwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
     let e = plan_bwd_varlen(&vbwd, &vl, Arch::Sm80, (8, 0)).unwrap_err();
     assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("forward only")),
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("forwards only")),
         "{e}"
     );
     let empty = VarlenDesc {
@@ -130,7 +130,7 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
     )
     .unwrap_err();
     assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("forward only")),
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("forwards only")),
         "{e}"
     );
     let bad = AttnParams::new().with_window(-7, 0);

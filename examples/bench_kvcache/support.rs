@@ -110,8 +110,8 @@ pub fn tiled(
     Ok(buf)
 }
 
-/// Float64 o row and lse of query `qi`, head `hi` of sequence `bi` of a row (full cache,
-/// no mask), from the fill's host values.
+/// Float64 o row and lse of query `qi`, head `hi` of sequence `bi` of a row (full cache;
+/// the row's window `(left, 0)` and softcap), from the fill's host values.
 pub fn spot_reference(f: &Fill, r: &Row, bi: usize, qi: usize, hi: usize) -> (Vec<f64>, f64) {
     let (l, h, hk, d, sq) = (r.l, r.h, r.hk, r.d, r.sq);
     let kh = hi / (h / hk);
@@ -119,10 +119,24 @@ pub fn spot_reference(f: &Fill, r: &Row, bi: usize, qi: usize, hi: usize) -> (Ve
     let q: Vec<f64> = f.q_host[qo..qo + d].iter().map(|x| x.to_f64()).collect();
     let scale = 1.0 / (d as f64).sqrt();
     let row = |j: usize| (((bi * l + j) * hk + kh) * d) % CHUNK;
+    // the query's position is l - sq + qi; a window sees keys pos - left ..= pos
+    let first = match r.left {
+        -1 => 0,
+        left => (l - sq + qi).saturating_sub(left as usize),
+    };
+    let last = match r.left {
+        -1 => l,
+        _ => l - sq + qi + 1,
+    };
+    let cap = f64::from(r.softcap);
     let s: Vec<f64> = (0..l)
         .map(|j| {
+            if j < first || j >= last {
+                return f64::NEG_INFINITY;
+            }
             let k = &f.k_host[row(j)..row(j) + d];
-            q.iter().zip(k).map(|(a, b)| a * b.to_f64()).sum::<f64>() * scale
+            let x = q.iter().zip(k).map(|(a, b)| a * b.to_f64()).sum::<f64>() * scale;
+            if cap > 0.0 { cap * (x / cap).tanh() } else { x }
         })
         .collect();
     let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);

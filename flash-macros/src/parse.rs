@@ -32,6 +32,8 @@ enum Passes {
     VarlenBwd,
     FwdLocal,
     VarlenLocal,
+    KvCacheLocal,
+    PagedLocal,
 }
 
 /// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
@@ -203,20 +205,18 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
     Ok(product(&args))
 }
 
-/// `softcap = true` needs a pass with softcap kernels (the forwards: `fwd`, `fwd_local`,
-/// `varlen`, `varlen_local`).
+/// `softcap = true` needs a pass with softcap kernels (the forwards: every pass but
+/// `bwd` and `varlen_bwd`).
 fn check_softcap(e: &Entry, a: &Args) -> Result<()> {
-    let with = a.passes.iter().any(|p| {
-        matches!(
-            p,
-            Passes::Fwd | Passes::FwdLocal | Passes::Varlen | Passes::VarlenLocal
-        )
-    });
+    let with = a
+        .passes
+        .iter()
+        .any(|p| !matches!(p, Passes::Bwd | Passes::VarlenBwd));
     if a.scores.contains(&Scores::Softcap) && !with {
         return Err(Error::new(
             e.key.span(),
-            "`softcap = true` needs `fwd`, `fwd_local`, `varlen` or `varlen_local` in \
-             `passes`: only the forwards (dense and varlen) have softcap kernels so far",
+            "`softcap = true` needs a forward in `passes` (`fwd`, `varlen`, `kvcache`, \
+             `paged` or their `_local` forms): the backward has no softcap kernels so far",
         ));
     }
     Ok(())
@@ -298,8 +298,9 @@ fn passes(a: &Atom) -> Result<Passes> {
                     fwdcombine), `varlen` (the packed-sequence forward: fwdvarlen) or \
                     `varlen_bwd` (its backward: bwdprevarlen, bwdvarlen with its wide tiling \
                     at d64-d128, bwddqvarlen and bwdpostvarlen), `fwd_local` (the \
-                    sliding-window forward: fwd, mask local) or `varlen_local` (the \
-                    sliding-window packed-sequence forward: fwdvarlen, mask local)";
+                    sliding-window forward: fwd, mask local), `varlen_local`, \
+                    `kvcache_local` or `paged_local` (the sliding-window packed-sequence, \
+                    KV-cache and paged forwards: mask local)";
     let w = word(a, "a pass", expected)?;
     match w.to_string().as_str() {
         "fwd" => Ok(Passes::Fwd),
@@ -310,6 +311,8 @@ fn passes(a: &Atom) -> Result<Passes> {
         "varlen_bwd" => Ok(Passes::VarlenBwd),
         "fwd_local" => Ok(Passes::FwdLocal),
         "varlen_local" => Ok(Passes::VarlenLocal),
+        "kvcache_local" => Ok(Passes::KvCacheLocal),
+        "paged_local" => Ok(Passes::PagedLocal),
         other => Err(Error::new(
             w.span(),
             format!("unknown pass `{other}`: {expected}"),
@@ -332,8 +335,9 @@ fn arch(a: &Atom) -> Result<Arch> {
 /// come once per head dim and dtype. `kvcache` brings the split-KV forward and its
 /// combine step (no causal variant); `paged` the paged split-KV forward and the same
 /// combine step; `varlen` and `varlen_bwd` the packed-sequence forward and backward;
-/// `fwd_local` and `varlen_local` the sliding-window forwards (the window is a runtime
-/// parameter, so `causal` does not change them).
+/// `fwd_local`, `varlen_local`, `kvcache_local` and `paged_local` the sliding-window
+/// forwards (the window is a runtime parameter, so `causal` does not change them; the
+/// combine step has no mask).
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
     for &arch in &a.arch {
@@ -344,8 +348,12 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                         let passes: &[Pass] = match p {
                             Passes::Fwd | Passes::FwdLocal => &[Pass::Fwd],
                             Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
-                            Passes::KvCache => &[Pass::FwdSplit, Pass::FwdCombine],
-                            Passes::Paged => &[Pass::FwdPaged, Pass::FwdCombine],
+                            Passes::KvCache | Passes::KvCacheLocal => {
+                                &[Pass::FwdSplit, Pass::FwdCombine]
+                            }
+                            Passes::Paged | Passes::PagedLocal => {
+                                &[Pass::FwdPaged, Pass::FwdCombine]
+                            }
                             Passes::Varlen | Passes::VarlenLocal => &[Pass::FwdVarlen],
                             Passes::VarlenBwd => &[
                                 Pass::BwdPreVarlen,
@@ -360,7 +368,14 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                 head_dim,
                                 dtype,
                                 mask: match p {
-                                    Passes::FwdLocal | Passes::VarlenLocal => Mask::Local,
+                                    Passes::FwdLocal
+                                    | Passes::VarlenLocal
+                                    | Passes::KvCacheLocal
+                                    | Passes::PagedLocal
+                                        if pass.has_mask_for(Mask::Local) =>
+                                    {
+                                        Mask::Local
+                                    }
                                     _ => Mask::causal(causal && pass.has_mask()),
                                 },
                                 scores: Scores::Plain,

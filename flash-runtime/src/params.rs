@@ -48,7 +48,7 @@ pub struct AttnParams {
     pub softmax_scale: Option<f32>,
     /// Logit softcap (Gemma 2): each scaled score `x` becomes `cap * tanh(x / cap)` before
     /// the mask and the softmax. `None` (default): none. Finite and positive (checked at
-    /// the call); the forward (dense and varlen) only for now (other calls return
+    /// the call); the forwards (dense, varlen, KV cache, paged) only for now (the backward returns
     /// [`FlashError::InvalidParam`](crate::FlashError::InvalidParam)).
     pub softcap: Option<f32>,
 }
@@ -149,9 +149,9 @@ impl AttnParams {
         let mask = self.kernel_mask();
         if !pass.has_mask_for(mask) {
             return Err(crate::FlashError::InvalidParam(format!(
-                "a sliding window ({:?}) runs in the forward only so far (forward, forward_into, \
-                 forward_varlen, forward_varlen_into); this call ({} kernels) has no \
-                 sliding-window kernel",
+                "a sliding window ({:?}) runs in the forwards only so far (forward, \
+                 forward_varlen, forward_kvcache, forward_kvcache_paged and their _into \
+                 forms); this call ({} kernels) has no sliding-window kernel",
                 self.mask,
                 pass.name()
             )));
@@ -165,9 +165,9 @@ impl AttnParams {
             }
             if !pass.has_scores_for(flash_codegen::Scores::Softcap, mask) {
                 return Err(crate::FlashError::InvalidParam(format!(
-                    "a softcap runs in the forward only so far (forward, forward_into, \
-                     forward_varlen, forward_varlen_into); this call ({} kernels) has no \
-                     softcap kernel",
+                    "a softcap runs in the forwards only so far (forward, forward_varlen, \
+                     forward_kvcache, forward_kvcache_paged and their _into forms); this \
+                     call ({} kernels) has no softcap kernel",
                     pass.name()
                 )));
             }

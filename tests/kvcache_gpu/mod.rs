@@ -7,7 +7,8 @@ use std::error::Error;
 use std::time::Instant;
 
 use flash_codegen::DType;
-use flash_runtime::{FlashAttention, KvOptions};
+use flash_runtime::reference::Modifiers;
+use flash_runtime::{AttnParams, FlashAttention, KvOptions};
 
 use crate::gpu_support::{Placed, attn_params, report_case};
 
@@ -52,6 +53,10 @@ pub struct Case {
     pub lse: bool,
     /// A paged cache (`forward_kvcache_paged`), or `None` (contiguous caches).
     pub paged: Option<Paging>,
+    /// A sliding window `(left, right)` (replacing `causal`), or `None`.
+    pub window: Option<(i32, i32)>,
+    /// A softcap and the softmax scale it runs with (`None`: 1 / sqrt(d)), or `None`.
+    pub softcap: Option<(f32, Option<f32>)>,
 }
 
 impl Case {
@@ -70,7 +75,33 @@ impl Case {
             layout: Layout::Contiguous,
             lse: true,
             paged: None,
+            window: None,
+            softcap: None,
         }
+    }
+
+    /// The call's parameters: the mask (or window), the softcap and its scale.
+    pub fn params(&self) -> AttnParams {
+        let mut p = attn_params(self.causal, self.softcap.and_then(|s| s.1));
+        if let Some((l, r)) = self.window {
+            p = p.with_window(l, r);
+        }
+        if let Some((cap, _)) = self.softcap {
+            p = p.with_softcap(cap);
+        }
+        p
+    }
+
+    /// The reference's modifiers and softmax scale for [`Case::params`].
+    pub fn modifiers(&self) -> (Modifiers, Option<f64>) {
+        let mut m = Modifiers::causal(self.causal && self.window.is_none());
+        if let Some((l, r)) = self.window {
+            m = m.with_window(l as i64, r as i64);
+        }
+        if let Some((cap, _)) = self.softcap {
+            m = m.with_softcap(cap as f64);
+        }
+        (m, self.softcap.and_then(|s| s.1).map(f64::from))
     }
 
     /// Each sequence's valid keys as the kernels see them (clamped to `[0, cap]`).
@@ -101,13 +132,17 @@ impl Case {
             None => "auto".into(),
         };
         let planned = planned.map_or("?".into(), |n| n.to_string());
+        let mods = match (self.window, self.softcap) {
+            (None, None) => String::new(),
+            (w, s) => format!(" window={w:?} softcap={s:?}").replace(' ', ""),
+        };
         let paged = match &self.paged {
             Some(p) => format!(" page={} shared={} spare={}", p.page, p.shared, p.spare),
             None => String::new(),
         };
         format!(
             "d={:3} {:4} {:6} b={} sq={:3} cap={:5} h={:2}/{:<2} lens={lens} splits={splits}->{planned} \
-             {:10} lse={}{paged}",
+             {:10} lse={}{paged} {mods}",
             self.d,
             self.dtype.name(),
             if self.causal { "causal" } else { "full" },
@@ -125,7 +160,7 @@ impl Case {
 /// The split count the runtime plans for the case (what the case line reports).
 pub fn planned_splits(rt: &FlashAttention, c: &Case) -> Result<u32, Box<dyn Error>> {
     let (qs, ks) = ([c.b, c.sq, c.h, c.d], [c.b, c.cap, c.hk, c.d]);
-    let params = attn_params(c.causal, None);
+    let params = c.params();
     let opts = c.opts();
     if let Some(p) = &c.paged {
         let pool = [c.b * c.cap / p.page + p.spare, p.page, c.hk, c.d];

@@ -6,13 +6,13 @@ use std::error::Error;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use flash_runtime::reference::{Shape, attention_kvcache_f64};
+use flash_runtime::reference::{Shape, attention_kvcache_with};
 use flash_runtime::rng::Rng;
 use flash_runtime::{Element, FlashAttention, PagedKv};
 
 use super::paged::scatter;
 use super::{Case, LSE_GUARD, LSE_SENTINEL, Layout, O_SENTINEL, cache_place};
-use crate::gpu_support::{Outcome, Placed, attn_params, check_o, lse_abs_err, rounded, upload};
+use crate::gpu_support::{Outcome, Placed, check_o, lse_abs_err, rounded, upload};
 
 /// The bits of a buffer's elements, to compare two runs.
 fn bits<T: Element>(x: &[T]) -> Vec<u32> {
@@ -86,7 +86,7 @@ pub fn run_case<T: Element>(
         None => None,
     };
     let seqlens_v = seqlens_d.as_ref().map(|s| s.as_view());
-    let params = attn_params(c.causal, None);
+    let params = c.params();
     let opts = c.opts();
 
     // outputs: o NaN in the view, the sentinel elsewhere; lse NaN between sentinel bands
@@ -155,7 +155,8 @@ pub fn run_case<T: Element>(
         Some(l) => l.clone(),
         None => vec![i32::try_from(c.cap)?; c.b],
     };
-    let r = attention_kvcache_f64(&shape, &qf, &kf, &vf, &ref_lens, c.causal, None)?;
+    let (mods, scale) = c.modifiers();
+    let r = attention_kvcache_with(&shape, (&qf, &kf, &vf), &ref_lens, &mods, scale)?;
 
     let mut problems = Vec::new();
     let (o_host, lse_host) = (&first.o, &first.lse);

@@ -1,6 +1,6 @@
 //! Kernel layer: block scheduling every architecture shares: which key blocks a query
-//! block visits (all, up to the causal diagonal, or those a sliding window reaches) and
-//! the causal forward's CTA order.
+//! block (or a block of packed decode rows) visits (all, up to the causal diagonal, or
+//! those a sliding window reaches) and the causal forward's CTA order.
 
 use super::mask::Window;
 use super::params::Params;
@@ -91,6 +91,44 @@ pub fn packed_kv_blocks(
     let lim = b.max_s32(lim, 0i32);
     let lim = b.div_u32(lim, t.block_n());
     (b.min_u32(n, lim), diag)
+}
+
+/// The key blocks a block of packed rows (as [`packed_kv_blocks`]) visits under the
+/// sliding window `w`: from the one holding its first position's first visible key
+/// (`diag - left`) to the one holding its last position's last visible key (`last + shift
+/// + right`), within the sequence; `first == end` when it sees none. Returns `(first, end,
+/// diag)`, `diag` as [`packed_kv_blocks`]'.
+pub fn packed_window_blocks(
+    b: &mut Builder,
+    plan: &KernelPlan,
+    w: Window,
+    (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
+    m0: Reg<B32>,
+    heads_per_kv: Reg<B32>,
+) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
+    let t = &plan.tiles;
+    let bn = t.block_n();
+    // (a local mask is not causal: every block of the sequence, and the diagonal)
+    let (n, diag) = packed_kv_blocks(b, plan, (seqlen_q, seqlen_k), m0, heads_per_kv);
+    // the block's last position: keys up to last + shift + right are visible to it
+    let last_row = b.add_u32(m0, t.block_m() - 1);
+    let last = b.div_u32(last_row, heads_per_kv);
+    let final_pos = b.sub_u32(seqlen_q, 1u32);
+    let last = b.min_u32(last, final_pos);
+    let shift = b.sub_s32(seqlen_k, seqlen_q);
+    // end = ceil((last + shift + right + 1) / block_n), within 0..=n
+    let lim = b.add_s32(last, shift);
+    let lim = b.add_s32(lim, w.right);
+    let lim = b.add_s32(lim, bn as i32);
+    let lim = b.max_s32(lim, 0i32);
+    let lim = b.div_u32(lim, bn);
+    let end = b.min_u32(n, lim);
+    // first = floor(max(diag - left, 0) / block_n), at most end
+    let lo = b.sub_s32(diag, w.left);
+    let lo = b.max_s32(lo, 0i32);
+    let first = b.div_u32(lo, bn);
+    let first = b.min_u32(first, end);
+    (first, end, diag)
 }
 
 /// The K and V bytes of the (head, batch) pairs whose query blocks run together in the

@@ -139,14 +139,20 @@ impl Pass {
         )
     }
     /// Whether the pass has a variant for `mask`: every pass for none, the score passes
-    /// ([`Pass::has_mask`]) for causal, the forward (dense and varlen) for the sliding
-    /// window.
+    /// ([`Pass::has_mask`]) for causal, the forwards ([`Pass::is_forward`]) for the
+    /// sliding window.
     pub fn has_mask_for(self, mask: Mask) -> bool {
         match mask {
             Mask::None => true,
             Mask::Causal => self.has_mask(),
-            Mask::Local => self.tile_pass() == Pass::Fwd,
+            Mask::Local => self.is_forward(),
         }
+    }
+
+    /// Whether the pass computes attention forward from its scores: the dense and varlen
+    /// forwards and the split-KV ones (contiguous and paged); not the combine step.
+    pub fn is_forward(self) -> bool {
+        matches!(self.tile_pass(), Pass::Fwd | Pass::FwdSplit)
     }
 }
 

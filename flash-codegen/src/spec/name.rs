@@ -153,14 +153,16 @@ mod tests {
         // split-KV forwards (standard, long, compact; prefill at d128) and 100 paged ones,
         // 48 combine steps (standard, long, prefill); 48 softcap forwards (every mask; no
         // compact rows: the softcap rows fit 99 KiB); the varlen forward's 16 local and
-        // 48 softcap ones
-        assert_eq!(KernelSpec::all().len(), 654);
+        // 48 softcap ones; the split-KV and paged forwards' 96 local and 288 softcap ones
+        // (their standard, long and compact rows; no prefill row)
+        assert_eq!(KernelSpec::all().len(), 1038);
         let softcap: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Softcap)
             .collect();
-        assert_eq!(softcap.len(), 96);
-        assert!(softcap.iter().all(|s| s.pass.tile_pass() == Pass::Fwd));
+        assert_eq!(softcap.len(), 384);
+        assert!(softcap.iter().all(|s| s.pass.is_forward()));
+        assert!(softcap.iter().all(|s| s.tiling != Tiling::Prefill));
         assert_eq!(
             softcap.iter().filter(|s| s.pass == Pass::FwdVarlen).count(),
             48
@@ -171,6 +173,9 @@ mod tests {
             "fa2_fwd_d64_f16_local_softcap_sm80",
             "fa2_fwd_d256_bf16_local_softcap_sm80",
             "fa2_fwdvarlen_d128_f16_local_softcap_sm80",
+            "fa2_fwdsplit_d128_bf16_local_softcap_sm80",
+            "fa2_fwdpaged_d64_f16_causal_softcap_long_sm80",
+            "fa2_fwdsplit_d256_bf16_softcap_compact_sm80",
         ] {
             assert!(softcap.iter().any(|s| s.name() == n), "{n}");
         }
@@ -178,8 +183,8 @@ mod tests {
             .into_iter()
             .filter(|s| s.mask == Mask::Local && s.scores == Scores::Plain)
             .collect();
-        assert_eq!(local.len(), 34);
-        assert!(local.iter().all(|s| s.pass.tile_pass() == Pass::Fwd));
+        assert_eq!(local.len(), 130);
+        assert!(local.iter().all(|s| s.pass.is_forward()));
         assert!(
             local
                 .iter()
@@ -202,7 +207,7 @@ mod tests {
         );
         let split =
             |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged);
-        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 248);
+        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 632);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
             all.filter(|s| s.tiling == tiling && !split(s))
@@ -248,7 +253,9 @@ mod tests {
             "fa2_bwd_d128_bf16_long_long_sm80",
             "fa2_bwd_d128_bf16_causal_causal_sm80",
             "fa2_bwd_d128_bf16_softcap_sm80",
-            "fa2_fwdsplit_d128_bf16_softcap_sm80",
+            "fa2_fwdcombine_d128_bf16_softcap_sm80",
+            "fa2_fwdsplit_d128_bf16_local_prefill_sm80",
+            "fa2_fwdsplit_d128_bf16_softcap_prefill_sm80",
             "fa2_fwd_d128_bf16_softcap_causal_sm80",
             "fa2_fwd_d128_bf16_softcap_softcap_sm80",
             "fa2_fwd_d128_bf16_causal_compact_softcap_sm80",

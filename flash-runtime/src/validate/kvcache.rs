@@ -13,10 +13,11 @@ use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
 use super::paged::{PagedCache, PagedDesc, check_paged, check_pool_strides};
-use super::split_rule::{GpuFill, resolve_splits, split_spec};
+use super::split_rule::{GpuFill, resolve_splits, rule_k_shape, split_spec};
 use super::{
     BufDesc, LaunchPlan, LseDesc, MAX_GRID_X, MAX_GRID_YZ, ParamValue, Placed, TensorDesc,
-    bind_params, check_dtypes, check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
+    bind_params, bind_spec_params, check_dtypes, check_problem, launch, place, prod, shape_err,
+    tensor_param, u32_of,
 };
 use crate::error::{FlashError, Result};
 use crate::params::AttnParams;
@@ -251,20 +252,17 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         tiling: Tiling::Standard,
         arch,
     };
-    let kernel = (kernel_d, dtype, a.params.kernel_mask_for(Pass::FwdSplit)?);
-    let split_spec = split_spec(a.q.shape, logical.shape, kernel, arch, gpu);
-    let shapes = (a.q.shape, logical.shape);
+    let kernel = (kernel_d, dtype, &a.params);
+    let split_spec = split_spec(a.q.shape, logical.shape, kernel, arch, gpu)?;
+    let shapes = (a.q.shape, rule_k_shape(a.q.shape, logical.shape, &a.params));
     let page_size = paged.map(|p| 1usize << p.page_shift);
     let splits = resolve_splits(a.num_splits, shapes, (&split_spec, page_size), gpu)?;
-    let (split_pass, split_spec) = match paged {
-        None => (Pass::FwdSplit, split_spec),
-        Some(_) => (
-            Pass::FwdPaged,
-            KernelSpec {
-                pass: Pass::FwdPaged,
-                ..split_spec
-            },
-        ),
+    let split_spec = match paged {
+        None => split_spec,
+        Some(_) => KernelSpec {
+            pass: Pass::FwdPaged,
+            ..split_spec
+        },
     };
     if b == 0 || h == 0 || sq == 0 {
         return Ok(KvPlan {
@@ -277,6 +275,13 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         });
     }
 
+    // A window's bounds join both lengths in one i32 sum in the kernel
+    if split_spec.mask == Mask::Local && sq + cap + 256 >= 1 << 31 {
+        return Err(FlashError::InvalidParam(format!(
+            "a sliding window needs seqlen_q + the cache's capacity below 2^31 - 256, got \
+             {sq} + {cap}"
+        )));
+    }
     // Grid first: it names the limit users hit with huge batches or split counts.
     check_kv_grid([b, sq, h, hk], split_spec.tiles().block_m(), splits)?;
     let (sq32, cap32) = (u32_of(sq, "seqlen_q")?, capacity_of(cap)?);
@@ -311,6 +316,7 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     });
 
     let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
+    let window = a.params.window_params().unwrap_or((u32::MAX, u32::MAX));
     let value = |name: &str| {
         use ParamValue::{F32, U32, U64};
         if let Some(t) = tensor_param(name, &tensors) {
@@ -331,11 +337,14 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
             "max_pages" => U32(pages.max_pages),
             "page_shift" => U32(pages.page_shift),
             "num_pages" => U32(pages.num_pages),
+            "window_left" => U32(window.0),
+            "window_right" => U32(window.1),
+            "softcap" => F32(a.params.softcap.unwrap_or(0.0)),
             _ => return None,
         })
     };
     let g = split_grid(&split_spec, [b32, sq32, h32, hk32], splits);
-    let split = launch(split_spec, g, bind_params(split_pass, value)?);
+    let split = launch(split_spec, g, bind_spec_params(&split_spec, value)?);
     let combine = match splits {
         1 => None,
         _ => {

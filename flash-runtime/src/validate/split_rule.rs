@@ -160,17 +160,17 @@ fn rule(
 pub(super) fn split_spec(
     q_shape: [usize; 4],
     k_shape: [usize; 4],
-    (kernel_d, dtype, mask): (u32, DType, Mask),
+    (kernel_d, dtype, params): (u32, DType, &AttnParams),
     arch: Arch,
     gpu: GpuFill,
-) -> KernelSpec {
+) -> Result<KernelSpec> {
     let packed = packed_rows(q_shape, k_shape) as usize;
     let base = KernelSpec {
         pass: Pass::FwdSplit,
         head_dim: kernel_d,
         dtype,
-        mask,
-        scores: flash_codegen::Scores::Plain,
+        mask: params.kernel_mask_for(Pass::FwdSplit)?,
+        scores: params.kernel_scores(),
         tiling: Tiling::Standard,
         arch,
     };
@@ -180,7 +180,29 @@ pub(super) fn split_spec(
         true => base.with_tiling(Tiling::Long),
         false => spec,
     };
-    spec.for_smem(gpu.smem_optin)
+    Ok(spec.for_smem(gpu.smem_optin))
+}
+
+/// The cache shape the split rule sizes for: `k_shape`, or, under a sliding window, its
+/// capacity cut to the keys the window lets a call's `seqlen_q` queries see (`left +
+/// seqlen_q + right`, each bound capped at the capacity), so that a 4K window over a 128K
+/// cache splits as a 4K cache does.
+pub(super) fn rule_k_shape(
+    q_shape: [usize; 4],
+    k_shape: [usize; 4],
+    params: &AttnParams,
+) -> [usize; 4] {
+    let [b, cap, hk, d] = k_shape;
+    match (params.kernel_mask(), params.window_params()) {
+        (Mask::Local, Some((left, right))) => {
+            let bound = |x: u32| (x as usize).min(cap);
+            let reach = bound(left)
+                .saturating_add(q_shape[1])
+                .saturating_add(bound(right));
+            [b, reach.min(cap), hk, d]
+        }
+        _ => k_shape,
+    }
 }
 
 /// Whether the prefill kernel `spec`'s CTAs, at the most splits the rule gives
@@ -238,14 +260,9 @@ pub fn kvcache_splits(
     let kernel_d = KernelSpec::kernel_head_dim(d as u32)
         .filter(|_| d <= 256)
         .ok_or(FlashError::UnsupportedHeadDim { head_dim: d })?;
-    let spec = split_spec(
-        q_shape,
-        k_shape,
-        (kernel_d, dtype, params.kernel_mask_for(Pass::FwdSplit)?),
-        arch,
-        gpu,
-    );
-    resolve_splits(num_splits, (q_shape, k_shape), (&spec, page_size), gpu)
+    let spec = split_spec(q_shape, k_shape, (kernel_d, dtype, params), arch, gpu)?;
+    let rule_k = rule_k_shape(q_shape, k_shape, params);
+    resolve_splits(num_splits, (q_shape, rule_k), (&spec, page_size), gpu)
 }
 
 /// The split count of the call: an explicit one checked and lowered to the cache's key

@@ -23,9 +23,10 @@ use crate::abi::{
     TensorArgs, V,
 };
 use crate::kernels::half_fmt;
-use crate::kernels::mask::{KeyMask, mask_block};
+use crate::kernels::mask::{KeyMask, Window, mask_block};
 use crate::kernels::params::Params;
-use crate::kernels::schedule::packed_kv_blocks;
+use crate::kernels::schedule::{packed_kv_blocks, packed_window_blocks};
+use crate::kernels::scores::ScoreTransform;
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, LdCache, Reg, Space, Special,
@@ -44,14 +45,14 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let [q_operand] = w.a_operands(&mut b, t.layout.resident(), [&f.q_tile], f.smem, d);
     let mask = KeyMask::new(
         &mut b,
-        (plan.spec.mask, None),
+        (plan.spec.mask, f.window),
         &f.positions,
         w.t2,
         f.p.get(SEQLEN_Q),
         f.seqlen_k,
     );
     let mut o = w.acc_zeros(&mut b, d);
-    let mut softmax = OnlineSoftmax::new(&mut b, w.rows.len(), f.p.get(SCALE_LOG2));
+    let mut softmax = OnlineSoftmax::new(&mut b, w.rows.len(), f.softmax_scale);
     f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
     f.epilogue(&mut b, &softmax, &mut o);
     let bounds = LaunchBounds {
@@ -79,6 +80,10 @@ struct SplitBlock<'a> {
     first: Reg<B32>,
     end: Reg<B32>,
     diag: Reg<B32>,
+    window: Option<Window>,
+    /// The score transform, and the scale (times log2 e) the softmax applies after it.
+    transform: Option<ScoreTransform>,
+    softmax_scale: Reg<F32>,
     /// No row of the warp exists: it skips the products (warp-uniform).
     warp_idle: Reg<crate::ptx::Pred>,
     smem: Reg<B32>,
@@ -101,7 +106,7 @@ impl<'a> SplitBlock<'a> {
             t.stages,
             plan.smem.bytes
         ));
-        let p = Params::load(&mut b, spec.pass);
+        let p = Params::load_spec(&mut b, spec);
         let zero = b.mov(0u32);
         let w = match t.layout.key_split() {
             true => Warp::with_row_blocks(&mut b, 1, Some(1)), // every warp: rows 0..16
@@ -157,15 +162,24 @@ impl<'a> SplitBlock<'a> {
             b.assign(seqlen_k, n);
         });
 
-        b.comment("-- the split's key blocks: an equal share of the sequence's --");
-        let (n_blocks, diag) = packed_kv_blocks(&mut b, plan, (seqlen_q, seqlen_k), m0, hpk);
-        let share = b.add_u32(n_blocks, splits);
-        let share = b.sub_u32(share, 1u32);
-        let share = b.div_u32(share, splits);
-        let first = b.mul_lo_u32(split, share);
-        let first = b.min_u32(first, n_blocks);
-        let end = b.add_u32(first, share);
-        let end = b.min_u32(end, n_blocks);
+        let window = Window::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
+        let (transform, softmax_scale) =
+            ScoreTransform::load(&mut b, &p, spec.scores, p.get(SCALE_LOG2));
+        let (first, end, diag) = match window {
+            None => {
+                b.comment("-- the split's key blocks: an equal share of the sequence's --");
+                let (n, diag) = packed_kv_blocks(&mut b, plan, (seqlen_q, seqlen_k), m0, hpk);
+                let (first, end) = split_share(&mut b, (split, splits), (None, n));
+                (first, end, diag)
+            }
+            Some(w) => {
+                b.comment("-- the split's key blocks: an equal share of the window's --");
+                let (lo, hi, diag) =
+                    packed_window_blocks(&mut b, plan, w, (seqlen_q, seqlen_k), m0, hpk);
+                let (first, end) = split_share(&mut b, (split, splits), (Some(lo), hi));
+                (first, end, diag)
+            }
+        };
 
         let smem = b.smem_base();
         let q_tile = SmemTile::from(plan.smem.fixed[0]);
@@ -219,6 +233,9 @@ impl<'a> SplitBlock<'a> {
             first,
             end,
             diag,
+            window,
+            transform,
+            softmax_scale,
             warp_idle,
             smem,
             q_tile,
@@ -259,11 +276,17 @@ impl<'a> SplitBlock<'a> {
             b.comment("-- S = Q K^T --");
             let mut s = q.acc_zeros(b, keys);
             q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], at), d);
-            b.comment("-- mask: blocks crossing the sequence end or the causal diagonal --");
+            if let Some(t) = &self.transform {
+                t.apply(b, &mut s);
+            }
+            b.comment(match self.window {
+                None => "-- mask: blocks crossing the sequence end or the causal diagonal --",
+                Some(_) => "-- mask: blocks crossing the sequence end or the window's edges --",
+            });
             mask_block(
                 b,
                 self.plan,
-                (mask, None),
+                (mask, self.window),
                 &mut s,
                 (n0, s_n0),
                 self.seqlen_k,
@@ -304,6 +327,30 @@ impl<'a> SplitBlock<'a> {
             store(b, o, &lse);
         }
     }
+}
+
+/// Split `split` of `splits`' key blocks `first..end`: an equal share, `ceil((end -
+/// first) / splits)` blocks, of the range (`first` `None`: 0), clamped to it.
+fn split_share(
+    b: &mut Builder,
+    (split, splits): (Reg<B32>, Reg<B32>),
+    (first, end): (Option<Reg<B32>>, Reg<B32>),
+) -> (Reg<B32>, Reg<B32>) {
+    let count = match first {
+        Some(f) => b.sub_u32(end, f),
+        None => end,
+    };
+    let share = b.add_u32(count, splits);
+    let share = b.sub_u32(share, 1u32);
+    let share = b.div_u32(share, splits);
+    let at = b.mul_lo_u32(split, share);
+    let at = match first {
+        Some(f) => b.add_u32(f, at),
+        None => at,
+    };
+    let at = b.min_u32(at, end);
+    let last = b.add_u32(at, share);
+    (at, b.min_u32(last, end))
 }
 
 /// The address of packed row `m0 + row` of tensor `t` (Q): [`packed_coords`] then

@@ -167,6 +167,12 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
 /// packed rows, tiles), for fwdcombine (the most splits, tiles).
 pub(crate) fn prefill_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
     let table: &[(u32, u32, Sm80Tiles)] = match spec.pass.tile_pass() {
+        // (plain scores without a window only: the window's bounds or a softcap under the
+        // causal mask cost the 128-row tile 4 bytes of spills on sm_80, ptxas -v; those
+        // variants run their long row)
+        Pass::FwdSplit if spec.mask == Mask::Local || spec.scores != Scores::Plain => {
+            return None;
+        }
         Pass::FwdSplit => &FWD_SPLIT_PREFILL_TILES,
         Pass::FwdCombine => &FWD_COMBINE_PREFILL_TILES,
         _ => return None,
