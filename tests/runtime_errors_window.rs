@@ -1,8 +1,8 @@
 //! The sliding window's host checks and plans (no GPU): `AttnParams::with_window` plans
 //! the dense forward on its `_local` kernel with the bounds as parameters (-1 as
-//! `u32::MAX`), `(-1, 0)` and `(-1, -1)` on the causal and plain kernels; bounds below -1
-//! and the calls without a sliding-window kernel (the backward, dense and varlen) are typed
-//! errors; the varlen forward plans its `_local` kernel as the dense one.
+//! `u32::MAX`), `(-1, 0)` and `(-1, -1)` on the causal and plain kernels; the varlen
+//! forward and the backward (dense and varlen, both modes) plan their `_local` kernels
+//! the same way; bounds below -1 and a softcap in the backward are typed errors.
 
 use flash_codegen::abi::params_of;
 use flash_codegen::{Arch, Mask, Pass};
@@ -65,7 +65,7 @@ fn windows_plan_the_local_kernel_with_their_bounds() {
 }
 
 #[test]
-fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
+fn bad_windows_are_errors_and_every_call_plans_its_window() {
     for (l, r) in [(-2, 0), (0, -5), (i32::MIN, i32::MIN)] {
         let e = plan_fwd(
             &fwd(1, 64, 64, AttnParams::new().with_window(l, r)),
@@ -78,10 +78,30 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
         );
     }
     let w = AttnParams::new().with_window(16, 0);
-    // the backward
+    // the backward, both modes: bwd and bwddq on their `_local` kernels with the bounds,
+    // bwdpre and bwdpost plain
     let shapes = ([1, 64, 8, 128], [1, 64, 2, 128]);
-    let bwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
-    let e = plan_bwd(&bwd, Arch::Sm80).unwrap_err();
+    for opts in [BwdOptions::new(), BwdOptions::deterministic()] {
+        let p = plan_bwd(&bwd_args(shapes, 8 * 64, None, (w, opts)), Arch::Sm80).unwrap();
+        assert_eq!(p.launches.len(), 3);
+        for l in &p.launches {
+            let local = matches!(l.spec.pass, Pass::Bwd | Pass::BwdDq);
+            assert_eq!(l.spec.mask == Mask::Local, local, "{}", l.spec);
+            let names: Vec<&str> = l.params.iter().map(|(n, _)| *n).collect();
+            let abi: Vec<&str> = params_of(&l.spec).iter().map(|d| d.name).collect();
+            assert_eq!(names, abi, "{}", l.spec);
+            let want = local.then_some((ParamValue::U32(16), ParamValue::U32(0)));
+            let got = l.param("window_left").zip(l.param("window_right"));
+            assert_eq!(got, want, "{}", l.spec);
+        }
+    }
+    // ... and no softcap yet, also when there is nothing to compute
+    let capped = AttnParams::causal().with_softcap(30.0);
+    let e = plan_bwd(
+        &bwd_args(shapes, 8 * 64, None, (capped, BwdOptions::new())),
+        Arch::Sm80,
+    )
+    .unwrap_err();
     assert!(
         matches!(&e, FlashError::InvalidParam(m) if m.contains("forwards only")),
         "{e}"
@@ -106,18 +126,29 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
     assert_eq!(names, abi);
     assert_eq!(p.param("window_left"), Some(ParamValue::U32(16)));
     assert_eq!(p.param("window_right"), Some(ParamValue::U32(0)));
-    // ... the varlen backward has none, also when there is nothing to compute
-    let vbwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
-    let e = plan_bwd_varlen(&vbwd, &vl, Arch::Sm80, (8, 0)).unwrap_err();
-    assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("forwards only")),
-        "{e}"
-    );
+    // ... the varlen backward too (its local kernels, the bounds bound; on cc 9.0 the
+    // main pass's wide row), and a softcap there is an error also when it is empty
+    for cc in [(8, 0), (9, 0)] {
+        let vbwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
+        let p = plan_bwd_varlen(&vbwd, &vl, Arch::Sm80, cc).unwrap();
+        let main = p
+            .launches
+            .iter()
+            .find(|l| l.spec.pass == Pass::BwdVarlen)
+            .unwrap();
+        assert_eq!(main.spec.mask, Mask::Local);
+        assert_eq!(
+            main.spec.tiling == flash_codegen::Tiling::Wide,
+            cc == (9, 0)
+        );
+        assert_eq!(main.param("window_left"), Some(ParamValue::U32(16)));
+    }
     let empty = VarlenDesc {
         max_seqlen_q: 0,
         ..vl
     };
-    let e = plan_bwd_varlen(&vbwd, &empty, Arch::Sm80, (8, 0)).unwrap_err();
+    let vcapped = bwd_args(shapes, 8 * 64, None, (capped, BwdOptions::new()));
+    let e = plan_bwd_varlen(&vcapped, &empty, Arch::Sm80, (8, 0)).unwrap_err();
     assert!(matches!(&e, FlashError::InvalidParam(_)), "{e}");
     // ... and a bad window is an error in the varlen forward, also when it is empty
     let bad = AttnParams::new().with_window(-3, 0);
@@ -125,7 +156,7 @@ fn bad_windows_and_calls_without_a_window_kernel_are_errors() {
     assert!(matches!(&e, FlashError::InvalidParam(_)), "{e}");
     let no_keys = ([1, 64, 8, 128], [1, 0, 2, 128]);
     let e = plan_bwd(
-        &bwd_args(no_keys, 8 * 64, None, (w, BwdOptions::new())),
+        &bwd_args(no_keys, 8 * 64, None, (capped, BwdOptions::new())),
         Arch::Sm80,
     )
     .unwrap_err();

@@ -57,7 +57,7 @@ mod tests;
 /// | `head_dim` | `32`, `64`, `96`, `128`, `160`, `192`, `224`, `256` | required |
 /// | `dtype` | `f16`, `bf16` | required |
 /// | `causal` | `false`, `true` | required |
-/// | `passes` | `fwd`, `bwd`, `kvcache`, `paged`, `varlen`, `varlen_bwd`, `fwd_local`, `varlen_local`, `kvcache_local`, `paged_local` | required |
+/// | `passes` | `fwd`, `bwd`, `kvcache`, `paged`, `varlen`, `varlen_bwd`, `fwd_local`, `varlen_local`, `kvcache_local`, `paged_local`, `bwd_local`, `varlen_bwd_local` | required |
 /// | `arch` | `sm80` | optional, default `sm80` |
 ///
 /// Only the kernel head dims are instantiable: a problem of head dim `d` (a multiple of 8
@@ -81,8 +81,10 @@ mod tests;
 /// the sliding-window forward (`..._LOCAL_SM80`: `AttnParams::with_window`; the window is
 /// a runtime parameter, so `causal` leaves it as it is), `varlen_local`, `kvcache_local`
 /// and `paged_local` the packed-sequence, KV-cache and paged ones (each with its combine
-/// step, which has no mask). `softcap = true` adds the softcap twin of every forward
-/// kernel (`AttnParams::with_softcap`; the backward has none).
+/// step, which has no mask); `bwd_local` and `varlen_bwd_local` the backwards under a
+/// window (`bwd` and `bwddq` local, with the plain `bwdpre` and `bwdpost`). `softcap =
+/// true` adds the softcap twin of every forward kernel (`AttnParams::with_softcap`; the
+/// backward has none).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

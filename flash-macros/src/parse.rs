@@ -34,6 +34,8 @@ enum Passes {
     VarlenLocal,
     KvCacheLocal,
     PagedLocal,
+    BwdLocal,
+    VarlenBwdLocal,
 }
 
 /// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
@@ -205,13 +207,15 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
     Ok(product(&args))
 }
 
-/// `softcap = true` needs a pass with softcap kernels (the forwards: every pass but
-/// `bwd` and `varlen_bwd`).
+/// `softcap = true` needs a pass with softcap kernels (the forwards: every pass but the
+/// backward ones).
 fn check_softcap(e: &Entry, a: &Args) -> Result<()> {
-    let with = a
-        .passes
-        .iter()
-        .any(|p| !matches!(p, Passes::Bwd | Passes::VarlenBwd));
+    let with = a.passes.iter().any(|p| {
+        !matches!(
+            p,
+            Passes::Bwd | Passes::VarlenBwd | Passes::BwdLocal | Passes::VarlenBwdLocal
+        )
+    });
     if a.scores.contains(&Scores::Softcap) && !with {
         return Err(Error::new(
             e.key.span(),
@@ -300,7 +304,9 @@ fn passes(a: &Atom) -> Result<Passes> {
                     at d64-d128, bwddqvarlen and bwdpostvarlen), `fwd_local` (the \
                     sliding-window forward: fwd, mask local), `varlen_local`, \
                     `kvcache_local` or `paged_local` (the sliding-window packed-sequence, \
-                    KV-cache and paged forwards: mask local)";
+                    KV-cache and paged forwards: mask local), `bwd_local` or \
+                    `varlen_bwd_local` (the sliding-window backwards: bwd and bwddq with \
+                    mask local, bwdpre and bwdpost)";
     let w = word(a, "a pass", expected)?;
     match w.to_string().as_str() {
         "fwd" => Ok(Passes::Fwd),
@@ -313,6 +319,8 @@ fn passes(a: &Atom) -> Result<Passes> {
         "varlen_local" => Ok(Passes::VarlenLocal),
         "kvcache_local" => Ok(Passes::KvCacheLocal),
         "paged_local" => Ok(Passes::PagedLocal),
+        "bwd_local" => Ok(Passes::BwdLocal),
+        "varlen_bwd_local" => Ok(Passes::VarlenBwdLocal),
         other => Err(Error::new(
             w.span(),
             format!("unknown pass `{other}`: {expected}"),
@@ -336,8 +344,9 @@ fn arch(a: &Atom) -> Result<Arch> {
 /// combine step (no causal variant); `paged` the paged split-KV forward and the same
 /// combine step; `varlen` and `varlen_bwd` the packed-sequence forward and backward;
 /// `fwd_local`, `varlen_local`, `kvcache_local` and `paged_local` the sliding-window
-/// forwards (the window is a runtime parameter, so `causal` does not change them; the
-/// combine step has no mask).
+/// forwards, `bwd_local` and `varlen_bwd_local` the backwards (the window is a runtime
+/// parameter, so `causal` does not change them; the combine step, bwdpre and bwdpost
+/// have no mask).
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
     for &arch in &a.arch {
@@ -347,7 +356,9 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                     for &p in &a.passes {
                         let passes: &[Pass] = match p {
                             Passes::Fwd | Passes::FwdLocal => &[Pass::Fwd],
-                            Passes::Bwd => &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost],
+                            Passes::Bwd | Passes::BwdLocal => {
+                                &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost]
+                            }
                             Passes::KvCache | Passes::KvCacheLocal => {
                                 &[Pass::FwdSplit, Pass::FwdCombine]
                             }
@@ -355,7 +366,7 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                 &[Pass::FwdPaged, Pass::FwdCombine]
                             }
                             Passes::Varlen | Passes::VarlenLocal => &[Pass::FwdVarlen],
-                            Passes::VarlenBwd => &[
+                            Passes::VarlenBwd | Passes::VarlenBwdLocal => &[
                                 Pass::BwdPreVarlen,
                                 Pass::BwdVarlen,
                                 Pass::BwdDqVarlen,
@@ -372,6 +383,8 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                     | Passes::VarlenLocal
                                     | Passes::KvCacheLocal
                                     | Passes::PagedLocal
+                                    | Passes::BwdLocal
+                                    | Passes::VarlenBwdLocal
                                         if pass.has_mask_for(Mask::Local) =>
                                     {
                                         Mask::Local

@@ -15,9 +15,10 @@ pub enum Mask {
     /// A sliding window as FlashAttention-2 defines it: query `i` sees keys `j` with
     /// `i + a - left <= j <= i + a + right`, `a = seqlen_k - seqlen_q`; `-1` leaves that
     /// side unbounded (`(-1, 0)` is [`Mask::Causal`], `(-1, -1)` [`Mask::None`]; Mistral's
-    /// 4096-token window is `(4095, 0)`). Keys wholly outside the window cost nothing.
-    /// Dense forward only for now ([`crate::FlashAttention::forward`]); other calls
-    /// return [`FlashError::InvalidParam`](crate::FlashError::InvalidParam).
+    /// 4096-token window is `(4095, 0)`). Key blocks wholly outside the window cost
+    /// nothing. Every call has it: the forwards (dense, varlen, KV cache, paged; in the
+    /// varlen and KV-cache calls aligned per sequence) and the backward (dense and varlen,
+    /// both modes).
     Window {
         /// Keys before the diagonal each query sees, or -1 for all.
         left: i32,
@@ -48,8 +49,8 @@ pub struct AttnParams {
     pub softmax_scale: Option<f32>,
     /// Logit softcap (Gemma 2): each scaled score `x` becomes `cap * tanh(x / cap)` before
     /// the mask and the softmax. `None` (default): none. Finite and positive (checked at
-    /// the call); the forwards (dense, varlen, KV cache, paged) only for now (the backward returns
-    /// [`FlashError::InvalidParam`](crate::FlashError::InvalidParam)).
+    /// the call); the forwards (dense, varlen, KV cache, paged) only for now (the
+    /// backward returns [`FlashError::InvalidParam`](crate::FlashError::InvalidParam)).
     pub softcap: Option<f32>,
 }
 
@@ -149,9 +150,7 @@ impl AttnParams {
         let mask = self.kernel_mask();
         if !pass.has_mask_for(mask) {
             return Err(crate::FlashError::InvalidParam(format!(
-                "a sliding window ({:?}) runs in the forwards only so far (forward, \
-                 forward_varlen, forward_kvcache, forward_kvcache_paged and their _into \
-                 forms); this call ({} kernels) has no sliding-window kernel",
+                "a sliding window ({:?}): the {} kernels have no sliding-window variant",
                 self.mask,
                 pass.name()
             )));

@@ -104,13 +104,42 @@ impl KeyMask {
     }
 }
 
-/// The causal mask seen from a key block (the backward's transposed scores S^T, rows =
-/// keys, columns = queries): key `j` is visible to query `i` iff `i >= j - (seqlen_k -
-/// seqlen_q)`.
+/// The causal mask or the sliding window seen from a key block (the backward's
+/// transposed scores S^T, rows = keys, columns = queries): key `j` is visible to query
+/// `i` iff `i >= j - (seqlen_k - seqlen_q)` (causal), iff `j - shift - right <= i <= j -
+/// shift + left` (window, `shift = seqlen_k - seqlen_q`).
 pub struct QueryMask {
     /// `first_query(row 0) - 2t` for the thread's first key row; thread row r is key row
     /// 0 + [`AccTile::row_offset`]`(r)`, so one register serves every row.
     first_rel: Reg<B32>,
+    /// Under a window: `last_query(row 0) - 2t`, the last query that sees the row's key.
+    last_rel: Option<Reg<B32>>,
+}
+
+/// The queries at which a key block's mask changes: its last key's first query
+/// (`lower`: columns before it miss some key) and, under a window, its first key's last
+/// query (`upper`: columns after it miss some key).
+#[derive(Clone, Copy, Debug)]
+pub struct QueryEdges {
+    /// The first query that sees the block's last key.
+    pub lower: Reg<B32>,
+    /// Under a window: the last query that sees the block's first key.
+    pub upper: Option<Reg<B32>>,
+}
+
+impl QueryEdges {
+    /// Whether the query columns `m0 .. m0 + cols` cross an edge (need the mask).
+    pub fn crossed(&self, b: &mut Builder, m0: Reg<B32>, cols: u32) -> Reg<crate::ptx::Pred> {
+        let below = b.setp_s32(Cmp::Lt, m0, self.lower);
+        match self.upper {
+            None => below,
+            Some(upper) => {
+                let last = b.add_s32(m0, cols as i32 - 1);
+                let above = b.setp_s32(Cmp::Gt, last, upper);
+                b.or_pred(below, above)
+            }
+        }
+    }
 }
 
 impl QueryMask {
@@ -128,6 +157,25 @@ impl QueryMask {
         let first = b.sub_s32(key0, shift);
         QueryMask {
             first_rel: b.sub_s32(first, t2),
+            last_rel: None,
+        }
+    }
+
+    /// The window `w`'s mask ([`QueryMask::new`]'s arguments): queries `j - shift - right
+    /// ..= j - shift + left` see key `j`.
+    pub fn window(
+        b: &mut Builder,
+        (key0, t2): (Reg<B32>, Reg<B32>),
+        (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
+        w: Window,
+    ) -> Self {
+        let shift = b.sub_s32(seqlen_k, seqlen_q);
+        let diag = b.sub_s32(key0, shift);
+        let first = b.sub_s32(diag, w.right);
+        let last = b.add_s32(diag, w.left);
+        QueryMask {
+            first_rel: b.sub_s32(first, t2),
+            last_rel: Some(b.sub_s32(last, t2)),
         }
     }
 
@@ -138,6 +186,12 @@ impl QueryMask {
             let rel = b.sub_s32(self.first_rel, m0);
             b.add_s32(rel, AccTile::row_offset(r) as i32)
         });
+        if let Some(last_rel) = self.last_rel {
+            s.mask(b, Cmp::Ge, |b, r| {
+                let rel = b.sub_s32(last_rel, m0);
+                b.add_s32(rel, AccTile::row_offset(r) as i32)
+            });
+        }
     }
 }
 

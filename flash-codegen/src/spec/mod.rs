@@ -139,13 +139,12 @@ impl Pass {
         )
     }
     /// Whether the pass has a variant for `mask`: every pass for none, the score passes
-    /// ([`Pass::has_mask`]) for causal, the forwards ([`Pass::is_forward`]) for the
-    /// sliding window.
+    /// ([`Pass::has_mask`]: the forwards, the backward main pass and its dQ pass) for
+    /// causal and for the sliding window.
     pub fn has_mask_for(self, mask: Mask) -> bool {
         match mask {
             Mask::None => true,
-            Mask::Causal => self.has_mask(),
-            Mask::Local => self.is_forward(),
+            Mask::Causal | Mask::Local => self.has_mask(),
         }
     }
 

@@ -154,8 +154,9 @@ mod tests {
         // 48 combine steps (standard, long, prefill); 48 softcap forwards (every mask; no
         // compact rows: the softcap rows fit 99 KiB); the varlen forward's 16 local and
         // 48 softcap ones; the split-KV and paged forwards' 96 local and 288 softcap ones
-        // (their standard, long and compact rows; no prefill row)
-        assert_eq!(KernelSpec::all().len(), 1038);
+        // (their standard, long and compact rows; no prefill row); the backward's 72 local
+        // ones (bwd, its long row at d128, bwddq; varlen: bwdvarlen, its wide rows, bwddqvarlen)
+        assert_eq!(KernelSpec::all().len(), 1110);
         let softcap: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Softcap)
@@ -183,8 +184,15 @@ mod tests {
             .into_iter()
             .filter(|s| s.mask == Mask::Local && s.scores == Scores::Plain)
             .collect();
-        assert_eq!(local.len(), 130);
-        assert!(local.iter().all(|s| s.pass.is_forward()));
+        assert_eq!(local.len(), 202);
+        assert!(local.iter().all(|s| s.pass.has_mask()));
+        for n in [
+            "fa2_bwd_d128_bf16_local_long_sm80",
+            "fa2_bwddq_d64_f16_local_sm80",
+            "fa2_bwdvarlen_d96_bf16_local_wide_sm80",
+        ] {
+            assert!(local.iter().any(|s| s.name() == n), "{n}");
+        }
         assert!(
             local
                 .iter()
@@ -194,7 +202,7 @@ mod tests {
             .into_iter()
             .filter(|s| s.tiling == Tiling::Wide);
         let wide: Vec<KernelSpec> = wide.collect();
-        assert_eq!(wide.len(), 12);
+        assert_eq!(wide.len(), 18); // (none, causal, local)
         for s in &wide {
             assert!(
                 s.pass == Pass::BwdVarlen && [64, 96, 128].contains(&s.head_dim),
@@ -230,8 +238,10 @@ mod tests {
             [
                 "fa2_bwd_d128_f16_long_sm80",
                 "fa2_bwd_d128_f16_causal_long_sm80",
+                "fa2_bwd_d128_f16_local_long_sm80",
                 "fa2_bwd_d128_bf16_long_sm80",
                 "fa2_bwd_d128_bf16_causal_long_sm80",
+                "fa2_bwd_d128_bf16_local_long_sm80",
             ]
         );
     }

@@ -3,15 +3,16 @@
 //! One CTA per (query block, head, batch) walks the key blocks in order and keeps dQ in
 //! registers, so no atomics and no scratch: bitwise reproducible. Per key block:
 //! S = Q K^T, P = exp2(S * scale_log2 - LSE * log2 e) (recomputed from the saved LSE),
-//! dP = dO V^T, dS = P * (dP - D), dQ += dS K. At the end dQ *= softmax_scale.
+//! dP = dO V^T, dS = P * (dP - D), dQ += dS K. At the end dQ *= softmax_scale. Under a
+//! sliding window it walks only the key blocks the window reaches, as the forward.
 
 use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
 use crate::abi::{DO, DQ, DVEC, HEAD_DIM, HEADS, K, LSE, Q, SCALE_LOG2, SOFTMAX_SCALE, V};
 use crate::kernels::half_fmt;
-use crate::kernels::mask::mask_block;
+use crate::kernels::mask::{Window, mask_block};
 use crate::kernels::params::Params;
-use crate::kernels::schedule::kv_blocks;
+use crate::kernels::schedule::{kv_blocks, window_blocks};
 use crate::kernels::softmax::{NEG_INF, lse_log2};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelPlan, Pass};
@@ -106,7 +107,14 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let do_base = p.tensor(&mut b, &DO, q.batch, q.m0, q.head);
     let k_base = p.tensor(&mut b, &K, q.batch, zero, q.kv_head);
     let v_base = p.tensor(&mut b, &V, q.batch, zero, q.kv_head);
-    let (n_blocks, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
+    let window = Window::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
+    let (first, n_blocks, diag) = match window {
+        Some(w) => window_blocks(&mut b, plan, w, (seqlen_q, seqlen_k), q.m0),
+        None => {
+            let (n, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
+            (zero, n, diag)
+        }
+    };
 
     b.comment("-- shared memory: Q, dO, then `stages` K tiles and `stages` V tiles --");
     let smem = b.smem_base();
@@ -120,22 +128,22 @@ pub fn build(plan: &KernelPlan) -> Entry {
     if t.layout.resident() {
         b.cp_async_commit(); // Q and dO land first, then their fragments move to registers
     }
-    kv.start(&mut b, smem, [k_base, v_base], zero, seqlen_k, n_blocks);
+    kv.start(&mut b, smem, [k_base, v_base], first, seqlen_k, n_blocks);
     b.cp_async_commit();
     let [q_operand, do_operand] =
         q.a_operands(&mut b, t.layout.resident(), [&q_tile, &do_tile], smem, d);
-    let mask = q.mask(&mut b, (spec.mask, None), seqlen_q, seqlen_k);
+    let mask = q.mask(&mut b, (spec.mask, window), seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
     let mut dq = q.acc_zeros(&mut b, d);
 
-    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (zero, n_blocks));
+    let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (first, n_blocks));
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(&mut b, fmt, &mut s, &q_operand, (&kv.tiles[0], kv_smem), d);
     mask_block(
         &mut b,
         plan,
-        (&mask, None),
+        (&mask, window),
         &mut s,
         (n0, n0),
         seqlen_k,

@@ -10,9 +10,9 @@
 
 use super::warp::{AOperand, Warp, by_m_tile};
 use super::warp_store::Cols;
-use crate::kernels::mask::QueryMask;
+use crate::kernels::mask::{QueryEdges, QueryMask};
 use crate::kernels::softmax::lse_log2;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, LdCache, Reg, Space, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, F32, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::acc::AccTile;
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
@@ -119,7 +119,7 @@ impl Exchange {
 
     /// One query block (first query `m0`): S^T, P^T, dP^T, dS^T for the group's query
     /// columns, both to shared memory, then dV and dK for the group's head-dim columns.
-    /// `causal`: the mask and the first query that sees the block's last key;
+    /// `masked`: the mask and where it changes ([`QueryEdges`]);
     /// `after_scores` runs right after S^T (the late prefetch's place).
     #[allow(clippy::too_many_arguments)]
     pub fn step(
@@ -130,7 +130,7 @@ impl Exchange {
         t: &StepTiles,
         stats: &ColStats,
         scale_log2: Reg<F32>,
-        causal: Option<(&QueryMask, Reg<B32>)>,
+        masked: Option<(&QueryMask, QueryEdges)>,
         m0: Reg<B32>,
         (dv, dk): (&mut AccTile, &mut AccTile),
         after_scores: &mut dyn FnMut(&mut Builder),
@@ -151,9 +151,9 @@ impl Exchange {
             d,
         );
         after_scores(b);
-        if let Some((qmask, last_first_q)) = causal {
+        if let Some((qmask, edges)) = masked {
             let m0c = b.mad_lo_u32(self.group, qn, m0);
-            let needs = b.setp_s32(Cmp::Lt, m0c, last_first_q);
+            let needs = edges.crossed(b, m0c, qn);
             b.if_uniform(needs, |b| qmask.apply(b, &mut pt, m0c));
         }
         stats.probabilities(b, &mut pt, 0, scale_log2);

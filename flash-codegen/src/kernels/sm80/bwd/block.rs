@@ -6,7 +6,8 @@ use crate::abi::{DK, DV, SOFTMAX_SCALE};
 use crate::kernels::sm80::bwd_exchange::{ColStats, StepTiles};
 use crate::kernels::sm80::warp::AOperand;
 use crate::kernels::sm80::warp_store::Cols;
-use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
+use crate::ptx::{B32, B64, Builder, Reg, Special};
+use crate::spec::Mask;
 use crate::tile::acc::AccTile;
 
 impl KeyBlock<'_> {
@@ -37,10 +38,10 @@ impl KeyBlock<'_> {
             ));
             let mut pt = w.acc_zeros(b, sub);
             w.mma_a_bt(b, fmt, &mut pt, k_operand, (&q_sub, st), d);
-            if self.plan.spec.mask.is_causal() {
+            if self.plan.spec.mask != Mask::None {
                 let m0c = b.add_u32(m0, c0);
-                let lfq = self.last_first_q(b);
-                let needs = b.setp_s32(Cmp::Lt, m0c, lfq);
+                let edges = self.query_edges(b).expect("a masked kernel has edges");
+                let needs = edges.crossed(b, m0c, sub);
                 b.if_uniform(needs, |b| self.qmask.apply(b, &mut pt, m0c));
             }
             stats.probabilities(b, &mut pt, nt0, self.scale_log2);

@@ -6,8 +6,8 @@
 //! see `bwd_exchange`). Scores are computed transposed, S^T = K Q^T (rows = keys), so P^T and dS^T come out of the accumulators
 //! already in the A-operand layout of dV += P^T dO and dK += dS^T Q. For every query
 //! head of the kv head's group, in a fixed order, and every query block from the last
-//! down to the causal diagonal, as FA2 runs them (Q and dO streamed through shared
-//! memory):
+//! down to the causal diagonal (under a sliding window: the blocks its window reaches),
+//! as FA2 runs them (Q and dO streamed through shared memory):
 //!   P^T = exp2(S^T * scale_log2 - LSE * log2 e)        (recomputed from the saved LSE)
 //!   dV += P^T dO;  dP^T = V dO^T;  dS^T = P^T * (dP^T - D);  dK += dS^T Q
 //!   dQ += dS K: dS^T goes through shared memory and every warp adds its query rows
@@ -198,8 +198,7 @@ impl KeyBlock<'_> {
                 let off = b.mul_lo_u32(x.group, 4 * x.q_cols(bm));
                 let (ls, ds) = (b.add_u32(lse_smem, off), b.add_u32(d_smem, off));
                 let stats = ColStats::new(b, &self.w, ls, ds);
-                let causal = self.plan.spec.mask.is_causal();
-                let causal = causal.then(|| (&self.qmask, self.last_first_q(b)));
+                let masked = self.query_edges(b).map(|e| (&self.qmask, e));
                 let mut prefetch = |b: &mut Builder| qs.prefetch(b, smem, self.seqlen_q, range);
                 let (fmt, w, scale) = (self.fmt, &self.w, self.scale_log2);
                 x.step(
@@ -209,7 +208,7 @@ impl KeyBlock<'_> {
                     &tiles,
                     &stats,
                     scale,
-                    causal,
+                    masked,
                     m0,
                     (dv, dk),
                     &mut prefetch,

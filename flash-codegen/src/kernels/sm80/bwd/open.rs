@@ -4,7 +4,7 @@
 use super::KeyBlock;
 use crate::abi::{DO, DQ_ACCUM, HEAD_DIM, HEADS_PER_KV, K, Q, SCALE_LOG2, V};
 use crate::kernels::half_fmt;
-use crate::kernels::mask::QueryMask;
+use crate::kernels::mask::{QueryEdges, QueryMask, Window};
 use crate::kernels::params::Params;
 use crate::kernels::sm80::bwd_atomic_dq::{AtomicDq, dq_warp};
 use crate::kernels::sm80::bwd_exchange::Exchange;
@@ -30,7 +30,7 @@ impl<'a> KeyBlock<'a> {
             t.sweeps,
             plan.smem.bytes
         ));
-        let p = Params::load(b, spec.pass);
+        let p = Params::load_spec(b, spec);
         let (seqlen_q, seqlen_k, head_dim) = (p.seqlen_q(b), p.seqlen_k(b), p.get(HEAD_DIM));
         let (group, scale_log2) = (p.get(HEADS_PER_KV), p.get(SCALE_LOG2));
         // every warp owns bn / warps keys (m16 tiles); exchange: 32 keys (two m-tiles) per
@@ -88,20 +88,39 @@ impl<'a> KeyBlock<'a> {
             b.cp_async_commit();
         }
 
-        b.comment("-- query blocks that see this key block: from the causal diagonal on --");
+        let window = Window::load(b, &p, spec.mask, (seqlen_q, seqlen_k));
+        b.comment(match window {
+            None => "-- query blocks that see this key block: from the causal diagonal on --",
+            Some(_) => "-- query blocks that see this key block: those its window reaches --",
+        });
         let n_qblocks = b.add_u32(seqlen_q, bm - 1);
         let n_qblocks = b.div_u32(n_qblocks, bm);
         let shift = b.sub_s32(seqlen_k, seqlen_q);
         let first_q = b.sub_s32(n0, shift); // first query that sees key n0
-        let m_first = match spec.mask.is_causal() {
-            true => {
-                let f = b.max_s32(first_q, 0i32);
-                b.div_u32(f, bm)
+        let (m_first, n_qblocks) = match window {
+            Some(w) => {
+                // queries first_q - right ..= first_q + bn - 1 + left see the block's keys
+                let lo = b.sub_s32(first_q, w.right);
+                let lo = b.max_s32(lo, 0i32);
+                let hi = b.add_s32(first_q, w.left);
+                let hi = b.add_s32(hi, (bn + bm - 1) as i32);
+                let hi = b.max_s32(hi, 0i32);
+                let hi = b.div_u32(hi, bm);
+                let end = b.min_u32(hi, n_qblocks);
+                let first = b.div_u32(lo, bm);
+                (b.min_u32(first, end), end)
             }
-            false => zero,
+            None if spec.mask.is_causal() => {
+                let f = b.max_s32(first_q, 0i32);
+                (b.div_u32(f, bm), n_qblocks)
+            }
+            None => (zero, n_qblocks),
         };
         let key0 = b.add_u32(w.rows[0], n0);
-        let qmask = QueryMask::new(b, key0, w.t2, seqlen_q, seqlen_k);
+        let qmask = match window {
+            Some(win) => QueryMask::window(b, (key0, w.t2), (seqlen_q, seqlen_k), win),
+            None => QueryMask::new(b, key0, w.t2, seqlen_q, seqlen_k),
+        };
         let dq_on = b.setp_u64(Cmp::Ne, p.get(DQ_ACCUM), 0i64);
         // (exchange: computed where used, to keep registers for the accumulators)
         let dq_warp = (!t.layout.exchange()).then(|| dq_warp(b, plan, &w));
@@ -155,6 +174,31 @@ impl<'a> KeyBlock<'a> {
         let k_last = b.mad_lo_u32(n_block, bn, bn - 1);
         let shift = b.sub_s32(self.seqlen_k, self.seqlen_q);
         b.sub_s32(k_last, shift)
+    }
+
+    /// Where the block's mask changes ([`QueryEdges`]; `None` without a mask), computed
+    /// where a query block needs them, as [`KeyBlock::last_first_q`]: causal, the first
+    /// query that sees the last key; under a window, that minus `right`, and the last
+    /// query that sees the first key (`n0 - shift + left`).
+    pub(super) fn query_edges(&self, b: &mut Builder) -> Option<QueryEdges> {
+        let spec = &self.plan.spec;
+        let window = Window::load(b, &self.p, spec.mask, (self.seqlen_q, self.seqlen_k));
+        match window {
+            None if spec.mask.is_causal() => Some(QueryEdges {
+                lower: self.last_first_q(b),
+                upper: None,
+            }),
+            None => None,
+            Some(w) => {
+                let lfq = self.last_first_q(b);
+                let lower = b.sub_s32(lfq, w.right);
+                let first_lq = b.sub_s32(lfq, (self.t.block_n - 1) as i32);
+                Some(QueryEdges {
+                    lower,
+                    upper: Some(b.add_s32(first_lq, w.left)),
+                })
+            }
+        }
     }
 
     /// Without exchange, dS^T of query block j sits in stage j & 1: the atomic dQ of block

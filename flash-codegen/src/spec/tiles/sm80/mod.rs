@@ -6,10 +6,11 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{KernelSpec, Mask, Pass, Scores, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
-    BWD_DQ_TILES, BWD_LONG_TILES, BWD_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES,
-    FWD_COMBINE_LONG_TILES, FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES,
-    FWD_SOFTCAP_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES,
-    FWD_SPLIT_TILES, FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES, FWD_VARLEN_TILES,
+    BWD_DQ_LOCAL_TILES, BWD_DQ_TILES, BWD_LOCAL_TILES, BWD_LONG_TILES, BWD_TILES,
+    BWD_VARLEN_LOCAL_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
+    FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SOFTCAP_TILES,
+    FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES,
+    FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES, FWD_VARLEN_TILES,
 };
 
 mod rules;
@@ -125,8 +126,20 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
             .map(|&(_, t)| t)
     };
     match (spec.tiling, spec.pass.tile_pass()) {
-        (Tiling::Standard, Pass::Bwd) if spec.pass.is_varlen() => {
-            find(&BWD_VARLEN_TILES).or_else(|| find(&BWD_TILES))
+        // (a window: its rows first)
+        (Tiling::Standard, Pass::Bwd) => {
+            let local = (spec.mask == Mask::Local).then(|| match spec.pass.is_varlen() {
+                true => find(&BWD_VARLEN_LOCAL_TILES),
+                false => find(&BWD_LOCAL_TILES),
+            });
+            let varlen = spec.pass.is_varlen().then(|| find(&BWD_VARLEN_TILES));
+            (local.flatten())
+                .or(varlen.flatten())
+                .or_else(|| find(&BWD_TILES))
+        }
+        (Tiling::Standard, Pass::BwdDq) => {
+            let local = (spec.mask == Mask::Local).then(|| find(&BWD_DQ_LOCAL_TILES));
+            local.flatten().or_else(|| find(&BWD_DQ_TILES))
         }
         // (varlen: its own rows first; softcap: its rows before the plain ones)
         (Tiling::Standard, Pass::Fwd) => {
@@ -147,8 +160,6 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
         }
         (Tiling::Wide, _) => None,
         (Tiling::Compact, _) if spec.pass.is_varlen() => None,
-        (Tiling::Standard, Pass::Bwd) => find(&BWD_TILES),
-        (Tiling::Standard, Pass::BwdDq) => find(&BWD_DQ_TILES),
         (Tiling::Standard, Pass::BwdPre | Pass::BwdPost) => find(&ELEMENTWISE_TILES),
         (Tiling::Standard, Pass::FwdSplit) => find(&FWD_SPLIT_TILES),
         (Tiling::Standard, Pass::FwdCombine) => find(&FWD_COMBINE_TILES),

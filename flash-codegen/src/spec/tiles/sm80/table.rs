@@ -88,6 +88,21 @@ pub(crate) const BWD_VARLEN_TILES: [(u32, Sm80Tiles); 3] = [
     (128, tc(64, 64, 4, 2, 1)),
 ];
 
+/// The backward main pass under a sliding window ([`crate::spec::Mask::Local`]; dense
+/// and varlen): the rows above, except where the window's bounds and the second edge of
+/// the query mask cost sm_80 spills (ptxas -v, 255 registers): d96 (16 bytes dense)
+/// without resident fragments, d128 varlen (8 bytes) on 32-query blocks (0 spills in 254
+/// registers; two sweeps of 64 would take 200 but compute S^T and P^T twice).
+#[rustfmt::skip]
+pub(crate) const BWD_LOCAL_TILES: [(u32, Sm80Tiles); 1] = [
+    (96, tc(64, 64, 4, 2, 1)),
+];
+/// [`BWD_LOCAL_TILES`] for the varlen pass.
+#[rustfmt::skip]
+pub(crate) const BWD_VARLEN_LOCAL_TILES: [(u32, Sm80Tiles); 1] = [
+    (128, tc(32, 64, 4, 2, 1)),
+];
+
 /// The varlen forward ([`crate::spec::Pass::FwdVarlen`]): the dense rows, except d256,
 /// whose exchange row spills 12 bytes on sm_80 (causal) with the sequence's lengths in
 /// registers: it runs the compact row (64x64 on 4 warps without the exchange).
@@ -128,6 +143,14 @@ pub(crate) const BWD_DQ_TILES: [(u32, Sm80Tiles); 8] = [
     (192, tc(64, 32, 4, 2, 1)),
     (224, tc(64, 32, 4, 2, 1)),
     (256, tc(64, 32, 4, 2, 1)),
+];
+
+/// The dQ pass under a sliding window (dense and varlen): the rows above, except d128,
+/// whose 128-query row spills 24 bytes on sm_80 with the window's bounds and the first
+/// visible key of each row in registers: one m-tile per warp (64 x 64).
+#[rustfmt::skip]
+pub(crate) const BWD_DQ_LOCAL_TILES: [(u32, Sm80Tiles); 1] = [
+    (128, tc(64, 64, 4, 2, 1)),
 ];
 
 /// The split-KV forward (decode against a KV cache) for up to 16 packed rows (a decode

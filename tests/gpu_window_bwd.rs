@@ -1,0 +1,341 @@
+//! GPU (feature `gpu`): the sliding-window backward (`backward` / `backward_varlen` with
+//! `AttnParams::with_window`: bwd and bwddq on their `_local` kernels, bwdpre and bwdpost
+//! plain) against the f64 reference (`reference::attention_backward_with`,
+//! `attention_varlen_backward_with`), on our own windowed forward's o and lse. Windows
+//! that cross block edges and align with them, one-sided (left only: local causal; right
+//! only), wider than the sequence, `(0, 0)`, windows leaving rows without keys (sq > sk)
+//! and keys without queries (sq < sk: key blocks before every query's window); sq != sk
+//! both ways, GQA and MQA, both dtypes, every kernel head dim and 40 (columns past d); the
+//! d128 long row (8192 queries, atomic mode); the varlen backward over batches mixing
+//! empty, keyless, queryless and odd sequences, on the GPU's rows (cc 9.0: the wide ones)
+//! and an A100's. Atomic mode on every case, deterministic mode on every other one (and
+//! two runs bitwise equal). Every gradient element must be written: the buffers start
+//! NaN; gradients the reference has as exactly 0 (rows or keys the window leaves
+//! without partner) must be exactly 0.
+#![cfg(feature = "gpu")]
+
+use flash_codegen::DType;
+use flash_runtime::reference::{
+    Modifiers, RefGrads, Shape, VarlenShape, attention_backward_with,
+    attention_varlen_backward_with, rel_l2,
+};
+use flash_runtime::rng::Rng;
+use flash_runtime::{
+    AttnParams, BwdInputs, BwdOptions, Element, FlashAttention, Gradients, Tensor4, Varlen,
+};
+
+mod gpu_support;
+use gpu_support::rounded;
+
+type Error = Box<dyn std::error::Error>;
+
+#[derive(Clone, Debug)]
+struct Case {
+    d: usize,
+    dtype: DType,
+    window: (i32, i32),
+    /// Dense: `[(sq, sk)]` with `b` sequences of it; varlen: one entry per sequence.
+    lens: Vec<(usize, usize)>,
+    b: usize,
+    h: usize,
+    hk: usize,
+    varlen: bool,
+    det: bool,
+}
+
+fn tol(dtype: DType) -> f64 {
+    [4.5e-4, 3.5e-3][(dtype == DType::Bf16) as usize] * 2.0
+}
+
+fn cu(lens: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut v = vec![0];
+    for l in lens {
+        v.push(v.last().unwrap() + l);
+    }
+    v
+}
+
+/// Checks the gradients `g` against the reference `want`; two runs of deterministic mode
+/// must agree bit for bit (`again`).
+fn check_grads<T: Element>(
+    rt: &FlashAttention,
+    c: &Case,
+    g: &Gradients<T>,
+    again: Option<&Gradients<T>>,
+    want: &RefGrads,
+) -> Result<Vec<String>, Error> {
+    let stream = rt.context().default_stream();
+    let mut problems = Vec::new();
+    for (name, got, want, other) in [
+        ("dq", &g.dq, &want.dq, again.map(|a| &a.dq)),
+        ("dk", &g.dk, &want.dk, again.map(|a| &a.dk)),
+        ("dv", &g.dv, &want.dv, again.map(|a| &a.dv)),
+    ] {
+        let h: Vec<f64> = stream
+            .clone_dtoh(got)?
+            .iter()
+            .map(|x| x.to_f32() as f64)
+            .collect();
+        let zeros_off = (h.iter().zip(want.iter()))
+            .filter(|(g, w)| **w == 0.0 && **g != 0.0)
+            .count();
+        if zeros_off > 0 {
+            problems.push(format!("{name}: {zeros_off} elements the reference has 0"));
+        }
+        let e = rel_l2(&h, want);
+        if want.iter().any(|&x| x != 0.0) && !(e <= tol(c.dtype)) {
+            problems.push(format!("{name} rel-L2 {e:.3e}"));
+        }
+        if let Some(o) = other {
+            let a: Vec<u32> = stream
+                .clone_dtoh(o)?
+                .iter()
+                .map(|x| x.to_f32().to_bits())
+                .collect();
+            let b: Vec<u32> = stream
+                .clone_dtoh(got)?
+                .iter()
+                .map(|x| x.to_f32().to_bits())
+                .collect();
+            if a != b {
+                problems.push(format!(
+                    "{name}: deterministic mode not bitwise reproducible"
+                ));
+            }
+        }
+    }
+    Ok(problems)
+}
+
+fn run<T: Element + Into<f64>>(
+    rt: &FlashAttention,
+    c: &Case,
+    seed: u64,
+) -> Result<Vec<String>, Error> {
+    let stream = rt.context().default_stream();
+    let mut rng = Rng::new(seed);
+    let (l, r) = c.window;
+    let p = AttnParams::new().with_window(l, r);
+    let m = Modifiers::causal(false).with_window(l as i64, r as i64);
+    let (tq, tk) = match c.varlen {
+        true => (
+            c.lens.iter().map(|x| x.0).sum::<usize>(),
+            c.lens.iter().map(|x| x.1).sum::<usize>(),
+        ),
+        false => (c.b * c.lens[0].0, c.b * c.lens[0].1),
+    };
+    let (qn, kn) = (tq * c.h * c.d, tk * c.hk * c.d);
+    let (q, _) = rounded::<T>(&mut rng, qn);
+    let (k, _) = rounded::<T>(&mut rng, kn);
+    let (v, _) = rounded::<T>(&mut rng, kn);
+    let (d_o, _) = rounded::<T>(&mut rng, qn);
+    let up = |x: &[T]| stream.clone_htod(x);
+    let (qd, kd, vd, dod) = (up(&q)?, up(&k)?, up(&v)?, up(&d_o)?);
+    let opts = |det: bool| match det {
+        true => BwdOptions::deterministic(),
+        false => BwdOptions::new(),
+    };
+    let mut problems = Vec::new();
+    if c.varlen {
+        let (cq, ck) = (
+            cu(c.lens.iter().map(|x| x.0)),
+            cu(c.lens.iter().map(|x| x.1)),
+        );
+        let i32s = |x: &[usize]| x.iter().map(|&v| v as i32).collect::<Vec<i32>>();
+        let (cqd, ckd) = (
+            stream.clone_htod(&i32s(&cq))?,
+            stream.clone_htod(&i32s(&ck))?,
+        );
+        let maxq = c.lens.iter().map(|x| x.0).max().unwrap_or(0);
+        let maxk = c.lens.iter().map(|x| x.1).max().unwrap_or(0);
+        let vl = Varlen::new(cqd.as_view(), ckd.as_view(), maxq, maxk);
+        let (qs, ks) = ([1, tq, c.h, c.d], [1, tk, c.hk, c.d]);
+        let t = |x, s| Tensor4::contiguous(x, s);
+        let (qt, kt, vt, dot) = (t(&qd, qs), t(&kd, ks), t(&vd, ks), t(&dod, qs));
+        let f = rt.forward_varlen(&stream, (&qt, &kt, &vt), &vl, &p)?;
+        let (o, lse) = (f.o(), f.lse());
+        let inputs = BwdInputs {
+            q: &qt,
+            k: &kt,
+            v: &vt,
+            o: &o,
+            lse: &lse,
+            d_o: &dot,
+        };
+        let s = VarlenShape {
+            cu_seqlens_q: cq,
+            cu_seqlens_k: ck,
+            heads: c.h,
+            heads_k: c.hk,
+            head_dim: c.d,
+        };
+        let want = attention_varlen_backward_with(&s, (&q, &k, &v), &d_o, &m, None)?;
+        for det in [false, true].into_iter().filter(|&d| !d || c.det) {
+            let g = rt.backward_varlen(&stream, inputs, &vl, &p, &opts(det))?;
+            let again = match det {
+                true => Some(rt.backward_varlen(&stream, inputs, &vl, &p, &opts(det))?),
+                false => None,
+            };
+            let mode = if det { "det" } else { "atomic" };
+            let found = check_grads(rt, c, &g, again.as_ref(), &want)?;
+            problems.extend(found.into_iter().map(|x| format!("{mode}: {x}")));
+        }
+    } else {
+        let (sq, sk) = c.lens[0];
+        let shape = Shape::new(c.b, sq, sk, c.h, c.hk, c.d);
+        let (qs, ks) = ([c.b, sq, c.h, c.d], [c.b, sk, c.hk, c.d]);
+        let t = |x, s| Tensor4::contiguous(x, s);
+        let (qt, kt, vt, dot) = (t(&qd, qs), t(&kd, ks), t(&vd, ks), t(&dod, qs));
+        let f = rt.forward(&stream, &qt, &kt, &vt, &p)?;
+        let (o, lse) = (f.o(), f.lse());
+        let inputs = BwdInputs {
+            q: &qt,
+            k: &kt,
+            v: &vt,
+            o: &o,
+            lse: &lse,
+            d_o: &dot,
+        };
+        let want = attention_backward_with(&shape, &q, &k, &v, &d_o, &m, None)?;
+        for det in [false, true].into_iter().filter(|&d| !d || c.det) {
+            let g = rt.backward(&stream, inputs, &p, &opts(det))?;
+            let again = match det {
+                true => Some(rt.backward(&stream, inputs, &p, &opts(det))?),
+                false => None,
+            };
+            let mode = if det { "det" } else { "atomic" };
+            let found = check_grads(rt, c, &g, again.as_ref(), &want)?;
+            problems.extend(found.into_iter().map(|x| format!("{mode}: {x}")));
+        }
+    }
+    Ok(problems)
+}
+
+fn dense_cases() -> Vec<Case> {
+    // (window, b, sq, sk, h, hk)
+    let shapes: [((i32, i32), usize, usize, usize, usize, usize); 12] = [
+        ((100, 0), 2, 700, 700, 4, 2),     // local causal, crosses block edges
+        ((127, 0), 1, 1024, 1024, 4, 4),   // aligned with 128-key blocks
+        ((63, 0), 1, 600, 600, 2, 2),      // aligned with 64-key blocks
+        ((64, 64), 1, 513, 513, 2, 1),     // two-sided, MQA
+        ((0, 0), 1, 300, 300, 2, 2),       // the diagonal key only
+        ((-1, 3), 1, 200, 333, 4, 2),      // right only, sq < sk
+        ((5, -1), 1, 333, 200, 4, 2),      // left only, sq > sk
+        ((4096, 4096), 2, 150, 170, 2, 1), // wider than the sequence
+        ((3, 0), 1, 300, 100, 2, 2),       // sq > sk: the first rows see no key
+        ((30, 0), 1, 97, 1500, 2, 2),      // sq < sk: early key blocks see no query
+        ((126, 1), 1, 600, 600, 2, 2),     // one key short of a block edge
+        ((1000, 0), 1, 2049, 2049, 2, 1),
+    ];
+    let mut v = Vec::new();
+    for (i, d) in [64, 128, 40, 96, 256, 32, 160, 192, 224]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, &(window, b, sq, sk, h, hk)) in shapes.iter().enumerate() {
+            if (i + j) % 2 == 1 && d != 64 && d != 128 {
+                continue; // (half the shapes at the other head dims: the run's time)
+            }
+            v.push(Case {
+                d,
+                dtype: [DType::F16, DType::Bf16][(i + j) % 2],
+                window,
+                lens: vec![(sq, sk)],
+                b,
+                h,
+                hk,
+                varlen: false,
+                det: (i + j) % 2 == 0,
+            });
+        }
+    }
+    // the d128 long row (atomic mode from 8192 queries)
+    v.push(Case {
+        d: 128,
+        dtype: DType::Bf16,
+        window: (511, 0),
+        lens: vec![(8192, 8192)],
+        b: 1,
+        h: 1,
+        hk: 1,
+        varlen: false,
+        det: false,
+    });
+    v
+}
+
+fn varlen_cases() -> Vec<Case> {
+    let mixed = vec![
+        (0, 0),
+        (1, 1),
+        (77, 300),
+        (3, 0),
+        (513, 513),
+        (0, 5),
+        (200, 129),
+        (700, 650),
+    ];
+    let mut v = Vec::new();
+    for (i, d) in [64, 128, 96, 40, 256].into_iter().enumerate() {
+        for (j, window) in [(100, 0), (63, 2), (-1, 5), (0, 0)].into_iter().enumerate() {
+            v.push(Case {
+                d,
+                dtype: [DType::F16, DType::Bf16][(i + j) % 2],
+                window,
+                lens: mixed.clone(),
+                b: mixed.len(),
+                h: [8, 4, 6][(i + j) % 3],
+                hk: [2, 4, 1][(i + j) % 3],
+                varlen: true,
+                det: j % 2 == 0,
+            });
+        }
+    }
+    v
+}
+
+fn run_all(cases: &[Case], rts: &[(&str, FlashAttention)]) {
+    let mut failures = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        for (what, rt) in rts {
+            let seed = 0xb3d ^ ((i as u64) << 16);
+            let r = match c.dtype {
+                DType::F16 => run::<half::f16>(rt, c, seed),
+                DType::Bf16 => run::<half::bf16>(rt, c, seed),
+            };
+            let line = match &r {
+                Ok(p) if p.is_empty() => "ok".to_string(),
+                Ok(p) => p.join("; "),
+                Err(e) => format!("error {e}"),
+            };
+            println!("{what} {c:?}  {line}");
+            if line != "ok" {
+                failures.push(format!("{what} {c:?}: {line}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failing:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn windowed_backward_matches_f64_reference() {
+    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    run_all(&dense_cases(), &[("gpu", rt)]);
+}
+
+#[test]
+fn windowed_varlen_backward_matches_f64_reference() {
+    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let mut rts = vec![("gpu", rt)];
+    if rts[0].1.compute_capability() >= (9, 0) {
+        let mut a100 = FlashAttention::on_device(0).expect("a CUDA device");
+        a100.limit_compute_capability(8, 0);
+        rts.push(("as 8.0", a100));
+    }
+    run_all(&varlen_cases(), &rts);
+}
