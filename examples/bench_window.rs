@@ -11,12 +11,20 @@
 //! kernel visits (its tiles' block_m x block_n per visited block), and each row's ratios
 //! to its plain twin (`twin_ms_over_ms`: above 0.909 is a cost under 10%). JSON lines on
 //! stdout.
+//!
+//! `BENCH_PASS=bwd` times the backward instead (`backward_into`, atomic mode, scratch and
+//! gradients preallocated, o and lse from the row's own forward) on the causal and window
+//! rows (no softcap backward yet), TFLOP/s at 2.5 times the forward's work (FA2's count:
+//! 10 d per pair), the visited blocks counted per key block (query blocks its window
+//! reaches).
 
 use std::error::Error;
 
 use flash_codegen::{DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use flash_runtime::rng::Rng;
-use flash_runtime::{AttnParams, FlashAttention, Tensor4, Tensor4Mut};
+use flash_runtime::{
+    AttnParams, BwdInputs, BwdOptions, BwdScratch, FlashAttention, GradsMut, Tensor4, Tensor4Mut,
+};
 use half::bf16;
 use serde_json::json;
 
@@ -107,8 +115,21 @@ fn work(n: usize, causal: bool, window: Option<usize>, (bm, bn): (usize, usize))
     (pairs as f64, visited as f64)
 }
 
+/// [`work`] for the backward main pass: per key block, the query blocks its window
+/// reaches (queries `n0 ..= n0 + bn - 1 + left`, causal: to the end).
+fn work_bwd(n: usize, window: Option<usize>, (bm, bn): (usize, usize)) -> f64 {
+    let left = window.map_or(n, |w| w - 1);
+    let mut visited = 0usize;
+    for n0 in (0..n).step_by(bn) {
+        let last_q = (n0 + bn - 1 + left).min(n - 1);
+        visited += (last_q / bm + 1 - n0 / bm) * bm * bn;
+    }
+    visited as f64
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let rt = FlashAttention::on_device(0)?;
+    let bwd = std::env::var("BENCH_PASS").is_ok_and(|p| p == "bwd");
     let s = rt.context().default_stream();
     let rounds = env_list("BENCH_ROUNDS", &[3]).first().copied().unwrap_or(3);
     let mut timer = SpinTimer::new(&rt, &s, 1_500_000)?;
@@ -130,7 +151,21 @@ fn main() -> Result<(), Box<dyn Error>> {
             dev(B * n * H * D)?,
         );
         let mut o = s.alloc_zeros::<bf16>(B * n * H * D)?;
-        let rows = rows();
+        let d_o = dev(B * n * H * D)?;
+        let mut lse = s.alloc_zeros::<f32>(B * H * n)?;
+        let mut grads = [
+            dev(B * n * H * D)?,
+            dev(B * n * H * D)?,
+            dev(B * n * H * D)?,
+        ];
+        let mut scratch = BwdScratch::new(&s, shape, false)?;
+        let rows: Vec<Row> = match bwd {
+            true => rows()
+                .into_iter()
+                .filter(|r| r.softcap.is_none() && r.causal)
+                .collect(),
+            false => rows(),
+        };
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
         timer.sleep_short = 0;
         for _ in 0..rounds {
@@ -141,23 +176,67 @@ fn main() -> Result<(), Box<dyn Error>> {
                     Tensor4::contiguous(&k, shape),
                     Tensor4::contiguous(&v, shape),
                 );
-                let ms = timer.ms(&s, || {
-                    let mut ot = Tensor4Mut::contiguous(&mut o, shape);
-                    Ok(rt.forward_into(&s, &qt, &kt, &vt, &mut ot, None, &p)?)
-                })?;
+                let ms = match bwd {
+                    false => timer.ms(&s, || {
+                        let mut ot = Tensor4Mut::contiguous(&mut o, shape);
+                        Ok(rt.forward_into(&s, &qt, &kt, &vt, &mut ot, None, &p)?)
+                    })?,
+                    true => {
+                        let mut ot = Tensor4Mut::contiguous(&mut o, shape);
+                        let l = Some(lse.as_view_mut());
+                        rt.forward_into(&s, &qt, &kt, &vt, &mut ot, l, &p)?;
+                        let (ot, dot) = (
+                            Tensor4::contiguous(&o, shape),
+                            Tensor4::contiguous(&d_o, shape),
+                        );
+                        let lv = lse.as_view();
+                        let inputs = BwdInputs {
+                            q: &qt,
+                            k: &kt,
+                            v: &vt,
+                            o: &ot,
+                            lse: &lv,
+                            d_o: &dot,
+                        };
+                        let [dq, dk, dv] = &mut grads;
+                        let opts = BwdOptions::new();
+                        timer.ms(&s, || {
+                            let g = GradsMut {
+                                dq: &mut Tensor4Mut::contiguous(&mut *dq, shape),
+                                dk: &mut Tensor4Mut::contiguous(&mut *dk, shape),
+                                dv: &mut Tensor4Mut::contiguous(&mut *dv, shape),
+                            };
+                            Ok(rt.backward_into(&s, inputs, g, &p, &opts, Some(&mut scratch))?)
+                        })?
+                    }
+                };
                 times[wi].push(ms);
             }
         }
         let mut plain = std::collections::HashMap::new();
         for (wi, row) in rows.iter().enumerate() {
-            let t = row.spec().tiles();
+            let spec = match bwd {
+                true => KernelSpec {
+                    pass: Pass::Bwd,
+                    ..row.spec()
+                },
+                false => row.spec(),
+            };
+            let t = spec.tiles();
             let tiles = (t.block_m() as usize, t.block_n() as usize);
             let (pairs, visited) = work(n, row.causal, row.window, tiles);
+            let visited = if bwd {
+                work_bwd(n, row.window, tiles)
+            } else {
+                visited
+            };
             let ms = median(times[wi].clone());
-            let tf = |x: f64| 4.0 * D as f64 * x * (B * H) as f64 / ms / 1e9;
+            let per_pair = if bwd { 10.0 } else { 4.0 };
+            let tf = |x: f64| per_pair * D as f64 * x * (B * H) as f64 / ms / 1e9;
             let (tf_work, tf_visited) = (tf(pairs), tf(visited));
-            let mut line = json!({"n": n, "row": row.label, "window": row.window,
-                "softcap": row.softcap, "kernel": row.spec().name(), "ms": ms,
+            let mut line = json!({"n": n, "pass": if bwd { "bwd" } else { "fwd" },
+                "row": row.label, "window": row.window,
+                "softcap": row.softcap, "kernel": spec.name(), "ms": ms,
                 "round_ms": times[wi], "tflops_unmasked": tf_work,
                 "tflops_visited": tf_visited, "sleep_short": timer.sleep_short});
             match row.twin.and_then(|t| plain.get(t)) {

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""FlexAttention's backward on the sliding-window rows of `examples/bench_window.rs`
+(`BENCH_PASS=bwd`), for the issue-19 table: bf16, d128, batch 2, 16 heads, sq = sk = n
+(env BENCH_N, default 8192,32768); causal and windows 256, 1024, 4096 as Mistral runs them
+(query i sees keys i - w + 1 .. i); SDPA's flash backward on the causal row beside it.
+
+Flex is torch.compile'd with a block mask; its backward is replayed with
+torch.autograd.grad(out, (q, k, v), dO, retain_graph=True) after
+`torch._functorch.config.donated_buffer = False` (else the graph's buffers are freed after
+the first backward); warmed up, then 3 rounds of triton's do_bench (L2 flushed, median).
+One JSON line per row: ms and TFLOP/s at FA2's count (10 d per visible pair).
+"""
+import json, os, statistics
+import torch
+import torch._functorch.config
+import triton
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+torch._functorch.config.donated_buffer = False
+torch._dynamo.config.cache_size_limit = 64
+B, H, D = 2, 16, 128
+flex = torch.compile(flex_attention, dynamic=False)
+ROWS = [("causal", None), ("window256", 256), ("window1024", 1024), ("window4096", 4096)]
+
+
+def pairs(n, window):
+    w = n if window is None else window
+    return sum(min(i + 1, w) for i in range(n))
+
+
+def main():
+    torch.manual_seed(0)
+    for n in [int(x) for x in os.environ.get("BENCH_N", "8192,32768").split(",")]:
+        q, k, v = (torch.randn(B, H, n, D, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        do = torch.randn(B, H, n, D, device="cuda", dtype=torch.bfloat16)
+        calls = {}
+        for label, w in ROWS:
+            def mask(b, h, qi, ki, w=w):
+                m = qi >= ki
+                return m & (qi - ki < w) if w is not None else m
+            bm = create_block_mask(mask, B=None, H=None, Q_LEN=n, KV_LEN=n)
+            out = flex(q, k, v, block_mask=bm)
+            calls[label] = (lambda out=out: torch.autograd.grad(out, (q, k, v), do,
+                                                                retain_graph=True))
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            sdpa_out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        sdpa = lambda: torch.autograd.grad(sdpa_out, (q, k, v), do, retain_graph=True)
+        for f in list(calls.values()) + [sdpa]:
+            f()
+        torch.cuda.synchronize()
+        times = {label: [] for label, _ in ROWS}
+        times["sdpa_causal"] = []
+        for _ in range(3):
+            for label, _ in ROWS:
+                times[label].append(triton.testing.do_bench(calls[label], warmup=25, rep=100,
+                                                            return_mode="median"))
+            times["sdpa_causal"].append(triton.testing.do_bench(sdpa, warmup=25, rep=100,
+                                                                return_mode="median"))
+        for label, w in ROWS + [("sdpa_causal", None)]:
+            ms = statistics.median(times[label])
+            flops = 10.0 * D * pairs(n, w) * B * H
+            print(json.dumps({"n": n, "row": label, "peer": "sdpa" if label == "sdpa_causal"
+                              else "flex", "bwd_ms": ms, "tflops_unmasked": flops / ms / 1e9,
+                              "rounds": times[label]}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
