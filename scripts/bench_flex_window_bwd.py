@@ -2,7 +2,8 @@
 """FlexAttention's backward on the sliding-window rows of `examples/bench_window.rs`
 (`BENCH_PASS=bwd`), for the issue-19 table: bf16, d128, batch 2, 16 heads, sq = sk = n
 (env BENCH_N, default 8192,32768); causal and windows 256, 1024, 4096 as Mistral runs them
-(query i sees keys i - w + 1 .. i); SDPA's flash backward on the causal row beside it.
+(query i sees keys i - w + 1 .. i), softcap 30 causal and unmasked, unmasked; SDPA's
+flash backward on the causal row beside it.
 
 Flex is torch.compile'd with a block mask; its backward is replayed with
 torch.autograd.grad(out, (q, k, v), dO, retain_graph=True) after
@@ -21,10 +22,25 @@ torch._functorch.config.donated_buffer = False
 torch._dynamo.config.cache_size_limit = 64
 B, H, D = 2, 16, 128
 flex = torch.compile(flex_attention, dynamic=False)
-ROWS = [("causal", None), ("window256", 256), ("window1024", 1024), ("window4096", 4096)]
+# (label, causal, window, softcap)
+ROWS = [("causal", True, None, None), ("window256", True, 256, None),
+        ("window1024", True, 1024, None), ("window4096", True, 4096, None),
+        ("causal_softcap30", True, None, 30.0), ("plain", False, None, None),
+        ("plain_softcap30", False, None, 30.0)]
 
 
-def pairs(n, window):
+def softcap_mod(cap):
+    def softcap(score, b, h, qi, ki):
+        return cap * torch.tanh(score / cap)
+    return softcap
+
+
+SOFTCAPS = {cap: softcap_mod(cap) for cap in {r[3] for r in ROWS if r[3]}}
+
+
+def pairs(n, causal, window):
+    if not causal:
+        return n * n
     w = n if window is None else window
     return sum(min(i + 1, w) for i in range(n))
 
@@ -36,12 +52,13 @@ def main():
                                requires_grad=True) for _ in range(3))
         do = torch.randn(B, H, n, D, device="cuda", dtype=torch.bfloat16)
         calls = {}
-        for label, w in ROWS:
+        for label, causal, w, cap in ROWS:
             def mask(b, h, qi, ki, w=w):
                 m = qi >= ki
                 return m & (qi - ki < w) if w is not None else m
-            bm = create_block_mask(mask, B=None, H=None, Q_LEN=n, KV_LEN=n)
-            out = flex(q, k, v, block_mask=bm)
+            bm = create_block_mask(mask, B=None, H=None, Q_LEN=n, KV_LEN=n) if causal else None
+            mod = SOFTCAPS[cap] if cap else None
+            out = flex(q, k, v, block_mask=bm, score_mod=mod)
             calls[label] = (lambda out=out: torch.autograd.grad(out, (q, k, v), do,
                                                                 retain_graph=True))
         with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
@@ -50,17 +67,17 @@ def main():
         for f in list(calls.values()) + [sdpa]:
             f()
         torch.cuda.synchronize()
-        times = {label: [] for label, _ in ROWS}
+        times = {r[0]: [] for r in ROWS}
         times["sdpa_causal"] = []
         for _ in range(3):
-            for label, _ in ROWS:
+            for label, *_ in ROWS:
                 times[label].append(triton.testing.do_bench(calls[label], warmup=25, rep=100,
                                                             return_mode="median"))
             times["sdpa_causal"].append(triton.testing.do_bench(sdpa, warmup=25, rep=100,
                                                                 return_mode="median"))
-        for label, w in ROWS + [("sdpa_causal", None)]:
+        for label, causal, w, _ in ROWS + [("sdpa_causal", True, None, None)]:
             ms = statistics.median(times[label])
-            flops = 10.0 * D * pairs(n, w) * B * H
+            flops = 10.0 * D * pairs(n, causal, w) * B * H
             print(json.dumps({"n": n, "row": label, "peer": "sdpa" if label == "sdpa_causal"
                               else "flex", "bwd_ms": ms, "tflops_unmasked": flops / ms / 1e9,
                               "rounds": times[label]}), flush=True)

@@ -1,16 +1,19 @@
-//! GPU (feature `gpu`): the sliding-window backward (`backward` / `backward_varlen` with
-//! `AttnParams::with_window`: bwd and bwddq on their `_local` kernels, bwdpre and bwdpost
-//! plain) against the f64 reference (`reference::attention_backward_with`,
-//! `attention_varlen_backward_with`), on our own windowed forward's o and lse. Windows
-//! that cross block edges and align with them, one-sided (left only: local causal; right
-//! only), wider than the sequence, `(0, 0)`, windows leaving rows without keys (sq > sk)
-//! and keys without queries (sq < sk: key blocks before every query's window); sq != sk
-//! both ways, GQA and MQA, both dtypes, every kernel head dim and 40 (columns past d); the
-//! d128 long row (8192 queries, atomic mode); the varlen backward over batches mixing
-//! empty, keyless, queryless and odd sequences, on the GPU's rows (cc 9.0: the wide ones)
-//! and an A100's. Atomic mode on every case, deterministic mode on every other one (and
-//! two runs bitwise equal). Gradients of rows and keys the window leaves without a partner
-//! must be exactly 0.
+//! GPU (feature `gpu`): the backward under a sliding window and a softcap (`backward` /
+//! `backward_varlen` with `AttnParams::with_window` / `with_softcap`: bwd and bwddq on
+//! their `_local` / `_softcap` kernels, bwdpre and bwdpost plain) against the f64
+//! reference (`reference::attention_backward_with`, `attention_varlen_backward_with`: the
+//! softcap's dS times `1 - tanh^2`), on our own forward's o and lse. Windows that cross
+//! block edges and align with them, one-sided (left only: local causal; right only),
+//! wider than the sequence, `(0, 0)`, windows leaving rows without keys (sq > sk) and keys
+//! without queries (sq < sk: key blocks before every query's window); caps that bite
+//! (0.7; 5 on scores of unit scale) and one that barely does (30), unmasked, causal and
+//! windowed; sq != sk both ways, GQA and MQA, both dtypes, every kernel head dim and 40
+//! (columns past d); the d128 long row (8192 queries, atomic mode) windowed and capped;
+//! the varlen backward over batches mixing empty, keyless, queryless and odd sequences,
+//! on the GPU's rows (cc 9.0: the wide ones) and an A100's. Atomic mode on every case,
+//! deterministic mode on every other one (and two runs bitwise equal). Gradients of rows
+//! and keys the window leaves without a partner must be exactly 0. `GPU_WINDOW_EVERY=n`
+//! runs every n-th case, `GPU_SOFTCAP_ONLY=1` the softcap ones.
 #![cfg(feature = "gpu")]
 
 use flash_codegen::DType;
@@ -40,6 +43,8 @@ struct Case {
     hk: usize,
     varlen: bool,
     det: bool,
+    /// A softcap and the softmax scale it runs with (None: 1 / sqrt(d)).
+    softcap: Option<(f32, Option<f32>)>,
 }
 
 fn tol(dtype: DType) -> f64 {
@@ -150,8 +155,17 @@ fn run<T: Element + Into<f64>>(
     let stream = rt.context().default_stream();
     let mut rng = Rng::new(seed);
     let (l, r) = c.window;
-    let p = AttnParams::new().with_window(l, r);
-    let m = Modifiers::causal(false).with_window(l as i64, r as i64);
+    let mut p = AttnParams::new().with_window(l, r);
+    let mut m = Modifiers::causal(false).with_window(l as i64, r as i64);
+    let scale = c.softcap.and_then(|x| x.1);
+    if let Some((cap, _)) = c.softcap {
+        p = p.with_softcap(cap);
+        m = m.with_softcap(cap as f64);
+    }
+    if let Some(s) = scale {
+        p = p.with_scale(s);
+    }
+    let scale = scale.map(f64::from);
     let (tq, tk) = match c.varlen {
         true => (
             c.lens.iter().map(|x| x.0).sum::<usize>(),
@@ -204,7 +218,7 @@ fn run<T: Element + Into<f64>>(
             heads_k: c.hk,
             head_dim: c.d,
         };
-        let want = attention_varlen_backward_with(&s, (&q, &k, &v), &d_o, &m, None)?;
+        let want = attention_varlen_backward_with(&s, (&q, &k, &v), &d_o, &m, scale)?;
         for det in [false, true].into_iter().filter(|&d| !d || c.det) {
             let g = rt.backward_varlen(&stream, inputs, &vl, &p, &opts(det))?;
             let again = match det {
@@ -231,7 +245,7 @@ fn run<T: Element + Into<f64>>(
             lse: &lse,
             d_o: &dot,
         };
-        let want = attention_backward_with(&shape, &q, &k, &v, &d_o, &m, None)?;
+        let want = attention_backward_with(&shape, &q, &k, &v, &d_o, &m, scale)?;
         for det in [false, true].into_iter().filter(|&d| !d || c.det) {
             let g = rt.backward(&stream, inputs, &p, &opts(det))?;
             let again = match det {
@@ -281,6 +295,7 @@ fn dense_cases() -> Vec<Case> {
                 hk,
                 varlen: false,
                 det: (i + j) % 2 == 0,
+                softcap: None,
             });
         }
     }
@@ -295,6 +310,48 @@ fn dense_cases() -> Vec<Case> {
         hk: 1,
         varlen: false,
         det: false,
+        softcap: None,
+    });
+    // the softcap: plain, causal and windowed scores, caps that bite (0.7; 5 on scores
+    // of unit scale) and one that barely does (30); the d128 long row with a cap
+    let caps = [(0.7, None), (5.0, Some(1.0)), (30.0, None)];
+    let masks = [(-1, -1), (-1, 0), (100, 0), (63, 2)];
+    let shapes = [
+        (2, 300, 300, 4, 2),
+        (1, 513, 700, 2, 1),
+        (1, 333, 200, 4, 4),
+    ];
+    for (i, d) in [64, 128, 40, 96, 256, 32, 160, 192, 224]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, &window) in masks.iter().enumerate() {
+            let (b, sq, sk, h, hk) = shapes[(i + j) % 3];
+            v.push(Case {
+                d,
+                dtype: [DType::F16, DType::Bf16][(i + j / 2) % 2],
+                window,
+                lens: vec![(sq, sk)],
+                b,
+                h,
+                hk,
+                varlen: false,
+                det: (i + j) % 2 == 1,
+                softcap: Some(caps[(i + j) % 3]),
+            });
+        }
+    }
+    v.push(Case {
+        d: 128,
+        dtype: DType::F16,
+        window: (-1, 0),
+        lens: vec![(8192, 8192)],
+        b: 1,
+        h: 1,
+        hk: 1,
+        varlen: false,
+        det: false,
+        softcap: Some((30.0, None)),
     });
     v
 }
@@ -323,6 +380,22 @@ fn varlen_cases() -> Vec<Case> {
                 hk: [2, 4, 1][(i + j) % 3],
                 varlen: true,
                 det: j % 2 == 0,
+                softcap: None,
+            });
+        }
+        // the softcap: unmasked, causal and windowed (d128: the two-sweep row on sm_80)
+        for (j, window) in [(-1, -1), (-1, 0), (100, 0)].into_iter().enumerate() {
+            v.push(Case {
+                d,
+                dtype: [DType::Bf16, DType::F16][(i + j) % 2],
+                window,
+                lens: mixed.clone(),
+                b: mixed.len(),
+                h: [8, 4, 6][(i + j) % 3],
+                hk: [2, 4, 1][(i + j) % 3],
+                varlen: true,
+                det: j % 2 == 1,
+                softcap: Some([(0.7, None), (5.0, Some(1.0)), (30.0, None)][(i + j) % 3]),
             });
         }
     }
@@ -331,12 +404,16 @@ fn varlen_cases() -> Vec<Case> {
 
 /// Runs `cases` (every `GPU_WINDOW_EVERY`-th one, default all) on each runtime.
 fn run_all(cases: &[Case], rts: &[(&str, FlashAttention)]) {
+    let only_softcap = std::env::var("GPU_SOFTCAP_ONLY").is_ok();
     let every: usize = std::env::var("GPU_WINDOW_EVERY")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1);
     let mut failures = Vec::new();
     for (i, c) in cases.iter().enumerate().step_by(every.max(1)) {
+        if only_softcap && c.softcap.is_none() {
+            continue;
+        }
         for (what, rt) in rts {
             let seed = 0xb3d ^ ((i as u64) << 16);
             let r = match c.dtype {

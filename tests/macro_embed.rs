@@ -151,8 +151,8 @@ fn the_product_of_the_lists_in_spec_order() {
             .filter(|k| k.spec().pass == Pass::FwdCombine)
             .all(|k| k.spec().mask == Mask::None && k.spec().scores == Scores::Plain)
     );
-    // `softcap = [false, true]`: the softcap twins of the passes that have them (the
-    // forwards; no compact rows: the softcap rows fit 99 KiB), the plain backward
+    // `softcap = [false, true]`: the softcap twins of the passes that compute scores (the
+    // forwards: no compact rows, the softcap rows fit 99 KiB)
     let capped: Vec<String> = names(capped::KERNELS)
         .into_iter()
         .filter(|n| n.starts_with("fa2_fwd_"))
@@ -168,11 +168,19 @@ fn the_product_of_the_lists_in_spec_order() {
             "fa2_fwd_d256_bf16_local_softcap_sm80",
         ]
     );
+    // ... and of the backward's bwd and bwddq; bwdpre and bwdpost stay plain
+    let scored = |p: Pass| matches!(p, Pass::Fwd | Pass::Bwd | Pass::BwdDq);
     assert!(
         capped::KERNELS
             .iter()
-            .all(|k| k.spec().pass == Pass::Fwd || k.spec().scores == Scores::Plain)
+            .all(|k| scored(k.spec().pass) || k.spec().scores == Scores::Plain)
     );
+    for n in [
+        "fa2_bwd_d256_bf16_causal_softcap_sm80",
+        "fa2_bwddq_d256_bf16_causal_softcap_sm80",
+    ] {
+        assert!(names(capped::KERNELS).iter().any(|k| k == n), "{n}");
+    }
 }
 
 #[test]

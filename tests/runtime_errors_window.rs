@@ -2,10 +2,11 @@
 //! the dense forward on its `_local` kernel with the bounds as parameters (-1 as
 //! `u32::MAX`), `(-1, 0)` and `(-1, -1)` on the causal and plain kernels; the varlen
 //! forward and the backward (dense and varlen, both modes) plan their `_local` kernels
-//! the same way; bounds below -1 and a softcap in the backward are typed errors.
+//! the same way, and the softcap on `_softcap` kernels in the backward's bwd and bwddq;
+//! bounds below -1 and caps not finite and positive are typed errors.
 
 use flash_codegen::abi::params_of;
-use flash_codegen::{Arch, Mask, Pass};
+use flash_codegen::{Arch, Mask, Pass, Scores};
 use flash_runtime::validate::{
     BufDesc, FwdArgs, ParamValue, VarlenDesc, plan_bwd, plan_bwd_varlen, plan_fwd, plan_fwd_varlen,
 };
@@ -95,17 +96,26 @@ fn bad_windows_are_errors_and_every_call_plans_its_window() {
             assert_eq!(got, want, "{}", l.spec);
         }
     }
-    // ... and no softcap yet, also when there is nothing to compute
+    // ... and the softcap (with a window too): bwd and bwddq on their `_softcap` kernels
+    // with the cap bound, bwdpre and bwdpost plain
+    for capped in [
+        AttnParams::causal().with_softcap(30.0),
+        w.with_softcap(50.0),
+    ] {
+        for opts in [BwdOptions::new(), BwdOptions::deterministic()] {
+            let p = plan_bwd(&bwd_args(shapes, 8 * 64, None, (capped, opts)), Arch::Sm80).unwrap();
+            for l in &p.launches {
+                let scored = matches!(l.spec.pass, Pass::Bwd | Pass::BwdDq);
+                assert_eq!(l.spec.scores == Scores::Softcap, scored, "{}", l.spec);
+                let names: Vec<&str> = l.params.iter().map(|(n, _)| *n).collect();
+                let abi: Vec<&str> = params_of(&l.spec).iter().map(|d| d.name).collect();
+                assert_eq!(names, abi, "{}", l.spec);
+                let cap = capped.softcap.map(ParamValue::F32);
+                assert_eq!(l.param("softcap"), cap.filter(|_| scored), "{}", l.spec);
+            }
+        }
+    }
     let capped = AttnParams::causal().with_softcap(30.0);
-    let e = plan_bwd(
-        &bwd_args(shapes, 8 * 64, None, (capped, BwdOptions::new())),
-        Arch::Sm80,
-    )
-    .unwrap_err();
-    assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("forwards only")),
-        "{e}"
-    );
     // the varlen forward has the window: its `_local` kernel, the bounds bound by name
     let vl = VarlenDesc {
         cu_seqlens_q: BufDesc {
@@ -127,7 +137,7 @@ fn bad_windows_are_errors_and_every_call_plans_its_window() {
     assert_eq!(p.param("window_left"), Some(ParamValue::U32(16)));
     assert_eq!(p.param("window_right"), Some(ParamValue::U32(0)));
     // ... the varlen backward too (its local kernels, the bounds bound; on cc 9.0 the
-    // main pass's wide row), and a softcap there is an error also when it is empty
+    // main pass's wide row), and a bad cap there is an error also when it is empty
     for cc in [(8, 0), (9, 0)] {
         let vbwd = bwd_args(shapes, 8 * 64, None, (w, BwdOptions::new()));
         let p = plan_bwd_varlen(&vbwd, &vl, Arch::Sm80, cc).unwrap();
@@ -147,7 +157,8 @@ fn bad_windows_are_errors_and_every_call_plans_its_window() {
         max_seqlen_q: 0,
         ..vl
     };
-    let vcapped = bwd_args(shapes, 8 * 64, None, (capped, BwdOptions::new()));
+    let bad_cap = AttnParams::causal().with_softcap(-1.0);
+    let vcapped = bwd_args(shapes, 8 * 64, None, (bad_cap, BwdOptions::new()));
     let e = plan_bwd_varlen(&vcapped, &empty, Arch::Sm80, (8, 0)).unwrap_err();
     assert!(matches!(&e, FlashError::InvalidParam(_)), "{e}");
     // ... and a bad window is an error in the varlen forward, also when it is empty
@@ -156,14 +167,20 @@ fn bad_windows_are_errors_and_every_call_plans_its_window() {
     assert!(matches!(&e, FlashError::InvalidParam(_)), "{e}");
     let no_keys = ([1, 64, 8, 128], [1, 0, 2, 128]);
     let e = plan_bwd(
-        &bwd_args(no_keys, 8 * 64, None, (capped, BwdOptions::new())),
+        &bwd_args(no_keys, 8 * 64, None, (bad_cap, BwdOptions::new())),
         Arch::Sm80,
     )
     .unwrap_err();
     assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("forwards only")),
+        matches!(&e, FlashError::InvalidParam(m) if m.contains("finite and > 0")),
         "{e}"
     );
+    let p = plan_bwd(
+        &bwd_args(no_keys, 8 * 64, None, (capped, BwdOptions::new())),
+        Arch::Sm80,
+    )
+    .unwrap();
+    assert!(p.launches.is_empty());
     let bad = AttnParams::new().with_window(-7, 0);
     let e = plan_bwd(
         &bwd_args(no_keys, 8 * 64, None, (bad, BwdOptions::new())),

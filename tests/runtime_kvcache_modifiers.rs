@@ -3,20 +3,15 @@
 //! variant with its bounds (-1 as `u32::MAX`) and sizes its splits for the keys the window
 //! reaches, not the cache's capacity; a cap plans the `_softcap` variant with the cap
 //! bound; `(-1, 0)` and `(-1, -1)` are the causal and plain kernels; bad windows, bad caps
-//! and lengths the kernel's i32 window sums cannot hold are typed errors; the backward
-//! has no softcap yet.
+//! and lengths the kernel's i32 window sums cannot hold are typed errors.
 
 mod kvcache_support;
 
 use flash_codegen::abi::params_of;
 use flash_codegen::{Arch, Mask, Pass, Scores};
-use flash_runtime::validate::{
-    KvArgs, LaunchPlan, PagedDesc, ParamValue, kvcache_splits, plan_bwd,
-};
-use flash_runtime::{AttnParams, BwdOptions, FlashError};
+use flash_runtime::validate::{KvArgs, LaunchPlan, PagedDesc, ParamValue, kvcache_splits};
+use flash_runtime::{AttnParams, FlashError};
 use kvcache_support::{BF, H200, args, buf, err, plan, t};
-
-mod validate_support;
 
 /// The launch binds `abi::params_of(spec)`, in order, each of its ABI type.
 fn assert_binds_its_spec(l: &LaunchPlan) {
@@ -167,13 +162,4 @@ fn bad_windows_caps_and_lengths_are_errors() {
     let (e, m) = err(&a);
     assert!(matches!(e, FlashError::InvalidParam(_)), "{m}");
     assert!(m.contains("below 2^31"), "{m}");
-    // the backward has no softcap
-    let shapes = ([1, 64, 8, 128], [1, 64, 2, 128]);
-    let p = AttnParams::causal().with_softcap(30.0);
-    let bwd = validate_support::bwd_args(shapes, 8 * 64, None, (p, BwdOptions::new()));
-    let e = plan_bwd(&bwd, Arch::Sm80).unwrap_err();
-    assert!(
-        matches!(&e, FlashError::InvalidParam(m) if m.contains("forwards only")),
-        "{e}"
-    );
 }

@@ -83,8 +83,9 @@ mod tests;
 /// and `paged_local` the packed-sequence, KV-cache and paged ones (each with its combine
 /// step, which has no mask); `bwd_local` and `varlen_bwd_local` the backwards under a
 /// window (`bwd` and `bwddq` local, with the plain `bwdpre` and `bwdpost`). `softcap =
-/// true` adds the softcap twin of every forward kernel (`AttnParams::with_softcap`; the
-/// backward has none).
+/// true` (or `[false, true]`) adds the softcap twin of every kernel that computes scores
+/// (`AttnParams::with_softcap`: every forward, bwd and bwddq; bwdpre, bwdpost and the
+/// combine step are shared).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

@@ -201,29 +201,7 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
             None => vec![Scores::Plain],
         },
     };
-    if let Some(e) = entries.iter().find(|e| e.key == "softcap") {
-        check_softcap(e, &args)?;
-    }
     Ok(product(&args))
-}
-
-/// `softcap = true` needs a pass with softcap kernels (the forwards: every pass but the
-/// backward ones).
-fn check_softcap(e: &Entry, a: &Args) -> Result<()> {
-    let with = a.passes.iter().any(|p| {
-        !matches!(
-            p,
-            Passes::Bwd | Passes::VarlenBwd | Passes::BwdLocal | Passes::VarlenBwdLocal
-        )
-    });
-    if a.scores.contains(&Scores::Softcap) && !with {
-        return Err(Error::new(
-            e.key.span(),
-            "`softcap = true` needs a forward in `passes` (`fwd`, `varlen`, `kvcache`, \
-             `paged` or their `_local` forms): the backward has no softcap kernels so far",
-        ));
-    }
-    Ok(())
 }
 
 /// Check each value of a key, refusing repeats.
@@ -396,8 +374,8 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                 arch,
                             };
                             for &scores in &a.scores {
-                                // (softcap: the passes that have it; `check_softcap` refused
-                                // a list with none)
+                                // (softcap: every pass that computes scores; bwdpre, bwdpost
+                                // and fwdcombine stay plain)
                                 let spec = KernelSpec { scores, ..spec };
                                 if spec.is_supported() {
                                     specs.extend(spec.tilings());

@@ -49,8 +49,8 @@ pub struct AttnParams {
     pub softmax_scale: Option<f32>,
     /// Logit softcap (Gemma 2): each scaled score `x` becomes `cap * tanh(x / cap)` before
     /// the mask and the softmax. `None` (default): none. Finite and positive (checked at
-    /// the call); the forwards (dense, varlen, KV cache, paged) only for now (the
-    /// backward returns [`FlashError::InvalidParam`](crate::FlashError::InvalidParam)).
+    /// the call). Every call has it: the forwards (dense, varlen, KV cache, paged) and
+    /// the backward (dense and varlen, both modes), under every mask.
     pub softcap: Option<f32>,
 }
 
@@ -164,9 +164,7 @@ impl AttnParams {
             }
             if !pass.has_scores_for(flash_codegen::Scores::Softcap, mask) {
                 return Err(crate::FlashError::InvalidParam(format!(
-                    "a softcap runs in the forwards only so far (forward, forward_varlen, \
-                     forward_kvcache, forward_kvcache_paged and their _into forms); this \
-                     call ({} kernels) has no softcap kernel",
+                    "a softcap: the {} kernels have no softcap variant",
                     pass.name()
                 )));
             }

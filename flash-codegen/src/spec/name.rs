@@ -155,14 +155,15 @@ mod tests {
         // compact rows: the softcap rows fit 99 KiB); the varlen forward's 16 local and
         // 48 softcap ones; the split-KV and paged forwards' 96 local and 288 softcap ones
         // (their standard, long and compact rows; no prefill row); the backward's 72 local
-        // ones (bwd, its long row at d128, bwddq; varlen: bwdvarlen, its wide rows, bwddqvarlen)
-        assert_eq!(KernelSpec::all().len(), 1110);
+        // ones (bwd, its long row at d128, bwddq; varlen: bwdvarlen, its wide rows, bwddqvarlen);
+        // the backward's 216 softcap ones (those, under each mask)
+        assert_eq!(KernelSpec::all().len(), 1326);
         let softcap: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Softcap)
             .collect();
-        assert_eq!(softcap.len(), 384);
-        assert!(softcap.iter().all(|s| s.pass.is_forward()));
+        assert_eq!(softcap.len(), 600);
+        assert!(softcap.iter().all(|s| s.pass.has_mask()));
         assert!(softcap.iter().all(|s| s.tiling != Tiling::Prefill));
         assert_eq!(
             softcap.iter().filter(|s| s.pass == Pass::FwdVarlen).count(),
@@ -177,6 +178,8 @@ mod tests {
             "fa2_fwdsplit_d128_bf16_local_softcap_sm80",
             "fa2_fwdpaged_d64_f16_causal_softcap_long_sm80",
             "fa2_fwdsplit_d256_bf16_softcap_compact_sm80",
+            "fa2_bwd_d128_bf16_local_softcap_long_sm80",
+            "fa2_bwddqvarlen_d64_f16_causal_softcap_sm80",
         ] {
             assert!(softcap.iter().any(|s| s.name() == n), "{n}");
         }
@@ -202,7 +205,7 @@ mod tests {
             .into_iter()
             .filter(|s| s.tiling == Tiling::Wide);
         let wide: Vec<KernelSpec> = wide.collect();
-        assert_eq!(wide.len(), 18); // (none, causal, local)
+        assert_eq!(wide.len(), 36); // (none, causal, local; plain and softcap)
         for s in &wide {
             assert!(
                 s.pass == Pass::BwdVarlen && [64, 96, 128].contains(&s.head_dim),
@@ -218,7 +221,9 @@ mod tests {
         assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 632);
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
-            all.filter(|s| s.tiling == tiling && !split(s))
+            // (the plain ones: each has its softcap twin, the backward's and the forward's
+            // where its row differs)
+            all.filter(|s| s.tiling == tiling && !split(s) && s.scores == Scores::Plain)
                 .map(|s| s.name())
                 .collect()
         };
@@ -262,7 +267,8 @@ mod tests {
             "fa2_bwd_d128_bf16_long_causal_sm80",
             "fa2_bwd_d128_bf16_long_long_sm80",
             "fa2_bwd_d128_bf16_causal_causal_sm80",
-            "fa2_bwd_d128_bf16_softcap_sm80",
+            "fa2_bwdpre_d128_bf16_softcap_sm80",
+            "fa2_bwdpostvarlen_d64_f16_softcap_sm80",
             "fa2_fwdcombine_d128_bf16_softcap_sm80",
             "fa2_fwdsplit_d128_bf16_local_prefill_sm80",
             "fa2_fwdsplit_d128_bf16_softcap_prefill_sm80",

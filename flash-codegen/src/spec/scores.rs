@@ -40,13 +40,14 @@ impl Scores {
 
 impl Pass {
     /// Whether the pass has a kernel computing `scores` under `mask`: plain scores for
-    /// every mask it has ([`Pass::has_mask_for`]); softcap in the forwards
-    /// ([`Pass::is_forward`]: dense, varlen, split-KV and paged), under every mask.
+    /// every mask it has ([`Pass::has_mask_for`]); softcap in every pass that computes
+    /// scores ([`Pass::has_mask`]: the forwards, the backward main pass and its dQ pass),
+    /// under every mask.
     pub fn has_scores_for(self, scores: Scores, mask: Mask) -> bool {
         self.has_mask_for(mask)
             && match scores {
                 Scores::Plain => true,
-                Scores::Softcap => self.is_forward(),
+                Scores::Softcap => self.has_mask(),
             }
     }
 }

@@ -214,15 +214,18 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     }
     let (p, det) = (a.params, a.opts.deterministic);
     let (kernel_d, scale) = check_problem(&a.q, &a.k, p.softmax_scale)?;
-    // (before the empty-problem return: a bad window or a softcap is an error whatever the
-    // sizes)
+    // (before the empty-problem return: a bad window or cap is an error whatever the sizes)
     let main_mask = p.kernel_mask_for(Pass::Bwd)?;
+    // bwdpre and bwdpost: plain, no mask; bwd and bwddq: the call's mask and scores
     let spec = |pass: Pass, mask: Mask| KernelSpec {
         pass,
         head_dim: kernel_d,
         dtype,
         mask,
-        scores: flash_codegen::Scores::Plain,
+        scores: match pass.has_mask() {
+            true => p.kernel_scores(),
+            false => flash_codegen::Scores::Plain,
+        },
         tiling: Tiling::Standard,
         arch,
     };
@@ -300,6 +303,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
             "softmax_scale" => F32(scale as f32),
             "window_left" => U32(window.0),
             "window_right" => U32(window.1),
+            "softcap" => F32(p.softcap.unwrap_or(0.0)),
             _ => return None,
         })
     };

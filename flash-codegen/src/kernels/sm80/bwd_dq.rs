@@ -13,6 +13,7 @@ use crate::kernels::half_fmt;
 use crate::kernels::mask::{Window, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::{kv_blocks, window_blocks};
+use crate::kernels::scores::{ScoreGrad, ScoreRule};
 use crate::kernels::softmax::{NEG_INF, lse_log2};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelPlan, Pass};
@@ -76,10 +77,18 @@ impl RowStats {
         });
     }
 
-    /// dS = P * (dP - D), in place of dP.
-    pub fn ds(&self, b: &mut Builder, p: &AccTile, dp: &mut AccTile) {
+    /// dS = P * (dP - D), in place of dP, times the score transform's derivative where
+    /// `grad` says (a softcap: [`ScoreGrad`]).
+    pub fn ds(&self, b: &mut Builder, (p, grad): (&AccTile, Option<&ScoreGrad>), dp: &mut AccTile) {
         dp.zip_map(b, p, |b, at, dp, p| {
             let diff = b.sub_f32(dp, self.d[at.row]);
+            let diff = match grad {
+                Some(g) => {
+                    let dt = g.dtanh(b, p, self.lse_log2[at.row]);
+                    b.mul_f32(diff, dt)
+                }
+                None => diff,
+            };
             b.mul_f32(p, diff)
         });
     }
@@ -140,6 +149,8 @@ pub fn build(plan: &KernelPlan) -> Entry {
     b.comment("-- P = exp2(Q K^T * scale_log2 - LSE * log2 e) --");
     let mut s = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(&mut b, fmt, &mut s, &q_operand, (&kv.tiles[0], kv_smem), d);
+    let rule = ScoreRule::load(&mut b, &p, spec.scores, scale_log2);
+    rule.apply(&mut b, &mut s);
     mask_block(
         &mut b,
         plan,
@@ -149,7 +160,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
         seqlen_k,
         diag,
     );
-    stats.probabilities(&mut b, &mut s, scale_log2);
+    stats.probabilities(&mut b, &mut s, rule.softmax_scale);
     b.comment("-- dS = P * (dO V^T - D) --");
     let mut dpt = q.acc_zeros(&mut b, t.block_n);
     q.mma_a_bt(
@@ -160,7 +171,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
         (&kv.tiles[1], kv_smem),
         d,
     );
-    stats.ds(&mut b, &s, &mut dpt);
+    stats.ds(&mut b, (&s, rule.grad.as_ref()), &mut dpt);
     b.comment("-- dQ += dS K --");
     let a = dpt.as_a_all(&mut b, fmt);
     q.mma_a_b(&mut b, fmt, &mut dq, &a, (&kv.tiles[0], kv_smem), 0);

@@ -11,6 +11,7 @@
 use super::warp::{AOperand, Warp, by_m_tile};
 use super::warp_store::Cols;
 use crate::kernels::mask::{QueryEdges, QueryMask};
+use crate::kernels::scores::{ScoreGrad, ScoreRule};
 use crate::kernels::softmax::lse_log2;
 use crate::ptx::{Addr, B32, B64, Builder, F32, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::acc::AccTile;
@@ -99,13 +100,31 @@ impl ColStats {
         });
     }
 
-    /// dP^T -> dS^T (the tile's registers replaced): `P^T * (dP^T - D)`, n-tile `nt` of `ds` being column n-tile
-    /// `nt0 + nt` and n-tile `pt_nt0 + nt` of `pt`.
-    pub fn ds(&self, b: &mut Builder, pt: &AccTile, ds: &mut AccTile, nt0: usize, pt_nt0: usize) {
+    /// dP^T -> dS^T (the tile's registers replaced): `P^T * (dP^T - D)`, times the score
+    /// transform's derivative where `grad` says (a softcap: [`ScoreGrad`]); n-tile `nt` of
+    /// `ds` being column n-tile `nt0 + nt` and n-tile `pt_nt0 + nt` of `pt`.
+    pub fn ds(
+        &self,
+        b: &mut Builder,
+        (pt, grad): (&AccTile, Option<&ScoreGrad>),
+        ds: &mut AccTile,
+        nt0: usize,
+        pt_nt0: usize,
+    ) {
         let p = pt.n_tiles_from(pt_nt0, ds.n_tiles());
-        let d = |b: &mut Builder, nt| self.d(b, nt0 + nt);
-        ds.zip_map_by_col(b, &p, d, |b, at, dp, p, d| {
+        let Some(grad) = grad else {
+            let d = |b: &mut Builder, nt| self.d(b, nt0 + nt);
+            ds.zip_map_by_col(b, &p, d, |b, at, dp, p, d| {
+                let diff = b.sub_f32(dp, d[at.pair]);
+                b.mul_f32(p, diff)
+            });
+            return;
+        };
+        let stats = |b: &mut Builder, nt| (self.d(b, nt0 + nt), self.lse_log2(b, nt0 + nt));
+        ds.zip_map_by_col(b, &p, stats, |b, at, dp, p, (d, lse)| {
             let diff = b.sub_f32(dp, d[at.pair]);
+            let dt = grad.dtanh(b, p, lse[at.pair]);
+            let diff = b.mul_f32(diff, dt);
             b.mul_f32(p, diff)
         });
     }
@@ -119,7 +138,8 @@ impl Exchange {
 
     /// One query block (first query `m0`): S^T, P^T, dP^T, dS^T for the group's query
     /// columns, both to shared memory, then dV and dK for the group's head-dim columns.
-    /// `masked`: the mask and where it changes ([`QueryEdges`]);
+    /// `rule`: the score transform and the softmax's scale; `masked`: the mask and where it
+    /// changes ([`QueryEdges`]);
     /// `after_scores` runs right after S^T (the late prefetch's place).
     #[allow(clippy::too_many_arguments)]
     pub fn step(
@@ -129,7 +149,7 @@ impl Exchange {
         w: &Warp,
         t: &StepTiles,
         stats: &ColStats,
-        scale_log2: Reg<F32>,
+        rule: &ScoreRule,
         masked: Option<(&QueryMask, QueryEdges)>,
         m0: Reg<B32>,
         (dv, dk): (&mut AccTile, &mut AccTile),
@@ -151,12 +171,13 @@ impl Exchange {
             d,
         );
         after_scores(b);
+        rule.apply(b, &mut pt);
         if let Some((qmask, edges)) = masked {
             let m0c = b.mad_lo_u32(self.group, qn, m0);
             let needs = edges.crossed(b, m0c, qn);
             b.if_uniform(needs, |b| qmask.apply(b, &mut pt, m0c));
         }
-        stats.probabilities(b, &mut pt, 0, scale_log2);
+        stats.probabilities(b, &mut pt, 0, rule.softmax_scale);
         w.store_tile(b, fmt, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));
         // dP^T in one piece below 64 group columns: V's A fragments are read once and 8
         // accumulators overlap the mma latency (it fits 255 registers because the stream
@@ -180,7 +201,7 @@ impl Exchange {
                 d,
             );
             let nt0 = (h * half / 8) as usize;
-            stats.ds(b, &pt, &mut ds, nt0, nt0);
+            stats.ds(b, (&pt, rule.grad.as_ref()), &mut ds, nt0, nt0);
             let c = b.add_u32(chunk0, h * half / 8);
             w.store_tile(b, fmt, &ds, t.smem, t.ds, Cols::At(c));
         }

@@ -3,6 +3,7 @@
 
 use super::{KeyBlock, Sweep};
 use crate::abi::{DK, DV, SOFTMAX_SCALE};
+use crate::kernels::scores::ScoreRule;
 use crate::kernels::sm80::bwd_exchange::{ColStats, StepTiles};
 use crate::kernels::sm80::warp::AOperand;
 use crate::kernels::sm80::warp_store::Cols;
@@ -29,6 +30,7 @@ impl KeyBlock<'_> {
         let (w, fmt, st) = (&self.w, self.fmt, tiles.st);
         let (d, bm) = (self.plan.spec.head_dim, self.t.block_m);
         let sub = bm.min(32);
+        let rule = ScoreRule::load(b, &self.p, self.plan.spec.scores, self.scale_log2);
         for c0 in (0..bm).step_by(sub as usize) {
             let (q_sub, do_sub) = (tiles.q.rows_from(c0), tiles.d_o.rows_from(c0));
             let nt0 = (c0 / 8) as usize;
@@ -38,13 +40,14 @@ impl KeyBlock<'_> {
             ));
             let mut pt = w.acc_zeros(b, sub);
             w.mma_a_bt(b, fmt, &mut pt, k_operand, (&q_sub, st), d);
+            rule.apply(b, &mut pt);
             if self.plan.spec.mask != Mask::None {
                 let m0c = b.add_u32(m0, c0);
                 let edges = self.query_edges(b).expect("a masked kernel has edges");
                 let needs = edges.crossed(b, m0c, sub);
                 b.if_uniform(needs, |b| self.qmask.apply(b, &mut pt, m0c));
             }
-            stats.probabilities(b, &mut pt, nt0, self.scale_log2);
+            stats.probabilities(b, &mut pt, nt0, rule.softmax_scale);
             if sw.dv {
                 b.comment("-- dV += P^T dO --");
                 let a = pt.as_a_all(b, fmt);
@@ -61,7 +64,7 @@ impl KeyBlock<'_> {
                 let mut ds = w.acc_zeros(b, part);
                 let do_rows = (&tiles.d_o.rows_from(c), st);
                 w.mma_a_bt(b, fmt, &mut ds, v_operand, do_rows, d);
-                stats.ds(b, &pt, &mut ds, nt0 + pt_nt0, pt_nt0);
+                stats.ds(b, (&pt, rule.grad.as_ref()), &mut ds, nt0 + pt_nt0, pt_nt0);
                 let a = ds.as_a_all(b, fmt);
                 w.mma_a_b(b, fmt, dk, &a, (&tiles.q.rows_from(c), st), 0);
                 let cols = Cols::Fixed(nt0 + pt_nt0);

@@ -31,6 +31,7 @@ use super::warp::Warp;
 use crate::abi::{DO, DVEC, LSE, Q};
 use crate::kernels::mask::QueryMask;
 use crate::kernels::params::{Params, row_stats_base};
+use crate::kernels::scores::ScoreRule;
 use crate::ptx::{B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, Pred, Reg};
 use crate::spec::{KernelPlan, Pass, Sm80Tiles};
 use crate::tile::acc::AccTile;
@@ -200,14 +201,15 @@ impl KeyBlock<'_> {
                 let stats = ColStats::new(b, &self.w, ls, ds);
                 let masked = self.query_edges(b).map(|e| (&self.qmask, e));
                 let mut prefetch = |b: &mut Builder| qs.prefetch(b, smem, self.seqlen_q, range);
-                let (fmt, w, scale) = (self.fmt, &self.w, self.scale_log2);
+                let (fmt, w) = (self.fmt, &self.w);
+                let rule = ScoreRule::load(b, &self.p, self.plan.spec.scores, self.scale_log2);
                 x.step(
                     b,
                     fmt,
                     w,
                     &tiles,
                     &stats,
-                    scale,
+                    &rule,
                     masked,
                     m0,
                     (dv, dk),

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{KernelSpec, Mask, Pass, Scores, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
-    BWD_DQ_LOCAL_TILES, BWD_DQ_TILES, BWD_LOCAL_TILES, BWD_LONG_TILES, BWD_TILES,
-    BWD_VARLEN_LOCAL_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
+    BWD_DQ_LOCAL_TILES, BWD_DQ_SOFTCAP_TILES, BWD_DQ_TILES, BWD_DQ_VARLEN_SOFTCAP_TILES,
+    BWD_LOCAL_TILES, BWD_LONG_TILES, BWD_SOFTCAP_TILES, BWD_TILES, BWD_VARLEN_LOCAL_TILES,
+    BWD_VARLEN_SOFTCAP_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
     FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SOFTCAP_TILES,
     FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES,
     FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES, FWD_VARLEN_TILES,
@@ -126,20 +127,32 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
             .map(|&(_, t)| t)
     };
     match (spec.tiling, spec.pass.tile_pass()) {
-        // (a window: its rows first)
+        // (a softcap: its rows first; a window: its rows next)
         (Tiling::Standard, Pass::Bwd) => {
-            let local = (spec.mask == Mask::Local).then(|| match spec.pass.is_varlen() {
+            let varlen = spec.pass.is_varlen();
+            let softcap = (spec.scores == Scores::Softcap).then(|| match varlen {
+                true => find(&BWD_VARLEN_SOFTCAP_TILES),
+                false => find(&BWD_SOFTCAP_TILES),
+            });
+            let local = (spec.mask == Mask::Local).then(|| match varlen {
                 true => find(&BWD_VARLEN_LOCAL_TILES),
                 false => find(&BWD_LOCAL_TILES),
             });
-            let varlen = spec.pass.is_varlen().then(|| find(&BWD_VARLEN_TILES));
-            (local.flatten())
-                .or(varlen.flatten())
+            let packed = varlen.then(|| find(&BWD_VARLEN_TILES));
+            (softcap.flatten())
+                .or(local.flatten())
+                .or(packed.flatten())
                 .or_else(|| find(&BWD_TILES))
         }
         (Tiling::Standard, Pass::BwdDq) => {
+            let softcap = (spec.scores == Scores::Softcap).then(|| match spec.pass.is_varlen() {
+                true => find(&BWD_DQ_VARLEN_SOFTCAP_TILES),
+                false => find(&BWD_DQ_SOFTCAP_TILES),
+            });
             let local = (spec.mask == Mask::Local).then(|| find(&BWD_DQ_LOCAL_TILES));
-            local.flatten().or_else(|| find(&BWD_DQ_TILES))
+            (softcap.flatten())
+                .or(local.flatten())
+                .or_else(|| find(&BWD_DQ_TILES))
         }
         // (varlen: its own rows first; softcap: its rows before the plain ones)
         (Tiling::Standard, Pass::Fwd) => {

@@ -88,6 +88,22 @@ pub(crate) const BWD_VARLEN_TILES: [(u32, Sm80Tiles); 3] = [
     (128, tc(64, 64, 4, 2, 1)),
 ];
 
+/// The backward main pass under a softcap ([`crate::spec::Scores::Softcap`]; before the
+/// window's rows): the rows below, except where the `tanh` and its derivative cost sm_80
+/// spills (ptxas -v): d32 (4 bytes at its 128-register cap) and d96 (16 bytes) without
+/// resident fragments; varlen d128 (4-12 bytes, also on 32-query blocks) in two sweeps
+/// (220 registers; sm_90 runs its wide row).
+#[rustfmt::skip]
+pub(crate) const BWD_SOFTCAP_TILES: [(u32, Sm80Tiles); 2] = [
+    (32, tc(64, 64, 4, 2, 1)),
+    (96, tc(64, 64, 4, 2, 1)),
+];
+/// [`BWD_SOFTCAP_TILES`] for the varlen pass.
+#[rustfmt::skip]
+pub(crate) const BWD_VARLEN_SOFTCAP_TILES: [(u32, Sm80Tiles); 1] = [
+    (128, tc(64, 64, 4, 2, 2)),
+];
+
 /// The backward main pass under a sliding window ([`crate::spec::Mask::Local`]; dense
 /// and varlen): the rows above, except where the window's bounds and the second edge of
 /// the query mask cost sm_80 spills (ptxas -v, 255 registers): d96 (16 bytes dense)
@@ -143,6 +159,21 @@ pub(crate) const BWD_DQ_TILES: [(u32, Sm80Tiles); 8] = [
     (192, tc(64, 32, 4, 2, 1)),
     (224, tc(64, 32, 4, 2, 1)),
     (256, tc(64, 32, 4, 2, 1)),
+];
+
+/// The dQ pass under a softcap (dense and varlen; before the window's rows): d128 on the
+/// window's 64 x 64 row (the 128-query one spills 4-36 bytes).
+#[rustfmt::skip]
+pub(crate) const BWD_DQ_SOFTCAP_TILES: [(u32, Sm80Tiles); 1] = [
+    (128, tc(64, 64, 4, 2, 1)),
+];
+/// [`BWD_DQ_SOFTCAP_TILES`] for the varlen pass (d160 there: its resident row spills;
+/// the dense one keeps it, whose non-resident twin ptxas caps at 168 registers for sm_90
+/// and spills 8 bytes).
+#[rustfmt::skip]
+pub(crate) const BWD_DQ_VARLEN_SOFTCAP_TILES: [(u32, Sm80Tiles); 2] = [
+    (128, tc(64, 64, 4, 2, 1)),
+    (160, tc(64, 32, 4, 2, 1)),
 ];
 
 /// The dQ pass under a sliding window (dense and varlen): the rows above, except d128,

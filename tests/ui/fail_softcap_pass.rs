@@ -1,5 +1,0 @@
-flash_ptx::flash_kernel! {
-    mod attn { head_dim = 64, dtype = bf16, causal = true, passes = bwd, softcap = true }
-}
-
-fn main() {}
