@@ -28,7 +28,7 @@ use flash_codegen::DType;
 
 mod gpu_support;
 mod kvcache_gpu;
-use kvcache_gpu::{Case, Layout, run_group};
+use kvcache_gpu::{Case, Layout, matrix_shapes, run_group};
 
 const DTYPES: [DType; 2] = [DType::F16, DType::Bf16];
 
@@ -44,44 +44,7 @@ fn matrix_cases() -> Vec<Case> {
             for causal in [false, true] {
                 let base = Case::base(d, dtype, causal);
                 let n = v.len();
-                v.extend([
-                    // decode, GQA 32/8: empty, one key, odd, full; the caches views of
-                    // larger buffers; the runtime's split count
-                    Case {
-                        b: 4,
-                        sq: 1,
-                        cap: 1000,
-                        h: 32,
-                        hk: 8,
-                        lens: Some(vec![0, 1, 517, 1000]),
-                        layout: Layout::Strided,
-                        ..base.clone()
-                    },
-                    // speculative verification, MQA 8/1, 5 splits
-                    Case {
-                        b: 2,
-                        sq: 4,
-                        cap: 777,
-                        h: 8,
-                        hk: 1,
-                        lens: Some(vec![777, 5]),
-                        splits: Some(5),
-                        ..base.clone()
-                    },
-                    // 16 queries, MHA, a sequence of 7 (< 16: causal rows see nothing),
-                    // one split (no combine)
-                    Case {
-                        b: 2,
-                        sq: 16,
-                        cap: 333,
-                        h: 4,
-                        hk: 4,
-                        lens: Some(vec![333, 7]),
-                        splits: Some(1),
-                        layout: Layout::Strided,
-                        ..base
-                    },
-                ]);
+                v.extend(matrix_shapes(base));
                 // no lse on a rotating third of the cases
                 let k = (n / 3) % 3;
                 v[n + k].lse = false;

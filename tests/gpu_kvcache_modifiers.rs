@@ -20,50 +20,9 @@ use flash_codegen::DType;
 
 mod gpu_support;
 mod kvcache_gpu;
-use kvcache_gpu::{Case, Layout, Paging, run_group};
+use kvcache_gpu::{Case, Layout, Paging, matrix_shapes, run_group};
 
 const DIMS: [usize; 9] = [64, 128, 256, 40, 96, 32, 160, 192, 224];
-
-/// The shapes every modifier runs on, for head dim `d` and dtype `dtype`.
-fn shapes(d: usize, dtype: DType, causal: bool) -> Vec<Case> {
-    let base = Case::base(d, dtype, causal);
-    vec![
-        // decode, GQA 32/8: empty, one key, odd, full; views of larger buffers
-        Case {
-            b: 4,
-            sq: 1,
-            cap: 1000,
-            h: 32,
-            hk: 8,
-            lens: Some(vec![0, 1, 517, 1000]),
-            layout: Layout::Strided,
-            ..base.clone()
-        },
-        // speculative verification, MQA 8/1, 5 splits
-        Case {
-            b: 2,
-            sq: 4,
-            cap: 777,
-            h: 8,
-            hk: 1,
-            lens: Some(vec![777, 5]),
-            splits: Some(5),
-            ..base.clone()
-        },
-        // 16 queries, MHA, a sequence shorter than the queries, one split
-        Case {
-            b: 2,
-            sq: 16,
-            cap: 333,
-            h: 4,
-            hk: 4,
-            lens: Some(vec![333, 7]),
-            splits: Some(1),
-            layout: Layout::Strided,
-            ..base
-        },
-    ]
-}
 
 fn window_cases() -> Vec<Case> {
     let windows = [
@@ -81,7 +40,10 @@ fn window_cases() -> Vec<Case> {
     for (i, &d) in DIMS.iter().enumerate() {
         for (j, &w) in windows.iter().enumerate() {
             let dtype = [DType::F16, DType::Bf16][(i + j) % 2];
-            for (k, mut c) in shapes(d, dtype, false).into_iter().enumerate() {
+            for (k, mut c) in matrix_shapes(Case::base(d, dtype, false))
+                .into_iter()
+                .enumerate()
+            {
                 if (i + j + k) % 3 == 2 && d > 64 {
                     continue; // (a third of the wide head dims' cases: the run's time)
                 }
@@ -139,7 +101,10 @@ fn softcap_cases() -> Vec<Case> {
     for (i, &d) in DIMS.iter().enumerate() {
         for (j, &(causal, window)) in masks.iter().enumerate() {
             let dtype = [DType::F16, DType::Bf16][(i + j / 2) % 2];
-            for (k, mut c) in shapes(d, dtype, causal).into_iter().enumerate() {
+            for (k, mut c) in matrix_shapes(Case::base(d, dtype, causal))
+                .into_iter()
+                .enumerate()
+            {
                 c.window = window;
                 c.softcap = Some(caps[(i + j + k) % caps.len()]);
                 v.push(c);

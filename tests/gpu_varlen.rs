@@ -16,7 +16,7 @@ use flash_runtime::rng::Rng;
 use flash_runtime::{BwdInputs, BwdOptions, Element, FlashAttention, Tensor4, Tensor4Mut, Varlen};
 
 mod gpu_support;
-use gpu_support::{attn_params, o_tol, rounded};
+use gpu_support::{attn_params, cu, o_tol, rounded, varlen_runtimes as runtimes};
 
 #[derive(Clone, Debug)]
 struct Case {
@@ -27,14 +27,6 @@ struct Case {
     causal: bool,
     dtype: DType,
     det: bool,
-}
-
-fn cu(lens: impl Iterator<Item = usize>) -> Vec<usize> {
-    let mut v = vec![0];
-    for l in lens {
-        v.push(v.last().unwrap() + l);
-    }
-    v
 }
 
 type Res = Result<Vec<String>, Box<dyn std::error::Error>>;
@@ -215,20 +207,6 @@ fn cases() -> Vec<Case> {
                 });
             }
         }
-    }
-    v
-}
-
-/// The runtimes a case runs on: the GPU's own (from compute capability 9.0 the varlen
-/// backward's wide rows at d64-d128) and, where the GPU has 9.0 or more and the head dim
-/// a wide row, one planning as an A100 (the standard rows sm_80-sm_89 run).
-fn runtimes() -> Vec<(&'static str, FlashAttention)> {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
-    let mut v = vec![("gpu", rt)];
-    if v[0].1.compute_capability() >= (9, 0) {
-        let mut a100 = FlashAttention::on_device(0).expect("a CUDA device");
-        a100.limit_compute_capability(8, 0);
-        v.push(("as 8.0", a100));
     }
     v
 }

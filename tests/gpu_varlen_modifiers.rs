@@ -18,7 +18,7 @@ use flash_runtime::rng::Rng;
 use flash_runtime::{AttnParams, Element, FlashAttention, Tensor4, Tensor4Mut, Varlen};
 
 mod gpu_support;
-use gpu_support::{lse_abs_err, o_tol, rounded};
+use gpu_support::{cu, lse_abs_err, o_tol, rounded};
 
 const GUARD: usize = 64;
 
@@ -52,14 +52,6 @@ impl Case {
         }
         (p, m)
     }
-}
-
-fn cu(lens: impl Iterator<Item = usize>) -> Vec<usize> {
-    let mut v = vec![0];
-    for l in lens {
-        v.push(v.last().unwrap() + l);
-    }
-    v
 }
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

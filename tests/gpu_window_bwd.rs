@@ -27,7 +27,7 @@ use flash_runtime::{
 };
 
 mod gpu_support;
-use gpu_support::rounded;
+use gpu_support::{cu, rounded, varlen_runtimes};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -49,14 +49,6 @@ struct Case {
 
 fn tol(dtype: DType) -> f64 {
     [4.5e-4, 3.5e-3][(dtype == DType::Bf16) as usize] * 2.0
-}
-
-fn cu(lens: impl Iterator<Item = usize>) -> Vec<usize> {
-    let mut v = vec![0];
-    for l in lens {
-        v.push(v.last().unwrap() + l);
-    }
-    v
 }
 
 /// The query rows and key rows the window leaves without a partner (their gradients
@@ -447,12 +439,5 @@ fn windowed_backward_matches_f64_reference() {
 
 #[test]
 fn windowed_varlen_backward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
-    let mut rts = vec![("gpu", rt)];
-    if rts[0].1.compute_capability() >= (9, 0) {
-        let mut a100 = FlashAttention::on_device(0).expect("a CUDA device");
-        a100.limit_compute_capability(8, 0);
-        rts.push(("as 8.0", a100));
-    }
-    run_all(&varlen_cases(), &rts);
+    run_all(&varlen_cases(), &varlen_runtimes());
 }

@@ -2,7 +2,8 @@
 //! `[b, s, h, d]` tensor sits in its (possibly padded) device buffer, NaN-poisoned uploads,
 //! bf16/f16-rounded random inputs, the attention parameters of a case, the
 //! `[b, s, h, d]` <-> `[b, h, s, d]` (PyTorch) host transposes, and a forward case's o
-//! checks (fully masked rows, rel-L2 tolerance) and report line.
+//! checks (fully masked rows, rel-L2 tolerance) and report line; the varlen tests'
+//! offsets and runtimes.
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::sync::Arc;
@@ -252,4 +253,28 @@ pub fn for_each_problem<P: std::fmt::Debug>(
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// Offsets `[0, l0, l0 + l1, ..]` of packed sequences of lengths `lens` (`cu_seqlens`).
+pub fn cu(lens: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut v = vec![0];
+    for l in lens {
+        v.push(v.last().unwrap() + l);
+    }
+    v
+}
+
+/// The runtimes a varlen case runs on: the GPU's own (from compute capability 9.0 the
+/// varlen backward's wide rows at d64-d128) and, where the GPU has 9.0 or more, one
+/// planning as an A100 (the standard rows sm_80-sm_89 run).
+pub fn varlen_runtimes() -> Vec<(&'static str, flash_runtime::FlashAttention)> {
+    use flash_runtime::FlashAttention;
+    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let mut v = vec![("gpu", rt)];
+    if v[0].1.compute_capability() >= (9, 0) {
+        let mut a100 = FlashAttention::on_device(0).expect("a CUDA device");
+        a100.limit_compute_capability(8, 0);
+        v.push(("as 8.0", a100));
+    }
+    v
 }

@@ -157,6 +157,51 @@ impl Case {
     }
 }
 
+/// The matrix's three shapes on `base` (its head dim, dtype and mask): decode (1 query,
+/// GQA 32/8, sequences of 0, 1, 517 and 1000 keys, the caches views of larger buffers,
+/// the runtime's split count), speculative verification (4 queries, MQA 8/1, 5 splits),
+/// 16 queries MHA with a sequence shorter than the queries (causal rows see nothing) in
+/// one split (no combine).
+#[allow(dead_code)] // (gpu_kvcache_paged has its own shapes)
+pub fn matrix_shapes(base: Case) -> [Case; 3] {
+    [
+        // decode, GQA 32/8: empty, one key, odd, full; views of larger buffers
+        Case {
+            b: 4,
+            sq: 1,
+            cap: 1000,
+            h: 32,
+            hk: 8,
+            lens: Some(vec![0, 1, 517, 1000]),
+            layout: Layout::Strided,
+            ..base.clone()
+        },
+        // speculative verification, MQA 8/1, 5 splits
+        Case {
+            b: 2,
+            sq: 4,
+            cap: 777,
+            h: 8,
+            hk: 1,
+            lens: Some(vec![777, 5]),
+            splits: Some(5),
+            ..base.clone()
+        },
+        // 16 queries, MHA, a sequence shorter than the queries, one split
+        Case {
+            b: 2,
+            sq: 16,
+            cap: 333,
+            h: 4,
+            hk: 4,
+            lens: Some(vec![333, 7]),
+            splits: Some(1),
+            layout: Layout::Strided,
+            ..base
+        },
+    ]
+}
+
 /// The split count the runtime plans for the case (what the case line reports).
 pub fn planned_splits(rt: &FlashAttention, c: &Case) -> Result<u32, Box<dyn Error>> {
     let (qs, ks) = ([c.b, c.sq, c.h, c.d], [c.b, c.cap, c.hk, c.d]);
