@@ -95,9 +95,9 @@ pub fn packed_kv_blocks(
 
 /// The key blocks a block of packed rows (as [`packed_kv_blocks`]) visits under the
 /// sliding window `w`: from the one holding its first position's first visible key
-/// (`diag - left`) to the one holding its last position's last visible key (`last + shift
-/// + right`), within the sequence; `first == end` when it sees none. Returns `(first, end,
-/// diag)`, `diag` as [`packed_kv_blocks`]'.
+/// (`diag - left`) to the one holding its last position's last visible key
+/// (`last + shift + right`), within the sequence; `first == end` when it sees none.
+/// Returns `(first, end, diag)`, `diag` as [`packed_kv_blocks`]'.
 pub fn packed_window_blocks(
     b: &mut Builder,
     plan: &KernelPlan,
