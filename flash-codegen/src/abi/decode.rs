@@ -1,5 +1,5 @@
-//! ABI layer: the split-KV forward ([`Pass::FwdSplit`](crate::spec::Pass::FwdSplit)) and
-//! its combine step ([`Pass::FwdCombine`](crate::spec::Pass::FwdCombine)).
+//! ABI layer: the split-KV forward ([`Pass::FwdSplit`]) and
+//! its combine step ([`Pass::FwdCombine`]).
 //!
 //! A launch sequence: the split pass on grid [`split_grid`], then, when `num_splits > 1`,
 //! the combine pass on grid [`combine_grid`] over the same partial buffers. With one split

@@ -1,5 +1,5 @@
 //! Kernel layer: the split-KV forward's combine step (every architecture), for
-//! [`Pass::FwdCombine`](crate::spec::Pass::FwdCombine).
+//! [`Pass::FwdCombine`].
 //!
 //! One CTA per output row (a packed row of [`crate::abi::decode`]). Every warp finds the
 //! row's LSE over the splits, `lse = m + ln sum_s exp(lse_s - m)` with `m = max_s lse_s`

@@ -21,18 +21,42 @@ pub struct Window {
     pub right: Reg<B32>,
 }
 
-impl Window {
-    /// The window of a [`Mask::Local`] kernel, `None` for other masks.
+/// Which keys a query sees: every key of the sequence, those up to its causal diagonal,
+/// or its sliding window's (a kernel's [`Mask`], with the window's bounds loaded).
+#[derive(Clone, Copy, Debug)]
+pub enum KeyRule {
+    /// Every key ([`Mask::None`]).
+    All,
+    /// Keys up to the bottom-right causal diagonal ([`Mask::Causal`]).
+    Causal,
+    /// The window's keys ([`Mask::Local`]).
+    Local(Window),
+}
+
+impl KeyRule {
+    /// The rule of a kernel of `mask`: a window's bounds read (and clamped) here.
     pub fn load(
         b: &mut Builder,
         p: &Params,
         mask: Mask,
         (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
-    ) -> Option<Window> {
-        (mask == Mask::Local).then(|| Window {
-            left: b.min_u32(p.get(WINDOW_LEFT), seqlen_k),
-            right: b.min_u32(p.get(WINDOW_RIGHT), seqlen_q),
-        })
+    ) -> KeyRule {
+        match mask {
+            Mask::None => KeyRule::All,
+            Mask::Causal => KeyRule::Causal,
+            Mask::Local => KeyRule::Local(Window {
+                left: b.min_u32(p.get(WINDOW_LEFT), seqlen_k),
+                right: b.min_u32(p.get(WINDOW_RIGHT), seqlen_q),
+            }),
+        }
+    }
+
+    /// The window, under [`KeyRule::Local`].
+    pub fn window(self) -> Option<Window> {
+        match self {
+            KeyRule::Local(w) => Some(w),
+            _ => None,
+        }
     }
 }
 
@@ -50,7 +74,7 @@ impl KeyMask {
     /// `rows[r]` is the absolute query index of thread row r; `t2 = 2 * (lane & 3)`.
     pub fn new(
         b: &mut Builder,
-        (mask, window): (Mask, Option<Window>),
+        rule: KeyRule,
         rows: &[Reg<B32>],
         t2: Reg<B32>,
         seqlen_q: Reg<B32>,
@@ -60,15 +84,14 @@ impl KeyMask {
         let limit_rel = rows
             .iter()
             .map(|&row| {
-                let limit = match (mask, window) {
-                    (Mask::None, _) => seqlen_k,
-                    (Mask::Causal, _) => {
+                let limit = match rule {
+                    KeyRule::All => seqlen_k,
+                    KeyRule::Causal => {
                         let diag = b.add_s32(row, shift);
                         let diag = b.add_s32(diag, 1i32);
                         b.min_s32(diag, seqlen_k)
                     }
-                    (Mask::Local, w) => {
-                        let w = w.expect("generator bug: a local mask without its window");
+                    KeyRule::Local(w) => {
                         let diag = b.add_s32(row, shift);
                         let last = b.add_s32(diag, w.right);
                         let end = b.add_s32(last, 1i32);
@@ -78,8 +101,8 @@ impl KeyMask {
                 b.sub_s32(limit, t2)
             })
             .collect();
-        let first_rel = match window {
-            Some(w) if mask == Mask::Local => rows
+        let first_rel = match rule {
+            KeyRule::Local(w) => rows
                 .iter()
                 .map(|&row| {
                     let diag = b.add_s32(row, shift);
@@ -203,7 +226,7 @@ impl QueryMask {
 pub fn mask_block(
     b: &mut Builder,
     plan: &KernelPlan,
-    (mask, window): (&KeyMask, Option<Window>),
+    (mask, rule): (&KeyMask, KeyRule),
     s: &mut AccTile,
     (n0, s_n0): (Reg<B32>, Reg<B32>),
     seqlen_k: Reg<B32>,
@@ -212,15 +235,14 @@ pub fn mask_block(
     let (bm, bn) = (plan.tiles.block_m(), plan.tiles.block_n());
     let end = b.add_u32(n0, bn);
     let past_end = b.setp_u32(Cmp::Gt, end, seqlen_k);
-    let needs_mask = match (plan.spec.mask, window) {
-        (Mask::None, _) => past_end,
-        (Mask::Causal, _) => {
+    let needs_mask = match rule {
+        KeyRule::All => past_end,
+        KeyRule::Causal => {
             let last = b.add_s32(n0, bn as i32 - 1);
             let crosses = b.setp_s32(Cmp::Gt, last, diag);
             b.or_pred(past_end, crosses)
         }
-        (Mask::Local, w) => {
-            let w = w.expect("generator bug: a local mask without its window");
+        KeyRule::Local(w) => {
             // right edge: the block's last key past the first row's last visible key
             let last = b.add_s32(n0, bn as i32 - 1);
             let first_last = b.add_s32(diag, w.right);

@@ -42,7 +42,7 @@ const SPLIT_PAYS_BYTES: u64 = 4 << 20;
 ///   `min(ceil(bytes / 50 MiB), 128)` (and at most one split per key block).
 /// - With `n_blocks = ceil(capacity / block_n) <= 4` key blocks: 1.
 /// - If the CTAs fill 45% of the slots (`total >= 0.45 slots`) and one KV head's K and V are
-///   under [`SPLIT_PAYS_BYTES`]: 1 (the combine costs more than the SMs it brings).
+///   under `SPLIT_PAYS_BYTES` (4 MiB): 1 (the combine costs more than the SMs it brings).
 /// - Else, with `max = min(64, slots, n_blocks / 2)` (two key blocks a split at least,
 ///   and at most 64 splits: measured faster, see `RULE_MAX_SPLITS`): `max` when
 ///   `total * max <= slots` (not one wave even then: each split more brings an SM more),
@@ -245,8 +245,8 @@ fn slots_of(spec: &KernelSpec, gpu: GpuFill) -> u64 {
 }
 
 /// The split count a KV-cache forward of q `[b, sq, h, d]` over caches `[b, capacity, hk,
-/// d]` (paged: of that logical shape, in `page_size`-row pages) runs with (`num_splits`: [`KvArgs::num_splits`]), on kernels of `arch` on a GPU
-/// described by `gpu`: what [`plan_kvcache`] plans, from the shapes alone
+/// d]` (paged: of that logical shape, in `page_size`-row pages) runs with (`num_splits`: [`KvArgs::num_splits`](super::KvArgs::num_splits)), on kernels of `arch` on a GPU
+/// described by `gpu`: what [`plan_kvcache`](super::plan_kvcache) plans, from the shapes alone
 /// ([`crate::FlashAttention::kvcache_splits`]).
 pub fn kvcache_splits(
     q_shape: [usize; 4],

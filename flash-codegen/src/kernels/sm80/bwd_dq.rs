@@ -10,7 +10,7 @@ use super::mainloop::{Opening, QBlock, open};
 use super::stream::{BlockStream, CopyPlan};
 use crate::abi::{DO, DQ, DVEC, HEAD_DIM, HEADS, K, LSE, Q, SCALE_LOG2, SOFTMAX_SCALE, V};
 use crate::kernels::half_fmt;
-use crate::kernels::mask::{Window, mask_block};
+use crate::kernels::mask::{KeyRule, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::{kv_blocks, window_blocks};
 use crate::kernels::scores::{ScoreGrad, ScoreRule};
@@ -116,8 +116,8 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let do_base = p.tensor(&mut b, &DO, q.batch, q.m0, q.head);
     let k_base = p.tensor(&mut b, &K, q.batch, zero, q.kv_head);
     let v_base = p.tensor(&mut b, &V, q.batch, zero, q.kv_head);
-    let window = Window::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
-    let (first, n_blocks, diag) = match window {
+    let keys = KeyRule::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
+    let (first, n_blocks, diag) = match keys.window() {
         Some(w) => window_blocks(&mut b, plan, w, (seqlen_q, seqlen_k), q.m0),
         None => {
             let (n, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
@@ -141,7 +141,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     b.cp_async_commit();
     let [q_operand, do_operand] =
         q.a_operands(&mut b, t.layout.resident(), [&q_tile, &do_tile], smem, d);
-    let mask = q.mask(&mut b, (spec.mask, window), seqlen_q, seqlen_k);
+    let mask = q.mask(&mut b, keys, seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
     let mut dq = q.acc_zeros(&mut b, d);
 
@@ -154,7 +154,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     mask_block(
         &mut b,
         plan,
-        (&mask, window),
+        (&mask, keys),
         &mut s,
         (n0, n0),
         seqlen_k,

@@ -15,7 +15,7 @@ use super::warp::AOperand;
 use super::warp_store::Cols;
 use crate::abi::{HEAD_DIM, HEADS, K, LSE, O, Q, SCALE_LOG2, V};
 use crate::kernels::half_fmt;
-use crate::kernels::mask::{KeyMask, Window, mask_block};
+use crate::kernels::mask::{KeyMask, KeyRule, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::{kv_blocks, window_blocks};
 use crate::kernels::scores::ScoreTransform;
@@ -34,8 +34,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let (d, t) = (plan.spec.head_dim, &f.t);
     let resident = t.layout.resident();
     let [q_operand] = f.q.a_operands(&mut b, resident, [&f.q_tile], f.smem, d);
-    let mask =
-        f.q.mask(&mut b, (plan.spec.mask, f.window), f.seqlen_q, f.seqlen_k);
+    let mask = f.q.mask(&mut b, f.rule, f.seqlen_q, f.seqlen_k);
     let mut o = f.q.acc_zeros(&mut b, f.ex.as_ref().map_or(d, |e| e.cols()));
     let mut softmax = OnlineSoftmax::new(&mut b, f.q.rows.len(), f.softmax_scale);
     f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
@@ -62,7 +61,8 @@ struct QueryBlock<'a> {
     first: Reg<B32>,
     n_blocks: Reg<B32>,
     diag: Reg<B32>,
-    window: Option<Window>,
+    /// Which keys each row sees (a window: its bounds).
+    rule: KeyRule,
     /// The score transform, and the scale (times log2 e) the softmax applies after it.
     transform: Option<ScoreTransform>,
     softmax_scale: Reg<F32>,
@@ -94,10 +94,10 @@ impl<'a> QueryBlock<'a> {
         let q_base = p.tensor(&mut b, &Q, q.batch, q.m0, q.head);
         let k_base = p.tensor(&mut b, &K, q.batch, zero, q.kv_head);
         let v_base = p.tensor(&mut b, &V, q.batch, zero, q.kv_head);
-        let window = Window::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
+        let rule = KeyRule::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
         let (transform, softmax_scale) =
             ScoreTransform::load(&mut b, &p, spec.scores, p.get(SCALE_LOG2));
-        let (first, n_blocks, diag) = match window {
+        let (first, n_blocks, diag) = match rule.window() {
             Some(w) => window_blocks(&mut b, plan, w, (seqlen_q, seqlen_k), q.m0),
             None => {
                 let (n, diag) = kv_blocks(&mut b, plan, seqlen_q, seqlen_k, q.m0);
@@ -139,7 +139,7 @@ impl<'a> QueryBlock<'a> {
             first,
             n_blocks,
             diag,
-            window,
+            rule,
             transform,
             softmax_scale,
             smem,
@@ -175,7 +175,7 @@ impl<'a> QueryBlock<'a> {
         }
         b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
         let (seqlen_k, diag) = (self.seqlen_k, self.diag);
-        let masks = (mask, self.window);
+        let masks = (mask, self.rule);
         mask_block(b, self.plan, masks, &mut s, (n0, s_n0), seqlen_k, diag);
         b.comment("-- online softmax: m_i, l_i, P = exp2(S * scale_log2 - m_i), O *= alpha --");
         match ex {
@@ -229,7 +229,7 @@ impl<'a> QueryBlock<'a> {
         // each warp stages only its own columns); but with no key block at all (causal rows
         // before the first key) no barrier has ordered the other threads' Q copies (landed:
         // the stream's exit waits for every copy) before this warp's staging writes
-        let no_blocks = match self.window {
+        let no_blocks = match self.rule.window() {
             Some(_) => b.setp_u32(Cmp::Eq, self.n_blocks, self.first),
             None => b.setp_u32(Cmp::Eq, self.n_blocks, 0u32),
         };

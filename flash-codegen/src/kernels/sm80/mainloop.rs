@@ -6,13 +6,13 @@ use std::ops::Deref;
 
 use super::warp::Warp;
 use crate::abi::{Arg, HEADS_PER_KV};
-use crate::kernels::mask::{KeyMask, Window};
+use crate::kernels::mask::{KeyMask, KeyRule};
 use crate::kernels::params::Params;
 use crate::kernels::params::row_stats_base;
 use crate::kernels::schedule::heaviest_first;
 use crate::kernels::varlen::Packed;
 use crate::ptx::{B32, B64, Builder, Reg, Special};
-use crate::spec::{KernelPlan, Mask, Pass};
+use crate::spec::{KernelPlan, Pass};
 
 /// The opening every query-block kernel shares: the builder with the kernel's `header`
 /// comment, the parameters loaded, the CTA's [`QBlock`] and a zero register.
@@ -124,12 +124,12 @@ impl QBlock {
     pub fn mask(
         &self,
         b: &mut Builder,
-        mask: (Mask, Option<Window>),
+        rule: KeyRule,
         seqlen_q: Reg<B32>,
         seqlen_k: Reg<B32>,
     ) -> KeyMask {
         let abs: Vec<Reg<B32>> = self.rows.iter().map(|&r| b.add_u32(r, self.m0)).collect();
-        KeyMask::new(b, mask, &abs, self.t2, seqlen_q, seqlen_k)
+        KeyMask::new(b, rule, &abs, self.t2, seqlen_q, seqlen_k)
     }
 
     /// Global address of `stat[batch, head, m0]` for a per-row f32 statistic laid out

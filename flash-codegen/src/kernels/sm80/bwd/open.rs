@@ -4,7 +4,7 @@
 use super::KeyBlock;
 use crate::abi::{DO, DQ_ACCUM, HEAD_DIM, HEADS_PER_KV, K, Q, SCALE_LOG2, V};
 use crate::kernels::half_fmt;
-use crate::kernels::mask::{QueryEdges, QueryMask, Window};
+use crate::kernels::mask::{KeyRule, QueryEdges, QueryMask};
 use crate::kernels::params::Params;
 use crate::kernels::sm80::bwd_atomic_dq::{AtomicDq, dq_warp};
 use crate::kernels::sm80::bwd_exchange::Exchange;
@@ -88,7 +88,7 @@ impl<'a> KeyBlock<'a> {
             b.cp_async_commit();
         }
 
-        let window = Window::load(b, &p, spec.mask, (seqlen_q, seqlen_k));
+        let window = KeyRule::load(b, &p, spec.mask, (seqlen_q, seqlen_k)).window();
         b.comment(match window {
             None => "-- query blocks that see this key block: from the causal diagonal on --",
             Some(_) => "-- query blocks that see this key block: those its window reaches --",
@@ -182,7 +182,7 @@ impl<'a> KeyBlock<'a> {
     /// query that sees the first key (`n0 - shift + left`).
     pub(super) fn query_edges(&self, b: &mut Builder) -> Option<QueryEdges> {
         let spec = &self.plan.spec;
-        let window = Window::load(b, &self.p, spec.mask, (self.seqlen_q, self.seqlen_k));
+        let window = KeyRule::load(b, &self.p, spec.mask, (self.seqlen_q, self.seqlen_k)).window();
         match window {
             None if spec.mask.is_causal() => Some(QueryEdges {
                 lower: self.last_first_q(b),

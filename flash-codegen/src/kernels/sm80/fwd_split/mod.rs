@@ -23,7 +23,7 @@ use crate::abi::{
     TensorArgs, V,
 };
 use crate::kernels::half_fmt;
-use crate::kernels::mask::{KeyMask, Window, mask_block};
+use crate::kernels::mask::{KeyMask, KeyRule, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::{packed_kv_blocks, packed_window_blocks};
 use crate::kernels::scores::ScoreTransform;
@@ -37,7 +37,7 @@ use crate::tile::acc::AccTile;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
 
-/// The entry of a [`Pass::FwdSplit`](crate::spec::Pass::FwdSplit) spec.
+/// The entry of a [`Pass::FwdSplit`] spec.
 pub fn build(plan: &KernelPlan) -> Entry {
     let (mut b, f) = SplitBlock::open(plan);
     let (d, t) = (plan.spec.head_dim, &f.t);
@@ -45,7 +45,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let [q_operand] = w.a_operands(&mut b, t.layout.resident(), [&f.q_tile], f.smem, d);
     let mask = KeyMask::new(
         &mut b,
-        (plan.spec.mask, f.window),
+        f.rule,
         &f.positions,
         w.t2,
         f.p.get(SEQLEN_Q),
@@ -80,7 +80,8 @@ struct SplitBlock<'a> {
     first: Reg<B32>,
     end: Reg<B32>,
     diag: Reg<B32>,
-    window: Option<Window>,
+    /// Which keys each row sees (a window: its bounds).
+    rule: KeyRule,
     /// The score transform, and the scale (times log2 e) the softmax applies after it.
     transform: Option<ScoreTransform>,
     softmax_scale: Reg<F32>,
@@ -162,10 +163,10 @@ impl<'a> SplitBlock<'a> {
             b.assign(seqlen_k, n);
         });
 
-        let window = Window::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
+        let rule = KeyRule::load(&mut b, &p, spec.mask, (seqlen_q, seqlen_k));
         let (transform, softmax_scale) =
             ScoreTransform::load(&mut b, &p, spec.scores, p.get(SCALE_LOG2));
-        let (first, end, diag) = match window {
+        let (first, end, diag) = match rule.window() {
             None => {
                 b.comment("-- the split's key blocks: an equal share of the sequence's --");
                 let (n, diag) = packed_kv_blocks(&mut b, plan, (seqlen_q, seqlen_k), m0, hpk);
@@ -233,7 +234,7 @@ impl<'a> SplitBlock<'a> {
             first,
             end,
             diag,
-            window,
+            rule,
             transform,
             softmax_scale,
             warp_idle,
@@ -279,14 +280,14 @@ impl<'a> SplitBlock<'a> {
             if let Some(t) = &self.transform {
                 t.apply(b, &mut s);
             }
-            b.comment(match self.window {
+            b.comment(match self.rule.window() {
                 None => "-- mask: blocks crossing the sequence end or the causal diagonal --",
                 Some(_) => "-- mask: blocks crossing the sequence end or the window's edges --",
             });
             mask_block(
                 b,
                 self.plan,
-                (mask, self.window),
+                (mask, self.rule),
                 &mut s,
                 (n0, s_n0),
                 self.seqlen_k,
