@@ -15,6 +15,7 @@ use flash_codegen::abi::{self, grid};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
+use super::modifiers::{check_window_lengths, modifier_param};
 use super::{
     BufDesc, LaunchPlan, ParamValue, TensorDesc, bind_spec_params, check_dtypes, check_grid,
     check_problem, contiguous_runs, launch, place, prod, shape_err, tensor_param, u32_of,
@@ -257,12 +258,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
         false => spec(Pass::BwdPost, Mask::None),
         true => spec(Pass::BwdDq, p.kernel_mask()),
     };
-    // A window's bounds join both lengths in one i32 sum in the kernels
-    if main_mask == Mask::Local && sq + sk + 256 >= 1 << 31 {
-        return Err(FlashError::InvalidParam(format!(
-            "a sliding window needs seqlen_q + seqlen_k below 2^31 - 256, got {sq} + {sk}"
-        )));
-    }
+    check_window_lengths(main_mask, (sq, sk), "seqlen_k")?;
     check_grid(sq, h, b, pre.tiles().block_m())?;
     let (sq32, sk32) = (u32_of(sq, "seqlen_q")?, u32_of(sk, "seqlen_k")?);
     let (b32, h32, hk32) = (b as u32, h as u32, hk as u32); // <= 65535: checked with the grid
@@ -284,10 +280,9 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
         None => (0, 0),
     };
 
-    let window = p.window_params().unwrap_or((u32::MAX, u32::MAX));
     let value = |name: &str| {
         use ParamValue::{F32, U32, U64};
-        if let Some(t) = tensor_param(name, &tensors) {
+        if let Some(t) = tensor_param(name, &tensors).or_else(|| modifier_param(&p, name)) {
             return Some(t);
         }
         Some(match name {
@@ -301,9 +296,6 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
             "heads_per_kv" => U32(h32 / hk32),
             "scale_log2" => F32((scale * std::f64::consts::LOG2_E) as f32),
             "softmax_scale" => F32(scale as f32),
-            "window_left" => U32(window.0),
-            "window_right" => U32(window.1),
-            "softcap" => F32(p.softcap.unwrap_or(0.0)),
             _ => return None,
         })
     };

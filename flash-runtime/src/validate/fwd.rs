@@ -8,6 +8,7 @@
 use flash_codegen::abi::{self, fwd_grid};
 use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
+use super::modifiers::{check_window_lengths, modifier_param};
 use super::{
     LaunchPlan, LseDesc, ParamValue, Placed, TensorDesc, bind_spec_params, check_dtypes,
     check_grid, check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
@@ -91,12 +92,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
         return Ok(LaunchPlan::noop(spec));
     }
 
-    // A window's bounds join both lengths in one i32 sum in the kernel
-    if spec.mask == flash_codegen::Mask::Local && sq + sk + 256 >= 1 << 31 {
-        return Err(FlashError::InvalidParam(format!(
-            "a sliding window needs seqlen_q + seqlen_k below 2^31 - 256, got {sq} + {sk}"
-        )));
-    }
+    check_window_lengths(spec.mask, (sq, sk), "seqlen_k")?;
     // Grid first: it names the limit users hit with huge batches or head counts.
     check_grid(sq, h, b, spec.tiles().block_m())?;
     let (sq32, sk32, h32) = (u32_of(sq, "seqlen_q")?, u32_of(sk, "seqlen_k")?, h as u32);
@@ -117,10 +113,9 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
 
     let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
     let hk_div = h.checked_div(hk).unwrap_or(1);
-    let window = a.params.window_params().unwrap_or((u32::MAX, u32::MAX));
     let params = bind_spec_params(&spec, |name| {
         use ParamValue::{F32, U32, U64};
-        if let Some(t) = tensor_param(name, &tensors) {
+        if let Some(t) = tensor_param(name, &tensors).or_else(|| modifier_param(&a.params, name)) {
             return Some(t);
         }
         Some(match name {
@@ -131,9 +126,6 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
             "heads" => U32(h32),
             "heads_per_kv" => U32(hk_div as u32),
             "scale_log2" => F32((scale * std::f64::consts::LOG2_E) as f32),
-            "window_left" => U32(window.0),
-            "window_right" => U32(window.1),
-            "softcap" => F32(a.params.softcap.unwrap_or(0.0)),
             _ => return None,
         })
     })?;

@@ -12,6 +12,7 @@ use flash_codegen::abi::{self};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
+use super::modifiers::{check_window_lengths, modifier_param};
 use super::paged::{PagedCache, PagedDesc, check_paged, check_pool_strides};
 use super::split_rule::{GpuFill, resolve_splits, rule_k_shape, split_spec};
 use super::{
@@ -275,13 +276,7 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         });
     }
 
-    // A window's bounds join both lengths in one i32 sum in the kernel
-    if split_spec.mask == Mask::Local && sq + cap + 256 >= 1 << 31 {
-        return Err(FlashError::InvalidParam(format!(
-            "a sliding window needs seqlen_q + the cache's capacity below 2^31 - 256, got \
-             {sq} + {cap}"
-        )));
-    }
+    check_window_lengths(split_spec.mask, (sq, cap), "the cache's capacity")?;
     // Grid first: it names the limit users hit with huge batches or split counts.
     check_kv_grid([b, sq, h, hk], split_spec.tiles().block_m(), splits)?;
     let (sq32, cap32) = (u32_of(sq, "seqlen_q")?, capacity_of(cap)?);
@@ -316,10 +311,9 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     });
 
     let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
-    let window = a.params.window_params().unwrap_or((u32::MAX, u32::MAX));
     let value = |name: &str| {
         use ParamValue::{F32, U32, U64};
-        if let Some(t) = tensor_param(name, &tensors) {
+        if let Some(t) = tensor_param(name, &tensors).or_else(|| modifier_param(&a.params, name)) {
             return Some(t);
         }
         Some(match name {
@@ -337,9 +331,6 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
             "max_pages" => U32(pages.max_pages),
             "page_shift" => U32(pages.page_shift),
             "num_pages" => U32(pages.num_pages),
-            "window_left" => U32(window.0),
-            "window_right" => U32(window.1),
-            "softcap" => F32(a.params.softcap.unwrap_or(0.0)),
             _ => return None,
         })
     };

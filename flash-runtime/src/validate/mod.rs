@@ -17,6 +17,7 @@ mod bwd;
 mod fwd;
 mod kvcache;
 mod layout;
+mod modifiers;
 mod paged;
 mod split_rule;
 mod varlen;
