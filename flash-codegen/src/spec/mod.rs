@@ -147,12 +147,6 @@ impl Pass {
             Mask::Causal | Mask::Local => self.has_mask(),
         }
     }
-
-    /// Whether the pass computes attention forward from its scores: the dense and varlen
-    /// forwards and the split-KV ones (contiguous and paged); not the combine step.
-    pub fn is_forward(self) -> bool {
-        matches!(self.tile_pass(), Pass::Fwd | Pass::FwdSplit)
-    }
 }
 
 /// Element type of q, k, v, o (and of the gradients).

@@ -88,17 +88,19 @@ impl<'a> KeyBlock<'a> {
             b.cp_async_commit();
         }
 
-        let window = KeyRule::load(b, &p, spec.mask, (seqlen_q, seqlen_k)).window();
-        b.comment(match window {
-            None => "-- query blocks that see this key block: from the causal diagonal on --",
-            Some(_) => "-- query blocks that see this key block: those its window reaches --",
+        let rule = KeyRule::load(b, &p, spec.mask, (seqlen_q, seqlen_k));
+        b.comment(match rule {
+            KeyRule::Local(_) => {
+                "-- query blocks that see this key block: those its window reaches --"
+            }
+            _ => "-- query blocks that see this key block: from the causal diagonal on --",
         });
         let n_qblocks = b.add_u32(seqlen_q, bm - 1);
         let n_qblocks = b.div_u32(n_qblocks, bm);
         let shift = b.sub_s32(seqlen_k, seqlen_q);
         let first_q = b.sub_s32(n0, shift); // first query that sees key n0
-        let (m_first, n_qblocks) = match window {
-            Some(w) => {
+        let (m_first, n_qblocks) = match rule {
+            KeyRule::Local(w) => {
                 // queries first_q - right ..= first_q + bn - 1 + left see the block's keys
                 let lo = b.sub_s32(first_q, w.right);
                 let lo = b.max_s32(lo, 0i32);
@@ -110,16 +112,16 @@ impl<'a> KeyBlock<'a> {
                 let first = b.div_u32(lo, bm);
                 (b.min_u32(first, end), end)
             }
-            None if spec.mask.is_causal() => {
+            KeyRule::Causal => {
                 let f = b.max_s32(first_q, 0i32);
                 (b.div_u32(f, bm), n_qblocks)
             }
-            None => (zero, n_qblocks),
+            KeyRule::All => (zero, n_qblocks),
         };
         let key0 = b.add_u32(w.rows[0], n0);
-        let qmask = match window {
-            Some(win) => QueryMask::window(b, (key0, w.t2), (seqlen_q, seqlen_k), win),
-            None => QueryMask::new(b, key0, w.t2, seqlen_q, seqlen_k),
+        let qmask = match rule {
+            KeyRule::Local(win) => QueryMask::window(b, (key0, w.t2), (seqlen_q, seqlen_k), win),
+            _ => QueryMask::new(b, key0, w.t2, seqlen_q, seqlen_k),
         };
         let dq_on = b.setp_u64(Cmp::Ne, p.get(DQ_ACCUM), 0i64);
         // (exchange: computed where used, to keep registers for the accumulators)
@@ -181,15 +183,14 @@ impl<'a> KeyBlock<'a> {
     /// query that sees the last key; under a window, that minus `right`, and the last
     /// query that sees the first key (`n0 - shift + left`).
     pub(super) fn query_edges(&self, b: &mut Builder) -> Option<QueryEdges> {
-        let spec = &self.plan.spec;
-        let window = KeyRule::load(b, &self.p, spec.mask, (self.seqlen_q, self.seqlen_k)).window();
-        match window {
-            None if spec.mask.is_causal() => Some(QueryEdges {
+        let lens = (self.seqlen_q, self.seqlen_k);
+        match KeyRule::load(b, &self.p, self.plan.spec.mask, lens) {
+            KeyRule::All => None,
+            KeyRule::Causal => Some(QueryEdges {
                 lower: self.last_first_q(b),
                 upper: None,
             }),
-            None => None,
-            Some(w) => {
+            KeyRule::Local(w) => {
                 let lfq = self.last_first_q(b);
                 let lower = b.sub_s32(lfq, w.right);
                 let first_lq = b.sub_s32(lfq, (self.t.block_n - 1) as i32);
