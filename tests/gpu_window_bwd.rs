@@ -104,11 +104,9 @@ fn check_grads<T: Element>(
         ("dk", &g.dk, &want.dk, again.map(|a| &a.dk), &kz, c.hk * c.d),
         ("dv", &g.dv, &want.dv, again.map(|a| &a.dv), &kz, c.hk * c.d),
     ] {
-        let h: Vec<f64> = stream
-            .clone_dtoh(got)?
-            .iter()
-            .map(|x| x.to_f32() as f64)
-            .collect();
+        let host = stream.clone_dtoh(got)?;
+        let bits = |x: &[T]| x.iter().map(|v| v.to_f32().to_bits()).collect::<Vec<u32>>();
+        let h: Vec<f64> = host.iter().map(|x| x.to_f32() as f64).collect();
         let zeros_off = (h.iter().enumerate())
             .filter(|&(i, g)| zero[i / row] && *g != 0.0)
             .count();
@@ -122,17 +120,7 @@ fn check_grads<T: Element>(
             problems.push(format!("{name} rel-L2 {e:.3e}"));
         }
         if let Some(o) = other {
-            let a: Vec<u32> = stream
-                .clone_dtoh(o)?
-                .iter()
-                .map(|x| x.to_f32().to_bits())
-                .collect();
-            let b: Vec<u32> = stream
-                .clone_dtoh(got)?
-                .iter()
-                .map(|x| x.to_f32().to_bits())
-                .collect();
-            if a != b {
+            if bits(&stream.clone_dtoh(o)?) != bits(&host) {
                 problems.push(format!(
                     "{name}: deterministic mode not bitwise reproducible"
                 ));
