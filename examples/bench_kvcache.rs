@@ -101,7 +101,7 @@ impl Row {
         self.b * keys * self.hk * self.d * 2 * 2
     }
 
-    fn params(&self) -> flash_runtime::AttnParams {
+    fn params(&self) -> flash_runtime::AttnParams<'static> {
         let mut p = attn_params(false);
         if self.left >= 0 {
             p = p.with_window(self.left, 0);

@@ -1,7 +1,9 @@
 //! The modifier forwards against our plain ones (issue 19's rows): bf16, d128, batch 2, 16
 //! heads, sq = sk = 8K and 32K; windows 256, 1024 and 4096 as Mistral runs them
 //! (`with_window(w - 1, 0)`: causal within the last w keys) against causal; softcap 30,
-//! causal and unmasked, against the causal and the unmasked kernels.
+//! causal and unmasked, against the causal and the unmasked kernels; ALiBi (BLOOM's
+//! slopes for 16 heads, `[heads]`), causal and unmasked, against the same.
+//! `BENCH_ROWS=causal,causal_alibi,..` times only the rows named (twins included by hand).
 //!
 //! Per row: the median ms (`bench_common::SpinTimer`: 256 MB L2 flush, then a GPU spin of
 //! 1.5M cycles past the host's enqueue, CUDA events around the call, 5 warm-ups, median
@@ -20,10 +22,12 @@
 
 use std::error::Error;
 
+use cudarc::driver::CudaSlice;
 use flash_codegen::{DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use flash_runtime::rng::Rng;
 use flash_runtime::{
-    AttnParams, BwdInputs, BwdOptions, BwdScratch, FlashAttention, GradsMut, Tensor4, Tensor4Mut,
+    Alibi, AttnParams, BwdInputs, BwdOptions, BwdScratch, FlashAttention, GradsMut, Tensor4,
+    Tensor4Mut,
 };
 use half::bf16;
 use serde_json::json;
@@ -42,19 +46,25 @@ struct Row {
     causal: bool,
     window: Option<usize>,
     softcap: Option<f32>,
+    alibi: bool,
     twin: Option<&'static str>,
 }
 
 impl Row {
-    fn params(&self) -> AttnParams {
+    /// The row's parameters (ALiBi: `slopes`, f32 `[heads]`).
+    fn params<'a>(&self, slopes: &'a CudaSlice<f32>) -> AttnParams<'a> {
         let p = match (self.window, self.causal) {
             (Some(w), _) => AttnParams::new().with_window(w as i32 - 1, 0),
             (None, true) => AttnParams::causal(),
             (None, false) => AttnParams::new(),
         };
-        match self.softcap {
+        let p = match self.softcap {
             Some(c) => p.with_softcap(c),
             None => p,
+        };
+        match self.alibi {
+            true => p.with_alibi(Alibi::per_head(slopes)),
+            false => p,
         }
     }
 
@@ -67,9 +77,10 @@ impl Row {
                 (Some(_), _) => Mask::Local,
                 (None, c) => Mask::causal(c),
             },
-            scores: match self.softcap {
-                Some(_) => Scores::Softcap,
-                None => Scores::Plain,
+            scores: match (self.softcap, self.alibi) {
+                (Some(_), _) => Scores::Softcap,
+                (None, true) => Scores::Alibi,
+                (None, false) => Scores::Plain,
             },
             tiling: Tiling::Standard,
             arch: flash_codegen::Arch::Sm80,
@@ -83,9 +94,12 @@ fn rows() -> Vec<Row> {
         causal,
         window,
         softcap,
+        alibi: label.ends_with("alibi"),
         twin,
     };
-    vec![
+    let only = std::env::var("BENCH_ROWS").ok();
+    let only: Option<Vec<String>> = only.map(|s| s.split(',').map(str::to_string).collect());
+    let all = vec![
         row("causal", true, None, None, None),
         row("window256", true, Some(256), None, Some("causal")),
         row("window1024", true, Some(1024), None, Some("causal")),
@@ -93,7 +107,16 @@ fn rows() -> Vec<Row> {
         row("causal_softcap30", true, None, Some(30.0), Some("causal")),
         row("plain", false, None, None, None),
         row("plain_softcap30", false, None, Some(30.0), Some("plain")),
-    ]
+        row("causal_alibi", true, None, None, Some("causal")),
+        row("plain_alibi", false, None, None, Some("plain")),
+    ];
+    match only {
+        Some(names) => all
+            .into_iter()
+            .filter(|r| names.contains(&r.label))
+            .collect(),
+        None => all,
+    }
 }
 
 /// (unmasked pairs, visited blocks' pairs) of one head of an n x n problem under `window`
@@ -159,12 +182,17 @@ fn main() -> Result<(), Box<dyn Error>> {
             dev(B * n * H * D)?,
         ];
         let mut scratch = BwdScratch::new(&s, shape, false)?;
+        // BLOOM's slopes for H heads: 2^(-8 (i + 1) / H)
+        let slopes: Vec<f32> = (0..H)
+            .map(|i| (-8.0 * (i as f32 + 1.0) / H as f32).exp2())
+            .collect();
+        let slopes = s.clone_htod(&slopes)?;
         let rows = rows();
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); rows.len()];
         timer.sleep_short = 0;
         for _ in 0..rounds {
             for (wi, row) in rows.iter().enumerate() {
-                let p = row.params();
+                let p = row.params(&slopes);
                 let (qt, kt, vt) = (
                     Tensor4::contiguous(&q, shape),
                     Tensor4::contiguous(&k, shape),
@@ -230,7 +258,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let (tf_work, tf_visited) = (tf(pairs), tf(visited));
             let mut line = json!({"n": n, "pass": if bwd { "bwd" } else { "fwd" },
                 "row": row.label, "window": row.window,
-                "softcap": row.softcap, "kernel": spec.name(), "ms": ms,
+                "softcap": row.softcap, "alibi": row.alibi, "kernel": spec.name(), "ms": ms,
                 "round_ms": times[wi], "tflops_unmasked": tf_work,
                 "tflops_visited": tf_visited, "sleep_short": timer.sleep_short});
             match row.twin.and_then(|t| plain.get(t)) {

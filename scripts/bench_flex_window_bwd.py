@@ -2,8 +2,9 @@
 """FlexAttention's backward on the sliding-window rows of `examples/bench_window.rs`
 (`BENCH_PASS=bwd`), for the issue-19 table: bf16, d128, batch 2, 16 heads, sq = sk = n
 (env BENCH_N, default 8192,32768); causal and windows 256, 1024, 4096 as Mistral runs them
-(query i sees keys i - w + 1 .. i), softcap 30 causal and unmasked, unmasked; SDPA's
-flash backward on the causal row beside it.
+(query i sees keys i - w + 1 .. i), softcap 30 causal and unmasked, unmasked, ALiBi
+(BLOOM's slopes, score - slope[h] * |i - j|) causal and unmasked; SDPA's flash backward
+on the causal row beside it. Env BENCH_ROWS=causal,causal_alibi,.. keeps the rows named.
 
 Flex is torch.compile'd with a block mask; its backward is replayed with
 torch.autograd.grad(out, (q, k, v), dO, retain_graph=True) after
@@ -22,11 +23,19 @@ torch._functorch.config.donated_buffer = False
 torch._dynamo.config.cache_size_limit = 64
 B, H, D = 2, 16, 128
 flex = torch.compile(flex_attention, dynamic=False)
-# (label, causal, window, softcap)
+# (label, causal, window, softcap); softcap "alibi": ALiBi instead
 ROWS = [("causal", True, None, None), ("window256", True, 256, None),
         ("window1024", True, 1024, None), ("window4096", True, 4096, None),
         ("causal_softcap30", True, None, 30.0), ("plain", False, None, None),
-        ("plain_softcap30", False, None, 30.0)]
+        ("plain_softcap30", False, None, 30.0), ("causal_alibi", True, None, "alibi"),
+        ("plain_alibi", False, None, "alibi")]
+if os.environ.get("BENCH_ROWS"):
+    ROWS = [r for r in ROWS if r[0] in os.environ["BENCH_ROWS"].split(",")]
+SLOPES = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)], device="cuda")
+
+
+def alibi(score, b, h, qi, ki):
+    return score - SLOPES[h] * (qi - ki).abs()
 
 
 def softcap_mod(cap):
@@ -35,7 +44,8 @@ def softcap_mod(cap):
     return softcap
 
 
-SOFTCAPS = {cap: softcap_mod(cap) for cap in {r[3] for r in ROWS if r[3]}}
+SOFTCAPS = {cap: softcap_mod(cap) for cap in {r[3] for r in ROWS if r[3] and r[3] != "alibi"}}
+SOFTCAPS["alibi"] = alibi
 
 
 def pairs(n, causal, window):

@@ -36,7 +36,7 @@ struct Case {
 }
 
 impl Case {
-    fn params(&self) -> (AttnParams, Modifiers) {
+    fn params(&self) -> (AttnParams<'static>, Modifiers) {
         let mut p = AttnParams::new();
         let mut m = Modifiers::causal(false);
         if let Some((l, r)) = self.window {

@@ -21,7 +21,7 @@ fn t(shape: [usize; 4], ptr: u64) -> TensorDesc {
 }
 
 /// q [b, sq, h, d], k/v [b, sk, hk, d], contiguous, distinct aligned pointers.
-fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> FwdArgs {
+fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> FwdArgs<'static> {
     FwdArgs {
         q: t([b, sq, h, d], 0x1000_0000),
         k: t([b, sk, hk, d], 0x2000_0000),
@@ -29,6 +29,7 @@ fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> FwdArg
         o: t([b, sq, h, d], 0x4000_0000),
         lse: None,
         params: AttnParams::new(),
+        alibi: None,
     }
 }
 
@@ -163,7 +164,7 @@ fn empty_problems_launch_nothing_and_empty_keys_launch() {
 
 #[test]
 fn shape_mismatches() {
-    let cases: Vec<(FwdArgs, &str)> = vec![
+    let cases: Vec<(FwdArgs<'static>, &str)> = vec![
         (
             {
                 let mut a = args(1, 8, 8, 2, 2, 64);
@@ -300,7 +301,7 @@ fn dtype_mismatch() {
 
 #[test]
 fn misaligned_pointers_and_strides() {
-    let mut cases: Vec<(FwdArgs, &str, &str)> = Vec::new();
+    let mut cases: Vec<(FwdArgs<'static>, &str, &str)> = Vec::new();
     let mut a = args(1, 8, 8, 2, 2, 64);
     a.q.ptr += 2;
     cases.push((a, "q", "16-byte aligned"));

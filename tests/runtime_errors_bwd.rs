@@ -17,7 +17,7 @@ mod validate_support;
 use validate_support::{bwd_args, t};
 
 /// Contiguous tensors at distinct aligned pointers, exactly sized lse and scratch.
-fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArgs {
+fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArgs<'static> {
     let scratch = ScratchDesc {
         dvec: BufDesc {
             ptr: DVEC,
@@ -295,7 +295,7 @@ fn unsupported_head_dims_and_heads_not_divisible() {
 
 #[test]
 fn dtype_mismatches() {
-    type Pick = fn(&mut BwdArgs) -> &mut TensorDesc;
+    type Pick = for<'a> fn(&'a mut BwdArgs<'static>) -> &'a mut TensorDesc;
     let picks: [(&str, Pick); 7] = [
         ("k", |a| &mut a.k),
         ("v", |a| &mut a.v),

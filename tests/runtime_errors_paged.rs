@@ -24,7 +24,7 @@ fn paged(
     pages: usize,
     page: usize,
     max_pages: usize,
-) -> KvArgs {
+) -> KvArgs<'static> {
     let mut a = args(b, sq, 0, h, hk, d);
     a.k = t([pages, page, hk, d], 0x2000_0000);
     a.v = t([pages, page, hk, d], 0x3000_0000);
@@ -35,7 +35,7 @@ fn paged(
     a
 }
 
-fn table(a: &mut KvArgs) -> &mut PagedDesc {
+fn table<'a>(a: &'a mut KvArgs<'_>) -> &'a mut PagedDesc {
     a.paged.as_mut().unwrap()
 }
 
@@ -164,7 +164,7 @@ fn empty_tables_and_batches() {
 #[test]
 fn bad_tables_and_pools_are_typed_errors() {
     let base = || paged((2, 1, 8, 2, 64), 32, 16, 8);
-    let mut cases: Vec<(KvArgs, &str)> = Vec::new();
+    let mut cases: Vec<(KvArgs<'static>, &str)> = Vec::new();
     let mut a = base();
     table(&mut a).shape = [3, 8];
     cases.push((a, "block_table has shape [3, 8] but q's batch is 2"));
@@ -220,7 +220,7 @@ fn bad_tables_and_pools_are_typed_errors() {
 #[test]
 fn misaligned_strided_and_mistyped_pools() {
     let base = || paged((2, 1, 8, 2, 64), 32, 16, 8);
-    let mut misaligned: Vec<(KvArgs, &str, &str)> = Vec::new();
+    let mut misaligned: Vec<(KvArgs<'static>, &str, &str)> = Vec::new();
     for ptr in [TABLE + 2, 0] {
         let mut a = base();
         table(&mut a).block_table.ptr = ptr;

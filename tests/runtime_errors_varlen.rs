@@ -37,7 +37,7 @@ fn vl(batch: usize, max_q: usize, max_k: usize) -> VarlenDesc {
     }
 }
 
-fn fwd(tq: usize, tk: usize, h: usize, hk: usize, d: usize) -> FwdArgs {
+fn fwd(tq: usize, tk: usize, h: usize, hk: usize, d: usize) -> FwdArgs<'static> {
     FwdArgs {
         q: t([1, tq, h, d], 0x1000_0000),
         k: t([1, tk, hk, d], 0x2000_0000),
@@ -48,10 +48,19 @@ fn fwd(tq: usize, tk: usize, h: usize, hk: usize, d: usize) -> FwdArgs {
             len: h * tq,
         }),
         params: AttnParams::causal(),
+        alibi: None,
     }
 }
 
-fn bwd(tq: usize, tk: usize, h: usize, hk: usize, d: usize, batch: usize, det: bool) -> BwdArgs {
+fn bwd(
+    tq: usize,
+    tk: usize,
+    h: usize,
+    hk: usize,
+    d: usize,
+    batch: usize,
+    det: bool,
+) -> BwdArgs<'static> {
     let (qs, ks) = ([1, tq, h, d], [1, tk, hk, d]);
     let need = varlen_scratch(qs, batch, det);
     let scratch = ScratchDesc {

@@ -15,7 +15,7 @@ use flash_runtime::{AttnParams, BwdOptions, FlashError};
 mod validate_support;
 use validate_support::{bwd_args, t};
 
-fn fwd(b: usize, sq: usize, sk: usize, params: AttnParams) -> FwdArgs {
+fn fwd(b: usize, sq: usize, sk: usize, params: AttnParams<'static>) -> FwdArgs<'static> {
     FwdArgs {
         q: t([b, sq, 8, 128], 0x1000_0000),
         k: t([b, sk, 2, 128], 0x2000_0000),
@@ -26,6 +26,7 @@ fn fwd(b: usize, sq: usize, sk: usize, params: AttnParams) -> FwdArgs {
             len: b * 8 * sq,
         }),
         params,
+        alibi: None,
     }
 }
 

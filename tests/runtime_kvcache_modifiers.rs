@@ -24,12 +24,12 @@ fn assert_binds_its_spec(l: &LaunchPlan) {
     }
 }
 
-fn with(mut a: KvArgs, p: AttnParams) -> KvArgs {
+fn with(mut a: KvArgs<'static>, p: AttnParams<'static>) -> KvArgs<'static> {
     a.params = p;
     a
 }
 
-fn paged(mut a: KvArgs, page: usize) -> KvArgs {
+fn paged(mut a: KvArgs<'static>, page: usize) -> KvArgs<'static> {
     let [b, cap, hk, d] = a.k.shape;
     let pages = b * cap / page;
     a.k = t([pages, page, hk, d], 0x2000_0000);
@@ -120,7 +120,7 @@ fn windows_and_caps_plan_their_split_kernels() {
 /// the window reaches), a window wider than the cache as the cache.
 #[test]
 fn a_window_splits_for_the_keys_it_reaches() {
-    let splits = |cap: usize, p: AttnParams| {
+    let splits = |cap: usize, p: AttnParams<'static>| {
         let a = with(args(1, 1, cap, 8, 1, 128), p);
         let n = plan(&a).unwrap().num_splits;
         // the shapes-only count agrees

@@ -43,7 +43,7 @@ pub fn median(mut xs: Vec<f64>) -> f64 {
 }
 
 /// A row's attention: the causal mask or none, scale `1 / sqrt(d)` (both passes).
-pub fn attn_params(causal: bool) -> AttnParams {
+pub fn attn_params(causal: bool) -> AttnParams<'static> {
     AttnParams::new().with_mask(if causal { Mask::Causal } else { Mask::None })
 }
 

@@ -121,6 +121,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
     let scores = match spec.scores {
         Scores::Plain => quote!(Plain),
         Scores::Softcap => quote!(Softcap),
+        Scores::Alibi => quote!(Alibi),
     };
     let head_dim = Literal::u32_suffixed(spec.head_dim);
     quote! {

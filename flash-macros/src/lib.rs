@@ -10,6 +10,7 @@
 
 mod expand;
 mod parse;
+mod values;
 
 #[cfg(test)]
 mod tests;
@@ -85,7 +86,10 @@ mod tests;
 /// window (`bwd` and `bwddq` local, with the plain `bwdpre` and `bwdpost`). `softcap =
 /// true` (or `[false, true]`) adds the softcap twin of every kernel that computes scores
 /// (`AttnParams::with_softcap`: every forward, bwd and bwddq; bwdpre, bwdpost and the
-/// combine step are shared).
+/// combine step are shared). `alibi = true` (or `[false, true]`) adds the ALiBi twin of
+/// the kernels that have one (`AttnParams::with_alibi`: fwd, bwd and bwddq under no mask
+/// and the causal one); `softcap = true` with `alibi = true` is an error (no kernel
+/// computes both).
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown

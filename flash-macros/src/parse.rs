@@ -3,15 +3,18 @@
 
 use std::collections::BTreeSet;
 
-use flash_codegen::spec::HEAD_DIMS;
 use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Error, Ident, Lit, Result, Token, Visibility, braced, bracketed};
 
+use crate::values::{arch, causal, dtype, each, head_dim, passes};
+
 /// The keys, in the order the docs give them. `arch` is the only optional one.
-const KEYS: [&str; 6] = ["head_dim", "dtype", "causal", "passes", "arch", "softcap"];
+const KEYS: [&str; 7] = [
+    "head_dim", "dtype", "causal", "passes", "arch", "softcap", "alibi",
+];
 
 /// A parsed invocation: the module to emit and the kernel variants it embeds.
 pub struct Input {
@@ -23,7 +26,7 @@ pub struct Input {
 
 /// What `passes = ...` selects: the forward, or every backward kernel the runtime launches.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Passes {
+pub(crate) enum Passes {
     Fwd,
     Bwd,
     KvCache,
@@ -39,13 +42,13 @@ enum Passes {
 }
 
 /// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
-enum Atom {
+pub(crate) enum Atom {
     Lit(Lit),
     Word(Ident),
 }
 
 impl Atom {
-    fn span(&self) -> Span {
+    pub(crate) fn span(&self) -> Span {
         match self {
             Atom::Lit(l) => l.span(),
             Atom::Word(w) => w.span(),
@@ -132,7 +135,7 @@ struct Args {
     causal: Vec<bool>,
     passes: Vec<Passes>,
     arch: Vec<Arch>,
-    /// Plain scores, and softcap where `softcap = true` asks for it.
+    /// Plain scores, softcap and ALiBi where `softcap = true`, `alibi = true` ask for them.
     scores: Vec<Scores>,
 }
 
@@ -144,7 +147,7 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
         if !KEYS.contains(&key.as_str()) {
             let msg = format!(
                 "unknown key `{key}`: flash_kernel! takes head_dim, dtype, causal, passes \
-                 and (optional) arch and softcap (true or false)"
+                 and (optional) arch, softcap and alibi (true or false)"
             );
             return Err(Error::new(e.key.span(), msg));
         }
@@ -193,126 +196,38 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
             Some(e) => each(&e.values, arch)?,
             None => vec![Arch::Sm80],
         },
-        scores: match entries.iter().find(|e| e.key == "softcap") {
-            Some(e) => each(&e.values, causal)?
-                .into_iter()
-                .map(|on| if on { Scores::Softcap } else { Scores::Plain })
-                .collect(),
-            None => vec![Scores::Plain],
-        },
+        scores: scores(&entries)?,
     };
     Ok(product(&args))
 }
 
-/// Check each value of a key, refusing repeats.
-fn each<T: PartialEq>(atoms: &[Atom], check: fn(&Atom) -> Result<T>) -> Result<Vec<T>> {
-    let mut out = Vec::with_capacity(atoms.len());
-    for a in atoms {
-        let v = check(a)?;
-        if out.contains(&v) {
-            return Err(Error::new(a.span(), "this value is already in the list"));
-        }
-        out.push(v);
-    }
-    Ok(out)
-}
-
-fn head_dim(a: &Atom) -> Result<u32> {
-    let expected = "expected a head dim, e.g. `head_dim = 128` or `head_dim = [64, 128]`";
-    let Atom::Lit(Lit::Int(l)) = a else {
-        return Err(Error::new(a.span(), expected));
+/// The score transforms `softcap` and `alibi` ask for (default plain); both on at once
+/// has no kernel.
+fn scores(entries: &[Entry]) -> Result<Vec<Scores>> {
+    let flag = |key: &str| match entries.iter().find(|e| e.key == key) {
+        Some(e) => each(&e.values, causal).map(|v| (v, Some(e.key.span()))),
+        None => Ok((vec![false], None)),
     };
-    let kernels = "flash_kernel! instantiates the kernel head dims 32, 64, 96, 128, 160, 192, \
-                   224 and 256";
-    let d = l
-        .base10_parse::<u32>()
-        .map_err(|_| Error::new(l.span(), format!("unsupported head_dim `{l}`: {kernels}")))?;
-    if HEAD_DIMS.contains(&d) {
-        return Ok(d);
-    }
-    let why = match KernelSpec::kernel_head_dim(d) {
-        Some(k) => {
-            format!("{kernels}; problems of head dim {d} run on the `head_dim = {k}` kernel")
+    let ((caps, _), (alibis, alibi_span)) = (flag("softcap")?, flag("alibi")?);
+    let mut out = Vec::new();
+    for &cap in &caps {
+        for &alibi in &alibis {
+            out.extend(match (cap, alibi) {
+                (false, false) => Some(Scores::Plain),
+                (true, false) => Some(Scores::Softcap),
+                (false, true) => Some(Scores::Alibi),
+                (true, true) => None, // (no kernel computes both)
+            });
         }
-        None => format!("{kernels}; the runtime takes head dims that are multiples of 8 up to 256"),
-    };
-    Err(Error::new(
-        l.span(),
-        format!("unsupported head_dim {d}: {why}"),
-    ))
-}
-
-fn word<'a>(a: &'a Atom, what: &str, expected: &str) -> Result<&'a Ident> {
-    match a {
-        Atom::Word(w) => Ok(w),
-        Atom::Lit(l) => Err(Error::new(l.span(), format!("expected {what}: {expected}"))),
     }
-}
-
-fn dtype(a: &Atom) -> Result<DType> {
-    let expected = "`f16` or `bf16`";
-    let w = word(a, "a dtype", expected)?;
-    DType::ALL
-        .into_iter()
-        .find(|d| w == d.name())
-        .ok_or_else(|| {
-            Error::new(
-                w.span(),
-                format!("unknown dtype `{w}`: expected {expected}"),
-            )
-        })
-}
-
-fn causal(a: &Atom) -> Result<bool> {
-    match a {
-        Atom::Lit(Lit::Bool(b)) => Ok(b.value),
-        _ => Err(Error::new(
-            a.span(),
-            "expected `true` or `false` (or `[false, true]` for both variants)",
+    match (out.is_empty(), alibi_span) {
+        (true, Some(span)) => Err(Error::new(
+            span,
+            "`softcap = true` with `alibi = true`: no kernel computes both; give one of them \
+             `[false, true]` or drop it",
         )),
+        _ => Ok(out),
     }
-}
-
-fn passes(a: &Atom) -> Result<Passes> {
-    let expected = "expected `fwd` (the forward), `bwd` (every backward kernel: bwdpre, bwd, \
-                    bwddq and bwdpost), `kvcache` (the KV-cache forward: fwdsplit and \
-                    fwdcombine), `paged` (the paged KV-cache forward: fwdpaged and \
-                    fwdcombine), `varlen` (the packed-sequence forward: fwdvarlen) or \
-                    `varlen_bwd` (its backward: bwdprevarlen, bwdvarlen with its wide tiling \
-                    at d64-d128, bwddqvarlen and bwdpostvarlen), `fwd_local` (the \
-                    sliding-window forward: fwd, mask local), `varlen_local`, \
-                    `kvcache_local` or `paged_local` (the sliding-window packed-sequence, \
-                    KV-cache and paged forwards: mask local), `bwd_local` or \
-                    `varlen_bwd_local` (the sliding-window backwards: bwd and bwddq with \
-                    mask local, bwdpre and bwdpost)";
-    let w = word(a, "a pass", expected)?;
-    match w.to_string().as_str() {
-        "fwd" => Ok(Passes::Fwd),
-        "bwd" => Ok(Passes::Bwd),
-        "kvcache" => Ok(Passes::KvCache),
-        "paged" => Ok(Passes::Paged),
-        "varlen" => Ok(Passes::Varlen),
-        "varlen_bwd" => Ok(Passes::VarlenBwd),
-        "fwd_local" => Ok(Passes::FwdLocal),
-        "varlen_local" => Ok(Passes::VarlenLocal),
-        "kvcache_local" => Ok(Passes::KvCacheLocal),
-        "paged_local" => Ok(Passes::PagedLocal),
-        "bwd_local" => Ok(Passes::BwdLocal),
-        "varlen_bwd_local" => Ok(Passes::VarlenBwdLocal),
-        other => Err(Error::new(
-            w.span(),
-            format!("unknown pass `{other}`: {expected}"),
-        )),
-    }
-}
-
-fn arch(a: &Atom) -> Result<Arch> {
-    let expected = "`sm80` (mma.sync kernels for every GPU from sm_80 on, H100/H200 included)";
-    let w = word(a, "an arch", expected)?;
-    Arch::ALL
-        .into_iter()
-        .find(|x| w == x.name())
-        .ok_or_else(|| Error::new(w.span(), format!("unknown arch `{w}`: expected {expected}")))
 }
 
 /// Every combination. `bwd` brings each backward kernel of both modes (atomic: bwdpre,
@@ -374,8 +289,13 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                                 arch,
                             };
                             for &scores in &a.scores {
-                                // (softcap: every pass that computes scores; bwdpre, bwdpost
-                                // and fwdcombine stay plain)
+                                // (softcap: every pass that computes scores, ALiBi: those
+                                // with ALiBi kernels; bwdpre, bwdpost and fwdcombine stay
+                                // plain, whatever the scores)
+                                let scores = match pass.has_mask() {
+                                    true => scores,
+                                    false => Scores::Plain,
+                                };
                                 let spec = KernelSpec { scores, ..spec };
                                 if spec.is_supported() {
                                     specs.extend(spec.tilings());

@@ -192,3 +192,41 @@ fn kvcache_brings_the_split_forward_and_its_combine() {
         ]
     );
 }
+
+/// `alibi = true` brings the ALiBi kernels of the passes that have them (fwd, bwd, bwddq);
+/// the passes without scores stay plain, so a softcap-only or ALiBi-only list still has
+/// every kernel its calls launch; softcap and ALiBi at once has no kernel.
+#[test]
+fn alibi_brings_its_kernels_and_the_plain_helpers() {
+    let input = parse(quote! {
+        mod m { head_dim = 64, dtype = bf16, causal = true, passes = [fwd, bwd, varlen],
+                alibi = true }
+    })
+    .unwrap();
+    let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "fa2_fwd_d64_bf16_causal_alibi_sm80",
+            "fa2_bwdpre_d64_bf16_sm80",
+            "fa2_bwd_d64_bf16_causal_alibi_sm80",
+            "fa2_bwddq_d64_bf16_causal_alibi_sm80",
+            "fa2_bwdpost_d64_bf16_sm80",
+        ]
+    );
+    let capped = parse(quote! {
+        mod m { head_dim = 64, dtype = f16, causal = false, passes = kvcache, softcap = true }
+    })
+    .unwrap();
+    let names: Vec<String> = capped.specs.iter().map(|s| s.name()).collect();
+    assert!(
+        names.contains(&"fa2_fwdcombine_d64_f16_sm80".to_string()),
+        "{names:?}"
+    );
+    let both = parse(quote! {
+        mod m { head_dim = 64, dtype = f16, causal = false, passes = fwd, softcap = true,
+                alibi = true }
+    });
+    let err = both.err().expect("softcap and alibi at once").to_string();
+    assert!(err.contains("no kernel computes both"), "{err}");
+}

@@ -262,6 +262,7 @@ impl FlashAttention {
             let (dq_ptr, _dq) = dq.view.device_ptr_mut(stream);
             let (dk_ptr, _dk) = dk.view.device_ptr_mut(stream);
             let (dv_ptr, _dv) = dv.view.device_ptr_mut(stream);
+            let (alibi, _alibi) = self.alibi_arg(stream, params)?;
             let mut args = BwdArgs {
                 q: q.desc(q_ptr),
                 k: k.desc(k_ptr),
@@ -277,6 +278,7 @@ impl FlashAttention {
                 },
                 scratch: None,
                 params: *params,
+                alibi,
                 opts: *opts,
             };
             // Dry run first: every input is checked before any scratch is allocated. The

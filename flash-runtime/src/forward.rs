@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::outputs::Forward;
 use crate::params::AttnParams;
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{FwdArgs, LseDesc, plan_fwd_on};
+use crate::validate::{AlibiDesc, BufDesc, FwdArgs, LseDesc, plan_fwd_on};
 
 impl FlashAttention {
     /// Attention forward, allocating: `o = softmax(q k^T * scale + mask) v` (contiguous,
@@ -72,6 +72,7 @@ impl FlashAttention {
         let o_desc = o.desc(0);
         let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
         let (lse_desc, _lse_guard) = lse_arg(stream, &mut lse);
+        let (alibi, _alibi_guard) = self.alibi_arg(stream, params)?;
         let args = FwdArgs {
             q: q.desc(q_ptr),
             k: k.desc(k_ptr),
@@ -79,6 +80,7 @@ impl FlashAttention {
             o: o_desc.with_ptr(o_ptr),
             lse: lse_desc,
             params: *params,
+            alibi,
         };
         // (the d256 forward on its compact tiling where the GPU has too little shared
         // memory per block for the standard one)
@@ -93,9 +95,33 @@ impl FlashAttention {
         // - Every pointer comes from a live cudarc view of this context (checked above) and
         //   `plan_fwd` proved each tensor's shape and strides stay inside its view, that o's
         //   elements are disjoint, that lse holds batch*heads*seqlen_q f32, and alignment.
-        // - q/k/v are only read; o and lse are borrowed mutably, so nothing else aliases them.
+        // - q/k/v (and ALiBi's slopes, whose length `plan_fwd` checked) are only read; o
+        //   and lse are borrowed mutably, so nothing else aliases them.
         // - The guards above outlive the launch, so no buffer is freed or reused early.
         unsafe { self.launch_unchecked(stream, &f, &plan) }
+    }
+}
+
+impl FlashAttention {
+    /// ALiBi's slopes of `params` as the checks see them, and their guard (`stream` waits
+    /// for the buffer's earlier writes; dropped after the launch, it records this read).
+    pub(crate) fn alibi_arg<'a>(
+        &self,
+        stream: &'a Arc<CudaStream>,
+        params: &AttnParams<'a>,
+    ) -> Result<(Option<AlibiDesc>, Option<SyncOnDrop<'a>>)> {
+        let Some(a) = params.alibi else {
+            return Ok((None, None));
+        };
+        let slopes = a.slopes();
+        self.check_ctx("alibi slopes", slopes.context())?;
+        let len = slopes.len();
+        let (ptr, guard) = slopes.device_ptr(stream);
+        let desc = AlibiDesc {
+            slopes: BufDesc { ptr, len },
+            per_batch: a.is_per_batch(),
+        };
+        Ok((Some(desc), Some(guard)))
     }
 }
 

@@ -57,7 +57,7 @@ pub use embedded::EmbeddedKernel;
 pub use error::{FlashError, Result};
 pub use outputs::{Forward, Gradients};
 pub use paged::PagedKv;
-pub use params::{AttnParams, BwdOptions, KvOptions, MAX_SPLITS, Mask};
+pub use params::{Alibi, AttnParams, BwdOptions, KvOptions, MAX_SPLITS, Mask};
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut, bhsd_layout};
 #[doc(hidden)]
 pub use validate::{

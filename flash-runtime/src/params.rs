@@ -2,6 +2,8 @@
 //! ([`AttnParams`]), how the backward runs ([`BwdOptions`]) and how a KV-cache forward
 //! splits its keys ([`KvOptions`]).
 
+use cudarc::driver::CudaSlice;
+
 /// Which keys each query sees, beyond the sequence end that every call masks.
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -27,9 +29,67 @@ pub enum Mask {
     },
 }
 
-/// What an attention computes: `softmax(softcap(q k^T * scale) + mask) v`. The forward
-/// and the backward of one attention take the same value, so their masks and scales
-/// cannot disagree. Built with methods (fields may be added: ALiBi):
+/// ALiBi's slopes (Press et al. 2022, FlashAttention-2's `alibi_slopes`): f32 on the
+/// device, `[heads]` or `[batch, heads]`, one per query head. The score of query `i` and
+/// key `j` gets `-slope * |i + seqlen_k - seqlen_q - j|` added after the scale, before the
+/// mask. The borrow keeps the buffer alive for every call that takes the
+/// [`AttnParams`] holding it; its length is checked against the call's heads (and batch).
+/// The slopes are data, not compiled in: BLOOM's and MPT's differ at head counts that are
+/// not a power of two, and fine-tuned models learn their own.
+#[derive(Clone, Copy)]
+pub struct Alibi<'a> {
+    slopes: &'a CudaSlice<f32>,
+    per_batch: bool,
+}
+
+impl<'a> Alibi<'a> {
+    /// One slope per query head: `slopes` holds `heads` f32 values.
+    pub const fn per_head(slopes: &'a CudaSlice<f32>) -> Self {
+        Alibi {
+            slopes,
+            per_batch: false,
+        }
+    }
+
+    /// One slope per batch entry and query head: `slopes` holds `batch * heads` f32
+    /// values, row-major `[batch, heads]`.
+    pub const fn per_batch_head(slopes: &'a CudaSlice<f32>) -> Self {
+        Alibi {
+            slopes,
+            per_batch: true,
+        }
+    }
+
+    /// The slopes' buffer.
+    pub fn slopes(&self) -> &'a CudaSlice<f32> {
+        self.slopes
+    }
+
+    /// Whether the slopes are `[batch, heads]` (else `[heads]`).
+    pub fn is_per_batch(&self) -> bool {
+        self.per_batch
+    }
+}
+
+impl std::fmt::Debug for Alibi<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Alibi")
+            .field("len", &self.slopes.len())
+            .field("per_batch", &self.per_batch)
+            .finish()
+    }
+}
+
+/// Two `Alibi`s are equal when they borrow the same buffer with the same layout.
+impl PartialEq for Alibi<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.slopes, other.slopes) && self.per_batch == other.per_batch
+    }
+}
+
+/// What an attention computes: `softmax(softcap(q k^T * scale) + alibi + mask) v`. The
+/// forward and the backward of one attention take the same value, so their masks and
+/// scales cannot disagree. Built with methods (fields may be added):
 ///
 /// ```
 /// use flash_runtime::{AttnParams, Mask};
@@ -42,7 +102,7 @@ pub enum Mask {
 /// ```
 #[non_exhaustive]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct AttnParams {
+pub struct AttnParams<'a> {
     /// The mask; default none.
     pub mask: Mask,
     /// Softmax scale; `None` (default) means `1 / sqrt(head_dim)` of the problem's head dim.
@@ -52,15 +112,21 @@ pub struct AttnParams {
     /// the call). Every call has it: the forwards (dense, varlen, KV cache, paged) and
     /// the backward (dense and varlen, both modes), under every mask.
     pub softcap: Option<f32>,
+    /// ALiBi's slopes; `None` (default): none. The dense forward and backward (both
+    /// modes) have it, under no mask and the causal one; not with a softcap or a window
+    /// (no model combines them), and not yet in the varlen, KV-cache and paged calls
+    /// (those return a typed error).
+    pub alibi: Option<Alibi<'a>>,
 }
 
-impl AttnParams {
+impl AttnParams<'static> {
     /// No mask, scale `1 / sqrt(head_dim)`.
     pub const fn new() -> Self {
         AttnParams {
             mask: Mask::None,
             softmax_scale: None,
             softcap: None,
+            alibi: None,
         }
     }
 
@@ -68,7 +134,9 @@ impl AttnParams {
     pub const fn causal() -> Self {
         Self::new().with_mask(Mask::Causal)
     }
+}
 
+impl<'a> AttnParams<'a> {
     /// The same with mask `mask`.
     pub const fn with_mask(self, mask: Mask) -> Self {
         AttnParams { mask, ..self }
@@ -97,7 +165,18 @@ impl AttnParams {
         }
     }
 
-    /// The kernels' score transform: softcap where one is set.
+    /// The same with ALiBi's slopes `alibi` (borrowed for as long as the result lives).
+    pub const fn with_alibi<'b>(self, alibi: Alibi<'b>) -> AttnParams<'b> {
+        AttnParams {
+            mask: self.mask,
+            softmax_scale: self.softmax_scale,
+            softcap: self.softcap,
+            alibi: Some(alibi),
+        }
+    }
+
+    /// The kernels' score transform: softcap where one is set (ALiBi is chosen where its
+    /// slopes are resolved: [`crate::validate`]'s `alibi` arguments).
     pub(crate) fn kernel_scores(&self) -> flash_codegen::Scores {
         match self.softcap {
             Some(_) => flash_codegen::Scores::Softcap,
@@ -168,6 +247,9 @@ impl AttnParams {
                     pass.name()
                 )));
             }
+        }
+        if self.alibi.is_some() {
+            crate::validate::check_alibi_kernels(self, pass, mask)?;
         }
         Ok(mask)
     }

@@ -139,6 +139,7 @@ impl FlashAttention {
             o: o_desc.with_ptr(o_ptr),
             lse: lse_desc,
             params: *params,
+            alibi: None, // (no varlen ALiBi kernels: refused by the plan)
         };
         let plan = plan_fwd_varlen(&args, &varlen.desc((cq, ck)), self.arch, self.smem_optin)?;
         if plan.is_noop() {
@@ -254,6 +255,7 @@ impl FlashAttention {
                 },
                 scratch: None,
                 params: *params,
+                alibi: None, // (no varlen ALiBi kernels: refused by the plan)
                 opts: *opts,
             };
             let dry = plan_bwd_varlen(&args, &vd, self.arch, self.cc)?;

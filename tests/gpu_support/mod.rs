@@ -91,7 +91,7 @@ pub fn upload<T: Element>(
 }
 
 /// The causal mask or none, scale `1 / sqrt(d)` unless `scale`.
-pub fn attn_params(causal: bool, scale: Option<f32>) -> AttnParams {
+pub fn attn_params(causal: bool, scale: Option<f32>) -> AttnParams<'static> {
     let p = AttnParams::new().with_mask(if causal { Mask::Causal } else { Mask::None });
     match scale {
         Some(s) => p.with_scale(s),

@@ -81,7 +81,7 @@ impl Case {
     }
 
     /// The call's parameters: the mask (or window), the softcap and its scale.
-    pub fn params(&self) -> AttnParams {
+    pub fn params(&self) -> AttnParams<'static> {
         let mut p = attn_params(self.causal, self.softcap.and_then(|s| s.1));
         if let Some((l, r)) = self.window {
             p = p.with_window(l, r);

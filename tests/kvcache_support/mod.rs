@@ -36,7 +36,7 @@ pub fn buf(ptr: u64, len: usize) -> BufDesc {
 
 /// q [b, sq, h, d], caches [b, cap, hk, d], contiguous at distinct aligned pointers, a
 /// seqlens_k of b i32, the split count left to the runtime.
-pub fn args(b: usize, sq: usize, cap: usize, h: usize, hk: usize, d: usize) -> KvArgs {
+pub fn args(b: usize, sq: usize, cap: usize, h: usize, hk: usize, d: usize) -> KvArgs<'static> {
     KvArgs {
         q: t([b, sq, h, d], 0x1000_0000),
         k: t([b, cap, hk, d], 0x2000_0000),
@@ -66,7 +66,7 @@ pub fn err(a: &KvArgs) -> (FlashError, String) {
 }
 
 /// `a` with exactly `n` splits asked for.
-pub fn with_splits(mut a: KvArgs, n: u32) -> KvArgs {
+pub fn with_splits(mut a: KvArgs<'static>, n: u32) -> KvArgs<'static> {
     a.num_splits = Some(n);
     a
 }
@@ -107,7 +107,7 @@ pub fn slots(d: u32, gpu: GpuFill) -> u64 {
 
 /// Arguments that must fail with `FlashError::ShapeMismatch`, each with a piece of its
 /// message (`shape_mismatches`).
-pub fn shape_mismatch_cases() -> Vec<(KvArgs, &'static str)> {
+pub fn shape_mismatch_cases() -> Vec<(KvArgs<'static>, &'static str)> {
     let mut cases = Vec::new();
     let mut a = args(1, 1, 64, 2, 2, 64);
     a.v = t([1, 65, 2, 64], 0x3000_0000);
@@ -143,7 +143,7 @@ pub fn shape_mismatch_cases() -> Vec<(KvArgs, &'static str)> {
 
 /// Arguments that must fail with `FlashError::StrideMismatch` on the named tensor, each
 /// with a piece of its message (`stride_mismatches`).
-pub fn stride_mismatch_cases() -> Vec<(KvArgs, &'static str, &'static str)> {
+pub fn stride_mismatch_cases() -> Vec<(KvArgs<'static>, &'static str, &'static str)> {
     let mut cases = Vec::new();
     let mut a = args(1, 1, 64, 2, 2, 64);
     a.k.strides[3] = 2;
@@ -161,7 +161,7 @@ pub fn stride_mismatch_cases() -> Vec<(KvArgs, &'static str, &'static str)> {
 
 /// Arguments that must fail with `FlashError::Misaligned` on the named tensor, each with a
 /// piece of its message (`misaligned_pointers_and_strides`).
-pub fn misaligned_cases() -> Vec<(KvArgs, &'static str, &'static str)> {
+pub fn misaligned_cases() -> Vec<(KvArgs<'static>, &'static str, &'static str)> {
     let mut cases = Vec::new();
     let mut a = args(1, 1, 64, 2, 2, 64);
     a.q.ptr += 2;

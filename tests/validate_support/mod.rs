@@ -23,8 +23,8 @@ pub fn bwd_args(
     (qs, ks): ([usize; 4], [usize; 4]),
     lse_len: usize,
     scratch: Option<ScratchDesc>,
-    (params, opts): (AttnParams, BwdOptions),
-) -> BwdArgs {
+    (params, opts): (AttnParams<'static>, BwdOptions),
+) -> BwdArgs<'static> {
     BwdArgs {
         q: t(qs, 0x1000_0000),
         k: t(ks, 0x2000_0000),
@@ -40,6 +40,7 @@ pub fn bwd_args(
         },
         scratch,
         params,
+        alibi: None,
         opts,
     }
 }

@@ -92,6 +92,10 @@ pub const WINDOW_RIGHT: Arg<B32> = Arg::u32("window_right");
 
 /// The logit softcap (`Scores::Softcap` kernels): scores become `cap * tanh(x / cap)`.
 pub const SOFTCAP: Arg<F32> = Arg::f32("softcap");
+/// ALiBi's slopes: f32 `[heads]` or `[batch, heads]` (`Scores::Alibi` kernels).
+pub const ALIBI_SLOPES: Arg<B64> = Arg::ptr("alibi_slopes");
+/// ALiBi's slopes per batch: 0 for `[heads]`, `heads` for `[batch, heads]`.
+pub const ALIBI_BATCH_STRIDE: Arg<B32> = Arg::u32("alibi_batch_stride");
 
 /// Every tensor handle.
 pub const TENSORS: [TensorArgs; 8] = [Q, K, V, O, DO, DK, DV, DQ];

@@ -2,8 +2,8 @@
 //! last dim of every tensor is contiguous.
 
 use super::args::{
-    HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SOFTCAP, V,
-    WINDOW_LEFT, WINDOW_RIGHT,
+    ALIBI_BATCH_STRIDE, ALIBI_SLOPES, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2,
+    SEQLEN_K, SEQLEN_Q, SOFTCAP, V, WINDOW_LEFT, WINDOW_RIGHT,
 };
 use super::{ParamDesc, cat};
 
@@ -46,6 +46,14 @@ pub const WINDOW_PARAMS: [ParamDesc; 2] = [
     WINDOW_RIGHT.desc(
         "keys after the diagonal each query sees: query i sees key j up to i + seqlen_k - seqlen_q + window_right (seqlen_q or more, e.g. 0xffffffff: unbounded; 0: causal)",
     ),
+];
+
+/// ALiBi's slopes, after an ALiBi kernel's pass parameters.
+pub const ALIBI_PARAMS: [ParamDesc; 2] = [
+    ALIBI_SLOPES.desc(
+        "device pointer to ALiBi's slopes, f32 [heads] or [batch, heads]: the scaled score of query i and key j gets -slope * |i + seqlen_k - seqlen_q - j| added before the mask",
+    ),
+    ALIBI_BATCH_STRIDE.desc("slopes per batch: 0 for [heads] slopes, heads for [batch, heads]"),
 ];
 
 /// The softcap's value, after a softcap kernel's pass (and window) parameters.

@@ -19,14 +19,14 @@ mod tests;
 mod types;
 pub mod varlen;
 pub use args::{
-    BLOCK_TABLE, CU_SEQLENS_K, CU_SEQLENS_Q, DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS,
-    HEADS_PER_KV, K, LSE, LSE_ACCUM, MAX_PAGES, NUM_PAGES, NUM_SPLITS, O, O_ACCUM, PAGE_SHIFT, Q,
-    SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SEQLENS_K, SOFTCAP, SOFTMAX_SCALE, TENSORS, TOTAL_K, TOTAL_Q,
-    V, WINDOW_LEFT, WINDOW_RIGHT,
+    ALIBI_BATCH_STRIDE, ALIBI_SLOPES, BLOCK_TABLE, CU_SEQLENS_K, CU_SEQLENS_Q, DK, DO, DQ,
+    DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM, MAX_PAGES, NUM_PAGES,
+    NUM_SPLITS, O, O_ACCUM, PAGE_SHIFT, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SEQLENS_K, SOFTCAP,
+    SOFTMAX_SCALE, TENSORS, TOTAL_K, TOTAL_Q, V, WINDOW_LEFT, WINDOW_RIGHT,
 };
 pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
 pub use decode::{FWD_COMBINE_PARAMS, FWD_PAGED_PARAMS, FWD_SPLIT_PARAMS};
-pub use fwd::{FWD_PARAMS, SOFTCAP_PARAMS, WINDOW_PARAMS};
+pub use fwd::{ALIBI_PARAMS, FWD_PARAMS, SOFTCAP_PARAMS, WINDOW_PARAMS};
 pub use types::{AbiTy, Arg, ArgKind, TensorArgs};
 pub use varlen::{
     BWD_DQ_VARLEN_PARAMS, BWD_POST_VARLEN_PARAMS, BWD_PRE_VARLEN_PARAMS, BWD_VARLEN_PARAMS,
@@ -100,14 +100,17 @@ pub fn params(pass: Pass) -> &'static [ParamDesc] {
 
 /// The parameters of `spec`'s kernel, in launch order: its pass's ([`params`]), then,
 /// for a sliding window ([`Mask::Local`]), [`WINDOW_PARAMS`], then, for a softcap
-/// ([`Scores::Softcap`]), [`SOFTCAP_PARAMS`].
+/// ([`Scores::Softcap`]), [`SOFTCAP_PARAMS`], for ALiBi ([`Scores::Alibi`]),
+/// [`ALIBI_PARAMS`].
 pub fn params_of(spec: &KernelSpec) -> Vec<ParamDesc> {
     let mut v = params(spec.pass).to_vec();
     if spec.mask == Mask::Local {
         v.extend(WINDOW_PARAMS);
     }
-    if spec.scores == Scores::Softcap {
-        v.extend(SOFTCAP_PARAMS);
+    match spec.scores {
+        Scores::Plain => {}
+        Scores::Softcap => v.extend(SOFTCAP_PARAMS),
+        Scores::Alibi => v.extend(ALIBI_PARAMS),
     }
     v
 }

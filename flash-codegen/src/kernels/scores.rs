@@ -10,9 +10,9 @@
 //! log2 e)`), clamped to `[-1, 1]`, so no second tile of registers holds `t`.
 
 use super::params::Params;
-use crate::abi::SOFTCAP;
-use crate::ptx::{Builder, F32, Reg};
-use crate::spec::Scores;
+use crate::abi::{ALIBI_BATCH_STRIDE, ALIBI_SLOPES, SOFTCAP};
+use crate::ptx::{Addr, B32, Builder, F32, LdCache, Reg, Space, Ty};
+use crate::spec::{KernelSpec, Scores};
 use crate::tile::acc::AccTile;
 
 /// log2(e): the softmax's scales are in base 2.
@@ -36,7 +36,8 @@ impl ScoreTransform {
         scale_log2: Reg<F32>,
     ) -> (Option<ScoreTransform>, Reg<F32>) {
         match scores {
-            Scores::Plain => (None, scale_log2),
+            // (ALiBi's bias is [`AlibiBias`], added where the rows are known)
+            Scores::Plain | Scores::Alibi => (None, scale_log2),
             Scores::Softcap => {
                 let cap = p.get(SOFTCAP);
                 // scale / cap = scale_log2 / (cap * log2 e)
@@ -115,5 +116,105 @@ impl ScoreGrad {
         let t = b.max_f32(t, -1.0f32);
         let neg = b.neg_f32(t);
         b.fma_f32(neg, t, 1.0f32)
+    }
+}
+
+/// Which index a tile's rows hold: queries (S = Q K^T) or keys (the backward's S^T).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowsOf {
+    /// Rows are queries, columns keys.
+    Queries,
+    /// Rows are keys, columns queries.
+    Keys,
+}
+
+/// One thread's rows of a score tile: the block's first row `base`, the thread rows'
+/// offsets in it, `t2 = 2 * (lane & 3)` and which index they hold.
+#[derive(Clone, Copy, Debug)]
+pub struct TileRows<'a> {
+    /// The block's first row (absolute query or key index).
+    pub base: Reg<B32>,
+    /// Each thread row's offset from `base`.
+    pub rows: &'a [Reg<B32>],
+    /// The thread's first column in each n-tile.
+    pub t2: Reg<B32>,
+    /// What the rows index.
+    pub of: RowsOf,
+}
+
+/// ALiBi's bias on one thread's rows ([`Scores::Alibi`]): `-slope * |i + shift - j|` in
+/// the raw product's units (`-slope / scale` per key of distance), so the softmax's scale,
+/// max and exponent stay its own. The distance is formed in f32 (exact below 2^24 keys;
+/// beyond, the bias is past -2^16 * slope anyway). The backward needs no factor in dS (the
+/// bias does not depend on the scores).
+pub struct AlibiBias {
+    /// `-slope / scale = -slope * log2 e / scale_log2`.
+    neg_slope: Reg<F32>,
+    /// Per thread row, the distance's part from the row: `i + shift - 2t` (rows are
+    /// queries) or `j - shift - 2t` (rows are keys), as f32.
+    rel: Vec<Reg<F32>>,
+}
+
+impl AlibiBias {
+    /// The bias of an [`Scores::Alibi`] kernel `spec` (`None` for other scores): the head's
+    /// slope `slopes[batch * alibi_batch_stride + head]` (query head), read once, and the
+    /// rows' parts of the distance.
+    pub fn load(
+        b: &mut Builder,
+        p: &Params,
+        spec: &KernelSpec,
+        (batch, head): (Reg<B32>, Reg<B32>),
+        scale_log2: Reg<F32>,
+        rows: TileRows,
+        (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
+    ) -> Option<Self> {
+        (spec.scores == Scores::Alibi).then(|| {
+            b.comment("-- ALiBi: the head's slope, each row's diagonal --");
+            let base = b.cvta_global(p.get(ALIBI_SLOPES));
+            let at = b.mad_lo_u32(batch, p.get(ALIBI_BATCH_STRIDE), head);
+            let addr = b.mad_wide_u32(at, 4u32, base);
+            let [slope]: [Reg<F32>; 1] = b.ld(
+                Space::Global,
+                LdCache::NonCoherent,
+                Ty::F32,
+                Addr::Global(addr, 0),
+            );
+            let inv = b.rcp(scale_log2);
+            let neg = b.mul_f32(slope, -LOG2_E);
+            let neg_slope = b.mul_f32(neg, inv);
+            let shift = b.sub_s32(seqlen_k, seqlen_q);
+            // the row's diagonal, in column indices
+            let diag0 = match rows.of {
+                RowsOf::Queries => b.add_s32(rows.base, shift),
+                RowsOf::Keys => b.sub_s32(rows.base, shift),
+            };
+            let first = b.sub_s32(diag0, rows.t2);
+            let rel = rows
+                .rows
+                .iter()
+                .map(|&row| {
+                    let r = b.add_s32(first, row);
+                    b.cvt_f32_s32(r)
+                })
+                .collect();
+            AlibiBias { neg_slope, rel }
+        })
+    }
+
+    /// Adds the bias to the raw products `s` of the block whose columns start at `c0` (a
+    /// key, or a query where rows are keys), before the mask (a masked score stays -inf).
+    pub fn apply(&self, b: &mut Builder, s: &mut AccTile, c0: Reg<B32>) {
+        b.comment("-- ALiBi: S -= slope / scale * |i + shift - j| --");
+        let c0f = b.cvt_f32_s32(c0);
+        let base: Vec<Reg<F32>> = self.rel.iter().map(|&r| b.sub_f32(r, c0f)).collect();
+        // (|d| under the causal mask too: the signed distance, which the mask would make
+        // exact, cost the d128 causal forward 16 bytes of sm_80 spills, ptxas -v)
+        let neg = self.neg_slope;
+        s.map(b, |b, at, x| {
+            let d = b.sub_f32(base[at.row], at.col() as f32);
+            let nd = b.neg_f32(d);
+            let ad = b.max_f32(d, nd);
+            b.fma_f32(ad, neg, x)
+        });
     }
 }

@@ -156,8 +156,29 @@ mod tests {
         // 48 softcap ones; the split-KV and paged forwards' 96 local and 288 softcap ones
         // (their standard, long and compact rows; no prefill row); the backward's 72 local
         // ones (bwd, its long row at d128, bwddq; varlen: bwdvarlen, its wide rows, bwddqvarlen);
-        // the backward's 216 softcap ones (those, under each mask)
-        assert_eq!(KernelSpec::all().len(), 1326);
+        // the backward's 216 softcap ones (those, under each mask); ALiBi's 100 (the dense
+        // forward's 36 with its compact d256 pair, bwd and bwddq 32 each: masks none and
+        // causal, no long row)
+        assert_eq!(KernelSpec::all().len(), 1426);
+        let alibi: Vec<KernelSpec> = KernelSpec::all()
+            .into_iter()
+            .filter(|s| s.scores == Scores::Alibi)
+            .collect();
+        assert_eq!(alibi.len(), 100);
+        assert!(
+            alibi
+                .iter()
+                .all(|s| s.mask != Mask::Local && !s.pass.is_varlen())
+        );
+        assert!(alibi.iter().all(|s| s.tiling != Tiling::Long));
+        for n in [
+            "fa2_fwd_d128_bf16_causal_alibi_sm80",
+            "fa2_fwd_d256_f16_alibi_compact_sm80",
+            "fa2_bwd_d96_bf16_causal_alibi_sm80",
+            "fa2_bwddq_d128_f16_alibi_sm80",
+        ] {
+            assert!(alibi.iter().any(|s| s.name() == n), "{n}");
+        }
         let softcap: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Softcap)

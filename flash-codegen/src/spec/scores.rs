@@ -18,17 +18,22 @@ pub enum Scores {
     /// `s = cap * tanh(x / cap)`, the cap a runtime parameter
     /// ([`crate::abi::SOFTCAP`]); the backward multiplies dS by `1 - (s / cap)^2`.
     Softcap,
+    /// ALiBi: `s = x - slope * |i + seqlen_k - seqlen_q - j|`, the slopes a device buffer
+    /// ([`crate::abi::ALIBI_SLOPES`]); no factor in dS. Without a window (no model uses
+    /// both) and without a softcap.
+    Alibi,
 }
 
 impl Scores {
     /// Every transform, in generation order.
-    pub const ALL: [Scores; 2] = [Scores::Plain, Scores::Softcap];
+    pub const ALL: [Scores; 3] = [Scores::Plain, Scores::Softcap, Scores::Alibi];
 
     /// The transform's part of a kernel name (`""`, `"_softcap"`).
     pub fn suffix(self) -> &'static str {
         match self {
             Scores::Plain => "",
             Scores::Softcap => "_softcap",
+            Scores::Alibi => "_alibi",
         }
     }
 
@@ -48,6 +53,10 @@ impl Pass {
             && match scores {
                 Scores::Plain => true,
                 Scores::Softcap => self.has_mask(),
+                // (the dense forward and backward so far)
+                Scores::Alibi => {
+                    matches!(self, Pass::Fwd | Pass::Bwd | Pass::BwdDq) && mask != Mask::Local
+                }
             }
     }
 }

@@ -15,7 +15,7 @@ use flash_codegen::abi::{self, grid};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
-use super::modifiers::{check_window_lengths, modifier_param};
+use super::modifiers::{AlibiDesc, alibi_param, call_scores, check_window_lengths, modifier_param};
 use super::{
     BufDesc, LaunchPlan, ParamValue, TensorDesc, bind_spec_params, check_dtypes, check_grid,
     check_problem, contiguous_runs, launch, place, prod, shape_err, tensor_param, u32_of,
@@ -67,7 +67,7 @@ impl ScratchNeed {
 
 /// All arguments of a backward call, as plain numbers.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BwdArgs {
+pub struct BwdArgs<'a> {
     /// Queries `[b, sq, h, d]`.
     pub q: TensorDesc,
     /// Keys `[b, sk, hk, d]`.
@@ -89,8 +89,10 @@ pub struct BwdArgs {
     /// Scratch; `None` plans a dry run: everything else is checked, [`BwdPlan::scratch`]
     /// says what to allocate, and the scratch pointers in the parameters are 0.
     pub scratch: Option<ScratchDesc>,
-    /// Mask and scale: the forward's.
-    pub params: AttnParams,
+    /// Mask, scale and modifiers: the forward's.
+    pub params: AttnParams<'a>,
+    /// ALiBi's slopes (the buffer of `params.alibi`), or `None`.
+    pub alibi: Option<AlibiDesc>,
     /// Atomic or deterministic dQ.
     pub opts: BwdOptions,
 }
@@ -217,6 +219,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     let (kernel_d, scale) = check_problem(&a.q, &a.k, p.softmax_scale)?;
     // (before the empty-problem return: a bad window or cap is an error whatever the sizes)
     let main_mask = p.kernel_mask_for(Pass::Bwd)?;
+    let (scores, slopes) = call_scores(&p, a.alibi.as_ref(), (Pass::Bwd, main_mask), (b, h))?;
     // bwdpre and bwdpost: plain, no mask; bwd and bwddq: the call's mask and scores
     let spec = |pass: Pass, mask: Mask| KernelSpec {
         pass,
@@ -224,7 +227,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
         dtype,
         mask,
         scores: match pass.has_mask() {
-            true => p.kernel_scores(),
+            true => scores,
             false => flash_codegen::Scores::Plain,
         },
         tiling: Tiling::Standard,
@@ -282,7 +285,8 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
 
     let value = |name: &str| {
         use ParamValue::{F32, U32, U64};
-        if let Some(t) = tensor_param(name, &tensors).or_else(|| modifier_param(&p, name)) {
+        let modifier = || modifier_param(&p, name).or_else(|| alibi_param(slopes, name));
+        if let Some(t) = tensor_param(name, &tensors).or_else(modifier) {
             return Some(t);
         }
         Some(match name {

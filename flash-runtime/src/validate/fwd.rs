@@ -8,7 +8,7 @@
 use flash_codegen::abi::{self, fwd_grid};
 use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
-use super::modifiers::{check_window_lengths, modifier_param};
+use super::modifiers::{AlibiDesc, alibi_param, call_scores, check_window_lengths, modifier_param};
 use super::{
     LaunchPlan, LseDesc, ParamValue, Placed, TensorDesc, bind_spec_params, check_dtypes,
     check_grid, check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
@@ -18,7 +18,7 @@ use crate::params::AttnParams;
 
 /// All arguments of a forward call, as plain numbers.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FwdArgs {
+pub struct FwdArgs<'a> {
     /// Queries `[b, sq, h, d]`.
     pub q: TensorDesc,
     /// Keys `[b, sk, hk, d]`.
@@ -29,8 +29,10 @@ pub struct FwdArgs {
     pub o: TensorDesc,
     /// Optional log-sum-exp output.
     pub lse: Option<LseDesc>,
-    /// Mask and scale.
-    pub params: AttnParams,
+    /// Mask, scale and modifiers.
+    pub params: AttnParams<'a>,
+    /// ALiBi's slopes (the buffer of `params.alibi`), or `None`.
+    pub alibi: Option<AlibiDesc>,
 }
 
 /// Checks of the lse buffer `[batch, heads, seqlen_q]` (f32, contiguous); returns its pointer.
@@ -78,12 +80,14 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
         )));
     }
     let (kernel_d, scale) = check_problem(&a.q, &a.k, a.params.softmax_scale)?;
+    let mask = a.params.kernel_mask_for(Pass::Fwd)?;
+    let (scores, slopes) = call_scores(&a.params, a.alibi.as_ref(), (Pass::Fwd, mask), (b, h))?;
     let spec = KernelSpec {
         pass: Pass::Fwd,
         head_dim: kernel_d,
         dtype,
-        mask: a.params.kernel_mask_for(Pass::Fwd)?,
-        scores: a.params.kernel_scores(),
+        mask,
+        scores,
         tiling: Tiling::Standard,
         arch,
     }
@@ -115,7 +119,8 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
     let hk_div = h.checked_div(hk).unwrap_or(1);
     let params = bind_spec_params(&spec, |name| {
         use ParamValue::{F32, U32, U64};
-        if let Some(t) = tensor_param(name, &tensors).or_else(|| modifier_param(&a.params, name)) {
+        let modifier = || modifier_param(&a.params, name).or_else(|| alibi_param(slopes, name));
+        if let Some(t) = tensor_param(name, &tensors).or_else(modifier) {
             return Some(t);
         }
         Some(match name {

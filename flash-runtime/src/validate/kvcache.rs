@@ -25,7 +25,7 @@ use crate::params::AttnParams;
 
 /// All arguments of a KV-cache forward call, as plain numbers.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct KvArgs {
+pub struct KvArgs<'a> {
     /// Queries `[b, sq, h, d]`: the last `sq` positions of each sequence.
     pub q: TensorDesc,
     /// The key cache `[b, capacity, hk, d]`.
@@ -40,7 +40,7 @@ pub struct KvArgs {
     /// sequence fills the cache.
     pub seqlens_k: Option<BufDesc>,
     /// Mask and scale.
-    pub params: AttnParams,
+    pub params: AttnParams<'a>,
     /// Explicit split count, or `None` to let [`super::num_splits_for`] choose.
     pub num_splits: Option<u32>,
     /// A paged cache's page table; `k` and `v` are then the page pools `[num_pages,

@@ -25,6 +25,8 @@ pub use bwd::{BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, pl
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
 pub use kvcache::{KvArgs, KvPlan, MAX_CAPACITY, plan_kvcache};
 pub use layout::contiguous_runs;
+pub use modifiers::AlibiDesc;
+pub(crate) use modifiers::check_alibi_kernels;
 pub use paged::PagedDesc;
 pub use split_rule::{GpuFill, kvcache_splits, num_splits_for, num_splits_for_paged};
 pub use varlen::{VarlenDesc, plan_bwd_varlen, plan_fwd_varlen, varlen_scratch};

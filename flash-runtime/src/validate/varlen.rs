@@ -10,6 +10,7 @@ use flash_codegen::abi::{grid, varlen::accum_rows};
 use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
 use super::bwd::check_scratch;
+use super::modifiers::check_alibi_kernels;
 use super::{
     BufDesc, BwdArgs, BwdPlan, FwdArgs, LaunchPlan, MAX_GRID_YZ, ParamValue, ScratchNeed,
     bind_spec_params, check_grid, launch, plan_bwd_with, plan_fwd_on, prod, shape_err, u32_of,
@@ -128,10 +129,13 @@ pub fn plan_fwd_varlen(
     smem_optin: u64,
 ) -> Result<LaunchPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
+    // (before the dense checks, which would take ALiBi, and the empty-batch return: what
+    // has no varlen kernel is an error whatever the sizes)
+    let mask = a.params.kernel_mask_for(Pass::FwdVarlen)?;
+    if a.alibi.is_some() {
+        check_alibi_kernels(&a.params, Pass::FwdVarlen, mask)?;
+    }
     let dense = plan_fwd_on(a, arch, smem_optin)?;
-    // (before the empty-batch return: what has no varlen kernel is an error whatever the
-    // sizes)
-    a.params.kernel_mask_for(Pass::FwdVarlen)?;
     if dense.is_noop() || batch == 0 || v.max_seqlen_q == 0 {
         return Ok(LaunchPlan::noop(KernelSpec {
             pass: Pass::FwdVarlen,
@@ -164,7 +168,10 @@ pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) ->
 /// where it has one ([`KernelSpec::for_compute_capability`]).
 pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch, cc: (u32, u32)) -> Result<BwdPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
-    a.params.kernel_mask_for(Pass::BwdVarlen)?; // (a window or softcap: no backward has one)
+    let mask = a.params.kernel_mask_for(Pass::BwdVarlen)?;
+    if a.alibi.is_some() {
+        check_alibi_kernels(&a.params, Pass::BwdVarlen, mask)?;
+    }
     let dry = BwdArgs {
         scratch: None,
         ..*a

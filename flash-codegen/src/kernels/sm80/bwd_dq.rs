@@ -13,7 +13,7 @@ use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyRule, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::{kv_blocks, window_blocks};
-use crate::kernels::scores::{ScoreGrad, ScoreRule};
+use crate::kernels::scores::{AlibiBias, RowsOf, ScoreGrad, ScoreRule, TileRows};
 use crate::kernels::softmax::{NEG_INF, lse_log2};
 use crate::ptx::{Addr, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelPlan, Pass};
@@ -143,6 +143,22 @@ pub fn build(plan: &KernelPlan) -> Entry {
         q.a_operands(&mut b, t.layout.resident(), [&q_tile, &do_tile], smem, d);
     let mask = q.mask(&mut b, keys, seqlen_q, seqlen_k);
     let stats = RowStats::load(&mut b, &p, &q);
+    let rows = TileRows {
+        base: q.m0,
+        rows: &q.rows,
+        t2: q.t2,
+        of: RowsOf::Queries,
+    };
+    let lengths = (seqlen_q, seqlen_k);
+    let alibi = AlibiBias::load(
+        &mut b,
+        &p,
+        spec,
+        (q.batch, q.head),
+        scale_log2,
+        rows,
+        lengths,
+    );
     let mut dq = q.acc_zeros(&mut b, d);
 
     let (n0, kv_smem, lp) = kv.begin(&mut b, smem, seqlen_k, (first, n_blocks));
@@ -151,6 +167,9 @@ pub fn build(plan: &KernelPlan) -> Entry {
     q.mma_a_bt(&mut b, fmt, &mut s, &q_operand, (&kv.tiles[0], kv_smem), d);
     let rule = ScoreRule::load(&mut b, &p, spec.scores, scale_log2);
     rule.apply(&mut b, &mut s);
+    if let Some(a) = &alibi {
+        a.apply(&mut b, &mut s, n0);
+    }
     mask_block(
         &mut b,
         plan,

@@ -11,7 +11,7 @@
 use super::warp::{AOperand, Warp, by_m_tile};
 use super::warp_store::Cols;
 use crate::kernels::mask::{QueryEdges, QueryMask};
-use crate::kernels::scores::{ScoreGrad, ScoreRule};
+use crate::kernels::scores::{AlibiBias, ScoreGrad, ScoreRule};
 use crate::kernels::softmax::lse_log2;
 use crate::ptx::{Addr, B32, B64, Builder, F32, HalfFmt, LdCache, Reg, Space, Ty};
 use crate::tile::acc::AccTile;
@@ -138,7 +138,7 @@ impl Exchange {
 
     /// One query block (first query `m0`): S^T, P^T, dP^T, dS^T for the group's query
     /// columns, both to shared memory, then dV and dK for the group's head-dim columns.
-    /// `rule`: the score transform and the softmax's scale; `masked`: the mask and where it
+    /// `rule`: the score transform and the softmax's scale, and ALiBi's bias; `masked`: the mask and where it
     /// changes ([`QueryEdges`]);
     /// `after_scores` runs right after S^T (the late prefetch's place).
     #[allow(clippy::too_many_arguments)]
@@ -149,7 +149,7 @@ impl Exchange {
         w: &Warp,
         t: &StepTiles,
         stats: &ColStats,
-        rule: &ScoreRule,
+        (rule, alibi): (&ScoreRule, Option<&AlibiBias>),
         masked: Option<(&QueryMask, QueryEdges)>,
         m0: Reg<B32>,
         (dv, dk): (&mut AccTile, &mut AccTile),
@@ -172,8 +172,14 @@ impl Exchange {
         );
         after_scores(b);
         rule.apply(b, &mut pt);
+        // the group's first query column
+        let m0c = |b: &mut Builder| b.mad_lo_u32(self.group, qn, m0);
+        if let Some(a) = alibi {
+            let c0 = m0c(b);
+            a.apply(b, &mut pt, c0);
+        }
         if let Some((qmask, edges)) = masked {
-            let m0c = b.mad_lo_u32(self.group, qn, m0);
+            let m0c = m0c(b);
             let needs = edges.crossed(b, m0c, qn);
             b.if_uniform(needs, |b| qmask.apply(b, &mut pt, m0c));
         }

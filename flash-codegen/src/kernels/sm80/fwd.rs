@@ -18,7 +18,7 @@ use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyMask, KeyRule, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::{kv_blocks, window_blocks};
-use crate::kernels::scores::ScoreTransform;
+use crate::kernels::scores::{AlibiBias, RowsOf, ScoreTransform, TileRows};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{
     Addr, B32, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, Pred, Reg, Space, Ty,
@@ -35,9 +35,29 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let resident = t.layout.resident();
     let [q_operand] = f.q.a_operands(&mut b, resident, [&f.q_tile], f.smem, d);
     let mask = f.q.mask(&mut b, f.rule, f.seqlen_q, f.seqlen_k);
+    let alibi = AlibiBias::load(
+        &mut b,
+        &f.p,
+        &plan.spec,
+        (f.q.batch, f.q.head),
+        f.p.get(SCALE_LOG2),
+        TileRows {
+            base: f.q.m0,
+            rows: &f.q.rows,
+            t2: f.q.t2,
+            of: RowsOf::Queries,
+        },
+        (f.seqlen_q, f.seqlen_k),
+    );
     let mut o = f.q.acc_zeros(&mut b, f.ex.as_ref().map_or(d, |e| e.cols()));
     let mut softmax = OnlineSoftmax::new(&mut b, f.q.rows.len(), f.softmax_scale);
-    f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
+    f.key_blocks(
+        &mut b,
+        &q_operand,
+        (&mask, alibi.as_ref()),
+        &mut softmax,
+        &mut o,
+    );
     f.epilogue(&mut b, &softmax, &mut o);
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
@@ -156,7 +176,7 @@ impl<'a> QueryBlock<'a> {
         &self,
         b: &mut Builder,
         q_operand: &AOperand,
-        mask: &KeyMask,
+        (mask, alibi): (&KeyMask, Option<&AlibiBias>),
         softmax: &mut OnlineSoftmax,
         o: &mut AccTile,
     ) {
@@ -172,6 +192,9 @@ impl<'a> QueryBlock<'a> {
         q.mma_a_bt(b, fmt, &mut s, q_operand, (&kv.tiles[0], k_smem), d);
         if let Some(t) = &self.transform {
             t.apply(b, &mut s);
+        }
+        if let Some(a) = alibi {
+            a.apply(b, &mut s, s_n0);
         }
         b.comment("-- mask: only blocks crossing the sequence end or the causal diagonal --");
         let (seqlen_k, diag) = (self.seqlen_k, self.diag);

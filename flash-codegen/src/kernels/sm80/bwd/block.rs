@@ -3,12 +3,12 @@
 
 use super::{KeyBlock, Sweep};
 use crate::abi::{DK, DV, SOFTMAX_SCALE};
-use crate::kernels::scores::ScoreRule;
+use crate::kernels::scores::{AlibiBias, RowsOf, ScoreRule, TileRows};
 use crate::kernels::sm80::bwd_exchange::{ColStats, StepTiles};
 use crate::kernels::sm80::warp::AOperand;
 use crate::kernels::sm80::warp_store::Cols;
 use crate::ptx::{B32, B64, Builder, Reg, Special};
-use crate::spec::Mask;
+use crate::spec::{Mask, Scores};
 use crate::tile::acc::AccTile;
 
 impl KeyBlock<'_> {
@@ -24,13 +24,14 @@ impl KeyBlock<'_> {
         tiles: &StepTiles,
         (stats, ds_cur): (&ColStats, Reg<B32>),
         [k_operand, v_operand]: &[AOperand; 2],
-        m0: Reg<B32>,
+        (m0, head): (Reg<B32>, Reg<B32>),
         (dv, dk): (&mut AccTile, &mut AccTile),
     ) {
         let (w, fmt, st) = (&self.w, self.fmt, tiles.st);
         let (d, bm) = (self.plan.spec.head_dim, self.t.block_m);
         let sub = bm.min(32);
         let rule = ScoreRule::load(b, &self.p, self.plan.spec.scores, self.scale_log2);
+        let alibi = self.alibi(b, head);
         for c0 in (0..bm).step_by(sub as usize) {
             let (q_sub, do_sub) = (tiles.q.rows_from(c0), tiles.d_o.rows_from(c0));
             let nt0 = (c0 / 8) as usize;
@@ -41,6 +42,10 @@ impl KeyBlock<'_> {
             let mut pt = w.acc_zeros(b, sub);
             w.mma_a_bt(b, fmt, &mut pt, k_operand, (&q_sub, st), d);
             rule.apply(b, &mut pt);
+            if let Some(a) = &alibi {
+                let m0c = b.add_u32(m0, c0);
+                a.apply(b, &mut pt, m0c);
+            }
             if self.plan.spec.mask != Mask::None {
                 let m0c = b.add_u32(m0, c0);
                 let edges = self.query_edges(b).expect("a masked kernel has edges");
@@ -74,6 +79,33 @@ impl KeyBlock<'_> {
                 });
             }
         }
+    }
+
+    /// ALiBi's bias on the warp's key rows for query head `head` (none for other
+    /// scores), loaded where a block needs it rather than kept through the loops.
+    pub(super) fn alibi(&self, b: &mut Builder, head: Reg<B32>) -> Option<AlibiBias> {
+        if self.plan.spec.scores != Scores::Alibi {
+            return None;
+        }
+        let n_block = b.special(Special::CtaIdX);
+        let n0 = b.mul_lo_u32(n_block, self.t.block_n);
+        let rows = TileRows {
+            base: n0,
+            rows: &self.w.rows,
+            t2: self.w.t2,
+            of: RowsOf::Keys,
+        };
+        let lengths = (self.seqlen_q, self.seqlen_k);
+        let (batch, scale_log2) = (self.batch, self.scale_log2);
+        AlibiBias::load(
+            b,
+            &self.p,
+            &self.plan.spec,
+            (batch, head),
+            scale_log2,
+            rows,
+            lengths,
+        )
     }
 
     /// The sweep's stores: dV, and dK scaled by softmax_scale (exchange: the warp's

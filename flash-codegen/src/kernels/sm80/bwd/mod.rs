@@ -203,13 +203,14 @@ impl KeyBlock<'_> {
                 let mut prefetch = |b: &mut Builder| qs.prefetch(b, smem, self.seqlen_q, range);
                 let (fmt, w) = (self.fmt, &self.w);
                 let rule = ScoreRule::load(b, &self.p, self.plan.spec.scores, self.scale_log2);
+                let alibi = self.alibi(b, head);
                 x.step(
                     b,
                     fmt,
                     w,
                     &tiles,
                     &stats,
-                    &rule,
+                    (&rule, alibi.as_ref()),
                     masked,
                     m0,
                     (dv, dk),
@@ -219,7 +220,8 @@ impl KeyBlock<'_> {
             None => {
                 let stats = ColStats::new(b, &self.w, lse_smem, d_smem);
                 let ds_cur = if deferred { self.ds_stage(b, j) } else { smem };
-                self.streamed_block(b, sw, &tiles, (&stats, ds_cur), &operands, m0, (dv, dk));
+                let at = (m0, head);
+                self.streamed_block(b, sw, &tiles, (&stats, ds_cur), &operands, at, (dv, dk));
             }
         }
         if sw.dk && self.exchange.is_some() {
