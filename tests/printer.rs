@@ -130,6 +130,7 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
         (alu(Max, Ty::S32, x[0], vec![r1, r2]), "max.s32 %r0, %r1, %r2;"),
         (alu(Max, Ty::F32, f[0], vec![f1, AnyOperand::F32(f32::NEG_INFINITY)]), "max.f32 %f0, %f1, 0fFF800000;"),
         (alu(Neg, Ty::F32, f[0], vec![f1]), "neg.f32 %f0, %f1;"),
+        (alu(Abs, Ty::F32, f[0], vec![f1]), "abs.f32 %f0, %f1;"),
         (alu(And, Ty::B32, x[0], vec![r1, int(0xFFFF_FC00)]), "and.b32 %r0, %r1, 0xFFFFFC00;"),
         (alu(Or, Ty::B32, x[0], vec![r1, r2]), "or.b32 %r0, %r1, %r2;"),
         (alu(Or, Ty::B64, rd[0], vec![any(rd[1]), int(0x4000_0040_0001_0000)]), "or.b64 %rd0, %rd1, 0x4000004000010000;"),
@@ -142,6 +143,7 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
         (alu(Ex2, Ty::F32, f[0], vec![f1]), "ex2.approx.ftz.f32 %f0, %f1;"),
         (alu(Lg2, Ty::F32, f[0], vec![f1]), "lg2.approx.ftz.f32 %f0, %f1;"),
         (alu(Rcp, Ty::F32, f[0], vec![f1]), "rcp.approx.ftz.f32 %f0, %f1;"),
+        (alu(Tanh, Ty::F32, f[0], vec![f1]), "tanh.approx.f32 %f0, %f1;"),
         // -- comparisons, selects, predicate logic --
         (Inst::Setp { cmp: Cmp::Eq, ty: Ty::F32, p: p[0], a: f1, b: AnyOperand::F32(f32::NEG_INFINITY) }, "setp.eq.f32 %p0, %f1, 0fFF800000;"),
         (Inst::Setp { cmp: Cmp::Ne, ty: Ty::F32, p: p[0], a: f1, b: f1 }, "setp.ne.f32 %p0, %f1, %f1;"),
@@ -275,8 +277,8 @@ fn table_covers_every_form() {
     let has = |f: &dyn Fn(&Inst) -> bool| rows.iter().any(|(i, _)| f(i));
     use AluOp::*;
     for op in [
-        Add, Sub, Mul, MulLo, MulWide, MadLo, MadWide, Fma, Min, Max, Neg, And, Or, Xor, Not, Shl,
-        Shr, Div, Rem, Ex2, Lg2, Rcp,
+        Add, Sub, Mul, MulLo, MulWide, MadLo, MadWide, Fma, Min, Max, Neg, Abs, And, Or, Xor, Not,
+        Shl, Shr, Div, Rem, Ex2, Lg2, Rcp, Tanh,
     ] {
         assert!(
             has(&|i| matches!(i, Inst::Alu { op: o, .. } if *o == op)),

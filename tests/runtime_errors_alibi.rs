@@ -1,7 +1,7 @@
 //! ALiBi's host checks and plans (no GPU): slopes given to the dense forward plan its
 //! `_alibi` kernel with `alibi_slopes` and `alibi_batch_stride` last (0 for `[heads]`,
 //! `heads` for `[batch, heads]`); the backward (both modes) plans bwd and bwddq on theirs,
-//! bwdpre and bwdpost plain, the standard row at every length (no long row); slopes of the
+//! bwdpre and bwdpost plain, the long row where the plain backward takes it; slopes of the
 //! wrong length, null or misaligned, with a softcap or under a window, and the varlen
 //! calls with ALiBi are typed errors.
 
@@ -86,13 +86,21 @@ fn slopes_plan_the_alibi_kernels_with_their_pointer_and_stride() {
 
 #[test]
 fn the_backward_plans_bwd_and_bwddq_on_alibi_kernels_at_every_length() {
-    for (sq, det) in [(300, false), (300, true), (16384, false)] {
+    for (sq, det, long) in [
+        (300, false, false),
+        (300, true, false),
+        (16384, false, true),
+    ] {
         let plan = plan_bwd(&bwd(sq, det, slopes(8, false)), Arch::Sm80).unwrap();
         for l in &plan.launches {
             let scored = matches!(l.spec.pass, Pass::Bwd | Pass::BwdDq);
             let want = if scored { Scores::Alibi } else { Scores::Plain };
             assert_eq!(l.spec.scores, want, "{}", l.spec);
-            assert_eq!(l.spec.tiling, Tiling::Standard, "{}", l.spec);
+            let tiling = match long && l.spec.pass == Pass::Bwd {
+                true => Tiling::Long,
+                false => Tiling::Standard,
+            };
+            assert_eq!(l.spec.tiling, tiling, "{}", l.spec);
             let names: Vec<&str> = l.params.iter().map(|(n, _)| *n).collect();
             let abi: Vec<&str> = params_of(&l.spec).iter().map(|d| d.name).collect();
             assert_eq!(names, abi);
@@ -102,9 +110,6 @@ fn the_backward_plans_bwd_and_bwddq_on_alibi_kernels_at_every_length() {
             }
         }
     }
-    // the plain backward takes its long row from 8192 queries; ALiBi has none
-    let plain = plan_bwd(&bwd(16384, false, None), Arch::Sm80).unwrap();
-    assert_eq!(plain.launch(Pass::Bwd).unwrap().spec.tiling, Tiling::Long);
 }
 
 #[test]

@@ -148,11 +148,12 @@ pub struct TileRows<'a> {
 /// beyond, the bias is past -2^16 * slope anyway). The backward needs no factor in dS (the
 /// bias does not depend on the scores).
 pub struct AlibiBias {
-    /// `-slope / scale = -slope * log2 e / scale_log2`.
-    neg_slope: Reg<F32>,
-    /// Per thread row, the distance's part from the row: `i + shift - 2t` (rows are
-    /// queries) or `j - shift - 2t` (rows are keys), as f32.
-    rel: Vec<Reg<F32>>,
+    /// `slope / scale = slope * log2 e / scale_log2`.
+    slope: Reg<F32>,
+    /// The distance's part from the thread's first row: `i + shift - 2t` (rows are
+    /// queries) or `j - shift - 2t` (rows are keys); thread row r lies
+    /// [`AccTile::row_offset`]`(r)` further, an immediate (one register for every row).
+    rel0: Reg<B32>,
 }
 
 impl AlibiBias {
@@ -180,8 +181,8 @@ impl AlibiBias {
                 Addr::Global(addr, 0),
             );
             let inv = b.rcp(scale_log2);
-            let neg = b.mul_f32(slope, -LOG2_E);
-            let neg_slope = b.mul_f32(neg, inv);
+            let slope = b.mul_f32(slope, LOG2_E);
+            let slope = b.mul_f32(slope, inv);
             let shift = b.sub_s32(seqlen_k, seqlen_q);
             // the row's diagonal, in column indices
             let diag0 = match rows.of {
@@ -189,32 +190,29 @@ impl AlibiBias {
                 RowsOf::Keys => b.sub_s32(rows.base, shift),
             };
             let first = b.sub_s32(diag0, rows.t2);
-            let rel = rows
-                .rows
-                .iter()
-                .map(|&row| {
-                    let r = b.add_s32(first, row);
-                    b.cvt_f32_s32(r)
-                })
-                .collect();
-            AlibiBias { neg_slope, rel }
+            debug_assert_eq!(AccTile::row_offset(0), 0);
+            let rel0 = b.add_s32(first, rows.rows[0]);
+            AlibiBias { slope, rel0 }
         })
     }
 
     /// Adds the bias to the raw products `s` of the block whose columns start at `c0` (a
-    /// key, or a query where rows are keys), before the mask (a masked score stays -inf).
+    /// key, or a query where rows are keys), before the mask (a masked score stays -inf):
+    /// `x0 = slope * (rel - c0)` for the thread's first row (the distance an exact integer
+    /// first, so a score's error stays relative to its own bias), then per element `s -=
+    /// |x0 + slope * (row - col)|`, an FMA with the row and column offsets as an immediate
+    /// and a subtraction of its absolute value (ptxas folds `abs` into the FADD's operand:
+    /// two instructions per score, one register for the block).
     pub fn apply(&self, b: &mut Builder, s: &mut AccTile, c0: Reg<B32>) {
-        b.comment("-- ALiBi: S -= slope / scale * |i + shift - j| --");
-        let c0f = b.cvt_f32_s32(c0);
-        let base: Vec<Reg<F32>> = self.rel.iter().map(|&r| b.sub_f32(r, c0f)).collect();
-        // (|d| under the causal mask too: the signed distance, which the mask would make
-        // exact, cost the d128 causal forward 16 bytes of sm_80 spills, ptxas -v)
-        let neg = self.neg_slope;
+        b.comment("-- ALiBi: S -= |slope / scale * (i + shift - j)| --");
+        let d0 = b.sub_s32(self.rel0, c0);
+        let d0 = b.cvt_f32_s32(d0);
+        let (slope, x0) = (self.slope, b.mul_f32(d0, self.slope));
         s.map(b, |b, at, x| {
-            let d = b.sub_f32(base[at.row], at.col() as f32);
-            let nd = b.neg_f32(d);
-            let ad = b.max_f32(d, nd);
-            b.fma_f32(ad, neg, x)
+            let off = AccTile::row_offset(at.row) as f32 - at.col() as f32;
+            let d = b.fma_f32(off, slope, x0);
+            let ad = b.abs_f32(d);
+            b.sub_f32(x, ad)
         });
     }
 }

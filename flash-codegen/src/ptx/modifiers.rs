@@ -28,6 +28,8 @@ pub enum AluOp {
     Max,
     /// `neg`: -a.
     Neg,
+    /// `abs`: |a|.
+    Abs,
     /// `and` (bitwise).
     And,
     /// `or` (bitwise).
@@ -71,7 +73,7 @@ impl AluOp {
             | AluOp::Div
             | AluOp::Rem => !float,
             AluOp::And | AluOp::Or | AluOp::Xor | AluOp::Not | AluOp::Shl | AluOp::Shr => !float,
-            AluOp::Neg => signed_or_float,
+            AluOp::Neg | AluOp::Abs => signed_or_float,
             AluOp::Add | AluOp::Sub | AluOp::Min | AluOp::Max => true,
         }
     }
@@ -79,7 +81,13 @@ impl AluOp {
     /// Number of source operands.
     pub fn arity(self) -> usize {
         match self {
-            AluOp::Neg | AluOp::Not | AluOp::Ex2 | AluOp::Lg2 | AluOp::Rcp | AluOp::Tanh => 1,
+            AluOp::Neg
+            | AluOp::Abs
+            | AluOp::Not
+            | AluOp::Ex2
+            | AluOp::Lg2
+            | AluOp::Rcp
+            | AluOp::Tanh => 1,
             AluOp::MadLo | AluOp::MadWide | AluOp::Fma => 3,
             _ => 2,
         }

@@ -156,22 +156,23 @@ mod tests {
         // 48 softcap ones; the split-KV and paged forwards' 96 local and 288 softcap ones
         // (their standard, long and compact rows; no prefill row); the backward's 72 local
         // ones (bwd, its long row at d128, bwddq; varlen: bwdvarlen, its wide rows, bwddqvarlen);
-        // the backward's 216 softcap ones (those, under each mask); ALiBi's 100 (the dense
-        // forward's 36 with its compact d256 pair, bwd and bwddq 32 each: masks none and
-        // causal, no long row)
-        assert_eq!(KernelSpec::all().len(), 1426);
+        // the backward's 216 softcap ones (those, under each mask); ALiBi's 104 (the dense
+        // forward's 36 with its compact d256 pair, bwd 36 with its d128 long row, bwddq 32:
+        // masks none and causal)
+        assert_eq!(KernelSpec::all().len(), 1430);
         let alibi: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Alibi)
             .collect();
-        assert_eq!(alibi.len(), 100);
+        assert_eq!(alibi.len(), 104);
         assert!(
             alibi
                 .iter()
                 .all(|s| s.mask != Mask::Local && !s.pass.is_varlen())
         );
-        assert!(alibi.iter().all(|s| s.tiling != Tiling::Long));
+        assert_eq!(alibi.iter().filter(|s| s.tiling == Tiling::Long).count(), 4);
         for n in [
+            "fa2_bwd_d128_bf16_causal_alibi_long_sm80",
             "fa2_fwd_d128_bf16_causal_alibi_sm80",
             "fa2_fwd_d256_f16_alibi_compact_sm80",
             "fa2_bwd_d96_bf16_causal_alibi_sm80",

@@ -71,6 +71,8 @@ impl Builder {
         fma_f32(a, b, c) -> F32 = Fma.F32;
         /// `neg.f32`: -a.
         neg_f32(a) -> F32 = Neg.F32;
+        /// `abs.f32`: |a| (ptxas folds it into the operand of the instruction using it).
+        abs_f32(a) -> F32 = Abs.F32;
         /// 2^a, approximate (2 ulp), flushes subnormals.
         ex2(a) -> F32 = Ex2.F32;
         /// log2(a), approximate.

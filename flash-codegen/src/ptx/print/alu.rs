@@ -21,6 +21,7 @@ fn alu_op(op: AluOp) -> &'static str {
         AluOp::Min => "min",
         AluOp::Max => "max",
         AluOp::Neg => "neg",
+        AluOp::Abs => "abs",
         AluOp::And => "and",
         AluOp::Or => "or",
         AluOp::Xor => "xor",

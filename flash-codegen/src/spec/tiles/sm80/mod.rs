@@ -6,13 +6,12 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{KernelSpec, Mask, Pass, Scores, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
-    BWD_ALIBI_TILES, BWD_DQ_ALIBI_TILES, BWD_DQ_LOCAL_TILES, BWD_DQ_SOFTCAP_TILES, BWD_DQ_TILES,
-    BWD_DQ_VARLEN_SOFTCAP_TILES, BWD_LOCAL_TILES, BWD_LONG_TILES, BWD_SOFTCAP_TILES, BWD_TILES,
-    BWD_VARLEN_LOCAL_TILES, BWD_VARLEN_SOFTCAP_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES,
-    FWD_ALIBI_TILES, FWD_COMBINE_LONG_TILES, FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES,
-    FWD_COMPACT_TILES, FWD_SOFTCAP_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES,
-    FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES, FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES,
-    FWD_VARLEN_TILES,
+    BWD_DQ_LOCAL_TILES, BWD_DQ_SOFTCAP_TILES, BWD_DQ_TILES, BWD_DQ_VARLEN_SOFTCAP_TILES,
+    BWD_LOCAL_TILES, BWD_LONG_TILES, BWD_SOFTCAP_TILES, BWD_TILES, BWD_VARLEN_LOCAL_TILES,
+    BWD_VARLEN_SOFTCAP_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
+    FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SOFTCAP_TILES,
+    FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES,
+    FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES, FWD_VARLEN_TILES,
 };
 
 mod rules;
@@ -140,9 +139,7 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
                 false => find(&BWD_LOCAL_TILES),
             });
             let packed = varlen.then(|| find(&BWD_VARLEN_TILES));
-            let alibi = (spec.scores == Scores::Alibi).then(|| find(&BWD_ALIBI_TILES));
             (softcap.flatten())
-                .or(alibi.flatten())
                 .or(local.flatten())
                 .or(packed.flatten())
                 .or_else(|| find(&BWD_TILES))
@@ -153,9 +150,7 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
                 false => find(&BWD_DQ_SOFTCAP_TILES),
             });
             let local = (spec.mask == Mask::Local).then(|| find(&BWD_DQ_LOCAL_TILES));
-            let alibi = (spec.scores == Scores::Alibi).then(|| find(&BWD_DQ_ALIBI_TILES));
             (softcap.flatten())
-                .or(alibi.flatten())
                 .or(local.flatten())
                 .or_else(|| find(&BWD_DQ_TILES))
         }
@@ -166,12 +161,10 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
                 let local_softcap = both.then(|| find(&FWD_VARLEN_LOCAL_SOFTCAP_TILES));
                 local_softcap.flatten().or_else(|| find(&FWD_VARLEN_TILES))
             });
-            let scored = match spec.scores {
-                Scores::Plain => None,
-                Scores::Softcap => find(&FWD_SOFTCAP_TILES),
-                Scores::Alibi => find(&FWD_ALIBI_TILES),
-            };
-            (varlen.flatten()).or(scored).or_else(|| find(&FWD_TILES))
+            let softcap = (spec.scores == Scores::Softcap).then(|| find(&FWD_SOFTCAP_TILES));
+            (varlen.flatten())
+                .or(softcap.flatten())
+                .or_else(|| find(&FWD_TILES))
         }
         // (varlen d256 runs the compact row as its standard one; no long rows: `long_row`)
         // the wide rows: the dense ones where the varlen standard row differs
@@ -225,9 +218,6 @@ fn row_of(table: &[(u32, u32, Sm80Tiles)], d: u32) -> Option<(u32, Sm80Tiles)> {
 pub(crate) fn long_row(spec: &KernelSpec) -> Option<(u32, Sm80Tiles)> {
     if spec.pass.is_varlen() {
         return None; // (the varlen rows: `BWD_VARLEN_TILES`)
-    }
-    if spec.pass == Pass::Bwd && spec.scores == Scores::Alibi {
-        return None; // (`BWD_ALIBI_TILES`)
     }
     let table: &[(u32, u32, Sm80Tiles)] = match spec.pass.tile_pass() {
         Pass::Bwd => &BWD_LONG_TILES,

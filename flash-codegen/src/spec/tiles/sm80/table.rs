@@ -39,29 +39,6 @@ pub(crate) const FWD_SOFTCAP_TILES: [(u32, Sm80Tiles); 3] = [
     (256, tc(64, 64, 4, 1, 1)),
 ];
 
-/// The dense forward's rows under ALiBi ([`crate::spec::Scores::Alibi`]): the plain rows,
-/// except d96 (causal: 28 bytes of sm_80 spills with the rows' distances in registers) on
-/// the softcap's 32-key blocks.
-#[rustfmt::skip]
-pub(crate) const FWD_ALIBI_TILES: [(u32, Sm80Tiles); 1] = [
-    (96, tc(128, 32, 4, 2, 1)),
-];
-
-/// The backward main pass under ALiBi (dense): the plain rows, except d96 (causal: 4
-/// bytes of sm_80 spills with resident fragments) on the softcap's row. No long row: the
-/// d128 one spills 4-12 bytes with the key rows' distances (the standard row runs).
-#[rustfmt::skip]
-pub(crate) const BWD_ALIBI_TILES: [(u32, Sm80Tiles); 1] = [
-    (96, tc(64, 64, 4, 2, 1)),
-];
-
-/// The dQ pass under ALiBi: d128 on 64 x 64 (the 128-query row spills 4-8 bytes on sm_80
-/// and sm_90).
-#[rustfmt::skip]
-pub(crate) const BWD_DQ_ALIBI_TILES: [(u32, Sm80Tiles); 1] = [
-    (128, tc(64, 64, 4, 2, 1)),
-];
-
 /// The forward's rows for GPUs whose shared memory per block is below the standard
 /// row's ([`crate::spec::Tiling::Compact`]; RTX 30/40 allow 99 KiB): the same block_m and
 /// warps (so the same grid), 96 KiB.
