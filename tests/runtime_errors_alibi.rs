@@ -2,8 +2,8 @@
 //! `_alibi` kernel with `alibi_slopes` and `alibi_batch_stride` last (0 for `[heads]`,
 //! `heads` for `[batch, heads]`); the backward (both modes) plans bwd and bwddq on theirs,
 //! bwdpre and bwdpost plain, the long row where the plain backward takes it; slopes of the
-//! wrong length, null or misaligned, with a softcap or under a window, and the varlen
-//! calls with ALiBi are typed errors.
+//! wrong length, null or misaligned, with a softcap or under a window are typed errors;
+//! the varlen forward checks `[batch, heads]` against its sequences.
 
 use flash_codegen::abi::params_of;
 use flash_codegen::{Arch, Mask, Pass, Scores, Tiling};
@@ -159,23 +159,41 @@ fn bad_slopes_and_missing_kernels_are_typed_errors() {
     // (a window that is the causal mask runs the causal ALiBi kernel)
     let causal = plan(AttnParams::new().with_window(-1, 0), a).unwrap();
     assert_eq!(causal.spec.name(), "fa2_fwd_d128_bf16_causal_alibi_sm80");
-    // (the varlen forward has no ALiBi kernel: its dense checks see the slopes)
+}
+
+/// The varlen calls check `[batch, heads]` slopes against their sequences and plan their
+/// `_alibi` kernels with the dense stride (`heads`: the kernels index by sequence).
+#[test]
+fn varlen_calls_plan_alibi_per_sequence() {
+    // 3 sequences packed into 500 queries / 700 keys
     let vd = flash_runtime::validate::VarlenDesc {
         cu_seqlens_q: BufDesc {
             ptr: 0xb000_0000,
-            len: 2,
+            len: 4,
         },
         cu_seqlens_k: BufDesc {
             ptr: 0xc000_0000,
-            len: 2,
+            len: 4,
         },
-        max_seqlen_q: 64,
-        max_seqlen_k: 64,
+        max_seqlen_q: 300,
+        max_seqlen_k: 400,
     };
-    let packed = fwd((1, 64, 64), AttnParams::new(), a);
-    invalid(
-        plan_fwd_varlen(&packed, &vd, Arch::Sm80, u64::MAX).map(|_| ()),
-        "varlen",
-        "fwdvarlen",
-    );
+    let packed = |a| fwd((1, 500, 700), AttnParams::causal(), a);
+    for (len, per_batch, stride) in [(8, false, 0), (24, true, 8)] {
+        let p = plan_fwd_varlen(&packed(slopes(len, per_batch)), &vd, Arch::Sm80, u64::MAX);
+        let p = p.unwrap();
+        assert_eq!(p.spec.name(), "fa2_fwdvarlen_d128_bf16_causal_alibi_sm80");
+        assert_eq!(p.param("alibi_slopes"), Some(ParamValue::U64(SLOPES)));
+        assert_eq!(p.param("alibi_batch_stride"), Some(ParamValue::U32(stride)));
+        let names: Vec<&str> = p.params.iter().map(|(n, _)| *n).collect();
+        let abi: Vec<&str> = params_of(&p.spec).iter().map(|d| d.name).collect();
+        assert_eq!(names, abi);
+    }
+    // [batch, heads] is the sequences' count, not the packed tensors' batch of 1
+    for len in [8 * 2, 8 * 4] {
+        match plan_fwd_varlen(&packed(slopes(len, true)), &vd, Arch::Sm80, u64::MAX) {
+            Err(FlashError::ShapeMismatch(m)) => assert!(m.contains("batch 3"), "{m}"),
+            other => panic!("{len} slopes: want ShapeMismatch, got {other:?}"),
+        }
+    }
 }

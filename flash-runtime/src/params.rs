@@ -112,10 +112,11 @@ pub struct AttnParams<'a> {
     /// the call). Every call has it: the forwards (dense, varlen, KV cache, paged) and
     /// the backward (dense and varlen, both modes), under every mask.
     pub softcap: Option<f32>,
-    /// ALiBi's slopes; `None` (default): none. The dense forward and backward (both
-    /// modes) have it, under no mask and the causal one; not with a softcap or a window
-    /// (no model combines them), and not yet in the varlen, KV-cache and paged calls
-    /// (those return a typed error).
+    /// ALiBi's slopes; `None` (default): none. The dense and varlen forwards and
+    /// backwards (both modes) have it, under no mask and the causal one (a varlen call's
+    /// `[batch, heads]` slopes are per sequence); not with a softcap or a window (no model
+    /// combines them), and not yet in the KV-cache and paged calls (those return a typed
+    /// error).
     pub alibi: Option<Alibi<'a>>,
 }
 

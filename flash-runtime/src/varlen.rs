@@ -132,6 +132,7 @@ impl FlashAttention {
         let o_desc = o.desc(0);
         let (o_ptr, _o) = o.view.device_ptr_mut(stream);
         let (lse_desc, _lse) = lse_arg(stream, &mut lse);
+        let (alibi, _alibi) = self.alibi_arg(stream, params)?;
         let args = FwdArgs {
             q: q.desc(q_ptr),
             k: k.desc(k_ptr),
@@ -139,7 +140,7 @@ impl FlashAttention {
             o: o_desc.with_ptr(o_ptr),
             lse: lse_desc,
             params: *params,
-            alibi: None, // (no varlen ALiBi kernels: refused by the plan)
+            alibi,
         };
         let plan = plan_fwd_varlen(&args, &varlen.desc((cq, ck)), self.arch, self.smem_optin)?;
         if plan.is_noop() {
@@ -240,6 +241,7 @@ impl FlashAttention {
             let (dk_ptr, _dk) = dk.view.device_ptr_mut(stream);
             let (dv_ptr, _dv) = dv.view.device_ptr_mut(stream);
             let vd = varlen.desc((cq, ck));
+            let (alibi, _alibi) = self.alibi_arg(stream, params)?;
             let mut args = BwdArgs {
                 q: q.desc(q_ptr),
                 k: k.desc(k_ptr),
@@ -255,7 +257,7 @@ impl FlashAttention {
                 },
                 scratch: None,
                 params: *params,
-                alibi: None, // (no varlen ALiBi kernels: refused by the plan)
+                alibi,
                 opts: *opts,
             };
             let dry = plan_bwd_varlen(&args, &vd, self.arch, self.cc)?;

@@ -156,23 +156,24 @@ mod tests {
         // 48 softcap ones; the split-KV and paged forwards' 96 local and 288 softcap ones
         // (their standard, long and compact rows; no prefill row); the backward's 72 local
         // ones (bwd, its long row at d128, bwddq; varlen: bwdvarlen, its wide rows, bwddqvarlen);
-        // the backward's 216 softcap ones (those, under each mask); ALiBi's 104 (the dense
-        // forward's 36 with its compact d256 pair, bwd 36 with its d128 long row, bwddq 32:
-        // masks none and causal)
-        assert_eq!(KernelSpec::all().len(), 1430);
+        // the backward's 216 softcap ones (those, under each mask); ALiBi's 212 (the dense
+        // forward's 36 with its compact d256 pair, bwd 36 with its d128 long row, bwddq 32;
+        // varlen: fwdvarlen 32, bwdvarlen 44 with its wide rows, bwddqvarlen 32: masks none
+        // and causal)
+        assert_eq!(KernelSpec::all().len(), 1538);
         let alibi: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Alibi)
             .collect();
-        assert_eq!(alibi.len(), 104);
-        assert!(
-            alibi
-                .iter()
-                .all(|s| s.mask != Mask::Local && !s.pass.is_varlen())
-        );
+        assert_eq!(alibi.len(), 212);
+        assert!(alibi.iter().all(|s| s.mask != Mask::Local));
+        let split = |s: &&KernelSpec| s.pass.tile_pass() == Pass::FwdSplit;
+        assert_eq!(alibi.iter().filter(split).count(), 0);
         assert_eq!(alibi.iter().filter(|s| s.tiling == Tiling::Long).count(), 4);
         for n in [
             "fa2_bwd_d128_bf16_causal_alibi_long_sm80",
+            "fa2_bwdvarlen_d64_f16_alibi_wide_sm80",
+            "fa2_bwddqvarlen_d128_bf16_causal_alibi_sm80",
             "fa2_fwd_d128_bf16_causal_alibi_sm80",
             "fa2_fwd_d256_f16_alibi_compact_sm80",
             "fa2_bwd_d96_bf16_causal_alibi_sm80",
@@ -227,7 +228,7 @@ mod tests {
             .into_iter()
             .filter(|s| s.tiling == Tiling::Wide);
         let wide: Vec<KernelSpec> = wide.collect();
-        assert_eq!(wide.len(), 36); // (none, causal, local; plain and softcap)
+        assert_eq!(wide.len(), 48); // (none, causal, local; plain and softcap; ALiBi: none, causal)
         for s in &wide {
             assert!(
                 s.pass == Pass::BwdVarlen && [64, 96, 128].contains(&s.head_dim),

@@ -53,9 +53,17 @@ impl Pass {
             && match scores {
                 Scores::Plain => true,
                 Scores::Softcap => self.has_mask(),
-                // (the dense forward and backward so far)
+                // (the dense and varlen forward and backward so far; no window)
                 Scores::Alibi => {
-                    matches!(self, Pass::Fwd | Pass::Bwd | Pass::BwdDq) && mask != Mask::Local
+                    matches!(
+                        self,
+                        Pass::Fwd
+                            | Pass::Bwd
+                            | Pass::BwdDq
+                            | Pass::FwdVarlen
+                            | Pass::BwdVarlen
+                            | Pass::BwdDqVarlen
+                    ) && mask != Mask::Local
                 }
             }
     }

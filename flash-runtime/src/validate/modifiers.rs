@@ -66,8 +66,8 @@ pub(crate) fn check_alibi_kernels(params: &AttnParams, pass: Pass, mask: Mask) -
     }
     if !pass.has_scores_for(Scores::Alibi, mask) {
         return Err(FlashError::InvalidParam(format!(
-            "ALiBi: the {} kernels have no ALiBi variant yet (the dense forward and backward \
-             have one)",
+            "ALiBi: the {} kernels have no ALiBi variant yet (the dense and varlen forward and \
+             backward have one)",
             pass.name()
         )));
     }

@@ -7,15 +7,16 @@
 //! ([`flash_codegen::abi::varlen`]).
 
 use flash_codegen::abi::{grid, varlen::accum_rows};
-use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
+use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::bwd::check_scratch;
-use super::modifiers::check_alibi_kernels;
+use super::modifiers::{AlibiDesc, call_scores};
 use super::{
     BufDesc, BwdArgs, BwdPlan, FwdArgs, LaunchPlan, MAX_GRID_YZ, ParamValue, ScratchNeed,
     bind_spec_params, check_grid, launch, plan_bwd_with, plan_fwd_on, prod, shape_err, u32_of,
 };
 use crate::error::{FlashError, Result};
+use crate::params::AttnParams;
 
 /// The offsets of a packed batch: i32 `[batch + 1]` device buffers and the longest
 /// sequences.
@@ -120,6 +121,28 @@ fn to_varlen(
     Ok(launch(spec, g, params))
 }
 
+/// A packed call's ALiBi slopes, checked against its `batch` sequences (`[heads]` or
+/// `[batch, heads]`), as its dense plan (batch 1) takes them: `[batch, heads]` slopes
+/// become one sequence's `heads` values with the same stride (`heads`), which the kernels
+/// index by their sequence.
+fn packed_alibi(
+    params: &AttnParams,
+    alibi: Option<&AlibiDesc>,
+    (pass, mask): (Pass, Mask),
+    batch: usize,
+    heads: usize,
+) -> Result<Option<AlibiDesc>> {
+    let Some(a) = alibi else {
+        return Ok(None);
+    };
+    call_scores(params, Some(a), (pass, mask), (batch, heads))?;
+    let slopes = BufDesc {
+        len: heads,
+        ..a.slopes
+    };
+    Ok(Some(AlibiDesc { slopes, ..*a }))
+}
+
 /// Check a varlen forward and plan its launch: `a` describes the packed tensors (batch
 /// dim 1), `v` the offsets.
 pub fn plan_fwd_varlen(
@@ -132,10 +155,14 @@ pub fn plan_fwd_varlen(
     // (before the dense checks, which would take ALiBi, and the empty-batch return: what
     // has no varlen kernel is an error whatever the sizes)
     let mask = a.params.kernel_mask_for(Pass::FwdVarlen)?;
-    if a.alibi.is_some() {
-        check_alibi_kernels(&a.params, Pass::FwdVarlen, mask)?;
-    }
-    let dense = plan_fwd_on(a, arch, smem_optin)?;
+    let alibi = packed_alibi(
+        &a.params,
+        a.alibi.as_ref(),
+        (Pass::FwdVarlen, mask),
+        batch,
+        a.q.shape[2],
+    )?;
+    let dense = plan_fwd_on(&FwdArgs { alibi, ..*a }, arch, smem_optin)?;
     if dense.is_noop() || batch == 0 || v.max_seqlen_q == 0 {
         return Ok(LaunchPlan::noop(KernelSpec {
             pass: Pass::FwdVarlen,
@@ -169,11 +196,16 @@ pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) ->
 pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch, cc: (u32, u32)) -> Result<BwdPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
     let mask = a.params.kernel_mask_for(Pass::BwdVarlen)?;
-    if a.alibi.is_some() {
-        check_alibi_kernels(&a.params, Pass::BwdVarlen, mask)?;
-    }
+    let alibi = packed_alibi(
+        &a.params,
+        a.alibi.as_ref(),
+        (Pass::BwdVarlen, mask),
+        batch,
+        a.q.shape[2],
+    )?;
     let dry = BwdArgs {
         scratch: None,
+        alibi,
         ..*a
     };
     let dense = plan_bwd_with(&dry, arch, false)?;

@@ -6,12 +6,13 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{KernelSpec, Mask, Pass, Scores, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
-    BWD_DQ_LOCAL_TILES, BWD_DQ_SOFTCAP_TILES, BWD_DQ_TILES, BWD_DQ_VARLEN_SOFTCAP_TILES,
-    BWD_LOCAL_TILES, BWD_LONG_TILES, BWD_SOFTCAP_TILES, BWD_TILES, BWD_VARLEN_LOCAL_TILES,
-    BWD_VARLEN_SOFTCAP_TILES, BWD_VARLEN_TILES, ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES,
-    FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES, FWD_COMPACT_TILES, FWD_SOFTCAP_TILES,
-    FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES, FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES,
-    FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES, FWD_VARLEN_TILES,
+    BWD_DQ_LOCAL_TILES, BWD_DQ_SOFTCAP_TILES, BWD_DQ_TILES, BWD_DQ_VARLEN_ALIBI_TILES,
+    BWD_DQ_VARLEN_SOFTCAP_TILES, BWD_LOCAL_TILES, BWD_LONG_TILES, BWD_SOFTCAP_TILES, BWD_TILES,
+    BWD_VARLEN_ALIBI_TILES, BWD_VARLEN_LOCAL_TILES, BWD_VARLEN_SOFTCAP_TILES, BWD_VARLEN_TILES,
+    ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES, FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES,
+    FWD_COMPACT_TILES, FWD_SOFTCAP_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES,
+    FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES, FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES,
+    FWD_VARLEN_TILES,
 };
 
 mod rules;
@@ -139,7 +140,9 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
                 false => find(&BWD_LOCAL_TILES),
             });
             let packed = varlen.then(|| find(&BWD_VARLEN_TILES));
+            let alibi = spec.scores == Scores::Alibi && varlen;
             (softcap.flatten())
+                .or_else(|| alibi.then(|| find(&BWD_VARLEN_ALIBI_TILES)).flatten())
                 .or(local.flatten())
                 .or(packed.flatten())
                 .or_else(|| find(&BWD_TILES))
@@ -150,7 +153,9 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
                 false => find(&BWD_DQ_SOFTCAP_TILES),
             });
             let local = (spec.mask == Mask::Local).then(|| find(&BWD_DQ_LOCAL_TILES));
+            let alibi = spec.scores == Scores::Alibi && spec.pass.is_varlen();
             (softcap.flatten())
+                .or_else(|| alibi.then(|| find(&BWD_DQ_VARLEN_ALIBI_TILES)).flatten())
                 .or(local.flatten())
                 .or_else(|| find(&BWD_DQ_TILES))
         }

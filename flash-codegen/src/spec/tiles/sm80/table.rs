@@ -104,6 +104,13 @@ pub(crate) const BWD_VARLEN_SOFTCAP_TILES: [(u32, Sm80Tiles); 1] = [
     (128, tc(64, 64, 4, 2, 2)),
 ];
 
+/// The varlen backward main pass under ALiBi: d128 on the softcap's two sweeps of 64 x 64
+/// (the one-sweep row spills 8 bytes on sm_80 with the sequence's lengths and the bias).
+#[rustfmt::skip]
+pub(crate) const BWD_VARLEN_ALIBI_TILES: [(u32, Sm80Tiles); 1] = [
+    (128, tc(64, 64, 4, 2, 2)),
+];
+
 /// The backward main pass under a sliding window ([`crate::spec::Mask::Local`]; dense
 /// and varlen): the rows above, except where the window's bounds and the second edge of
 /// the query mask cost sm_80 spills (ptxas -v, 255 registers): d96 (16 bytes dense)
@@ -174,6 +181,13 @@ pub(crate) const BWD_DQ_SOFTCAP_TILES: [(u32, Sm80Tiles); 1] = [
 pub(crate) const BWD_DQ_VARLEN_SOFTCAP_TILES: [(u32, Sm80Tiles); 2] = [
     (128, tc(64, 64, 4, 2, 1)),
     (160, tc(64, 32, 4, 2, 1)),
+];
+
+/// The varlen dQ pass under ALiBi: d128 on 64 x 64 (the 128-query row spills 4 bytes on
+/// sm_80).
+#[rustfmt::skip]
+pub(crate) const BWD_DQ_VARLEN_ALIBI_TILES: [(u32, Sm80Tiles); 1] = [
+    (128, tc(64, 64, 4, 2, 1)),
 ];
 
 /// The dQ pass under a sliding window (dense and varlen): the rows above, except d128,
