@@ -46,8 +46,8 @@
 use std::error::Error;
 use std::sync::Arc;
 
-use cudarc::driver::CudaStream;
 use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaSlice, CudaStream};
 use flash_runtime::{FlashAttention, KvOptions, Tensor4, Tensor4Mut};
 use half::bf16;
 use serde_json::{Value, json};
@@ -80,6 +80,8 @@ struct Row {
     left: i32,
     /// A softcap, or 0 for none.
     softcap: f32,
+    /// ALiBi with BLOOM's slopes for `h` heads (`[heads]`).
+    alibi: bool,
 }
 
 impl Row {
@@ -101,7 +103,8 @@ impl Row {
         self.b * keys * self.hk * self.d * 2 * 2
     }
 
-    fn params(&self) -> flash_runtime::AttnParams<'static> {
+    /// The row's parameters; ALiBi's `slopes` (f32 `[h]`) where the row has it.
+    fn params<'a>(&self, slopes: &'a CudaSlice<f32>) -> flash_runtime::AttnParams<'a> {
         let mut p = attn_params(false);
         if self.left >= 0 {
             p = p.with_window(self.left, 0);
@@ -109,14 +112,17 @@ impl Row {
         if self.softcap > 0.0 {
             p = p.with_softcap(self.softcap);
         }
-        p
+        match self.alibi {
+            true => p.with_alibi(flash_runtime::Alibi::per_head(slopes)),
+            false => p,
+        }
     }
 
     fn keys(&self) -> Value {
         json!({
             "kind": self.kind, "b": self.b, "L": self.l, "sq": self.sq,
             "h": self.h, "hk": self.hk, "d": self.d, "left": self.left,
-            "softcap": self.softcap,
+            "softcap": self.softcap, "alibi": self.alibi,
         })
     }
 }
@@ -134,7 +140,12 @@ fn run_row(
         r.b * r.l * r.hk * r.d,
         r.b * r.h * r.sq,
     );
-    let params = r.params();
+    // BLOOM's slopes for h heads: 2^(-8 (i + 1) / h)
+    let slopes: Vec<f32> = (0..r.h)
+        .map(|i| (-8.0 * (i as f32 + 1.0) / r.h as f32).exp2())
+        .collect();
+    let slopes = stream.clone_htod(&slopes)?;
+    let params = r.params(&slopes);
     let opts = KvOptions::new();
     let splits = rt.kvcache_splits::<bf16>(qs, ks, &params, &opts)?;
     stream.synchronize()?; // the pool gives the last row's freed buffers back

@@ -6,9 +6,9 @@
 //! geometric ones, steep ones that leave a query a few keys (1.0 per key), zero slopes;
 //! no mask and causal, sq != sk both ways, GQA and MQA, both dtypes, every kernel head
 //! dim and 40 (columns past d), the d256 forward on the 99 KiB compact kernels, a long
-//! backward (8192 queries, atomic mode: the d128 long row). The calls that have
-//! no ALiBi kernel (softcap, window, KV cache, varlen) and slopes of the wrong length
-//! must fail with typed errors. `GPU_ALIBI_EVERY=n` runs every n-th case.
+//! backward (8192 queries, atomic mode: the d128 long row). ALiBi with a softcap or a
+//! window (no kernel) and slopes of the wrong length (dense and KV-cache calls) must fail
+//! with typed errors. `GPU_ALIBI_EVERY=n` runs every n-th case.
 #![cfg(feature = "gpu")]
 
 use flash_codegen::DType;
@@ -359,6 +359,12 @@ fn alibi_errors_are_typed() {
     let q1t = Tensor4::contiguous(&q1, [b, 1, h, d]);
     let lens = s.clone_htod(&[sq as i32; 2]).unwrap();
     let opts = flash_runtime::KvOptions::default();
-    let kv = rt.forward_kvcache(&s, &q1t, &kt, &kt, Some(&lens.as_view()), &a, &opts);
-    invalid(kv.map(|_| ()), "KV cache");
+    let kv = |p: &AttnParams| {
+        let r = rt.forward_kvcache(&s, &q1t, &kt, &kt, Some(&lens.as_view()), p, &opts);
+        r.map(|_| ())
+    };
+    assert!(kv(&a).is_ok());
+    let bad = AttnParams::new().with_alibi(Alibi::per_batch_head(&heads));
+    shape(kv(&bad), "KV cache: 4 as [b, h]");
+    invalid(kv(&a.with_window(16, 0)), "KV cache under a window");
 }

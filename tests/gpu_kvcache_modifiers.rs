@@ -12,8 +12,10 @@
 //! queries, MQA and MHA), chunked prefill (129 queries: the long row); sequences of 0, 1,
 //! odd and full lengths; the runtime's split count (sized for the window's reach) and
 //! forced counts above the window's key blocks (empty splits). Caps 0.7, 5 (scale 1) and
-//! 30/50 under no mask, the causal mask and windows. Every kernel head dim, both dtypes;
-//! pages of 1, 16 and 256 rows.
+//! 30/50 under no mask, the causal mask and windows. ALiBi (slopes `[heads]` and `[batch,
+//! heads]`, each packed row its own head's slope) under no mask and the causal one, on the
+//! same shapes and a chunked prefill. Every kernel head dim, both dtypes; pages of 1, 16
+//! and 256 rows.
 #![cfg(feature = "gpu")]
 
 use flash_codegen::DType;
@@ -126,6 +128,35 @@ fn softcap_cases() -> Vec<Case> {
     v
 }
 
+fn alibi_cases() -> Vec<Case> {
+    let mut v = Vec::new();
+    for (i, &d) in DIMS.iter().enumerate() {
+        for causal in [false, true] {
+            let dtype = [DType::F16, DType::Bf16][(i + causal as usize) % 2];
+            for (k, mut c) in matrix_shapes(Case::base(d, dtype, causal))
+                .into_iter()
+                .enumerate()
+            {
+                c.alibi = Some((i + k) % 2 == 0);
+                v.push(c);
+            }
+        }
+    }
+    // chunked prefill (the long row), GQA 8:1, per-sequence slopes
+    v.push(Case {
+        b: 2,
+        sq: 129,
+        cap: 1500,
+        h: 8,
+        hk: 1,
+        lens: Some(vec![1500, 129]),
+        splits: Some(3),
+        alibi: Some(true),
+        ..Case::base(128, DType::Bf16, true)
+    });
+    v
+}
+
 fn paged_cases() -> Vec<Case> {
     let mut v = Vec::new();
     for (i, &page) in [1usize, 16, 256].iter().enumerate() {
@@ -137,10 +168,11 @@ fn paged_cases() -> Vec<Case> {
                 shared: 3.min(cap / page),
                 spare: 5,
             });
-            for (window, softcap) in [
-                (Some((127, 0)), None),
-                (Some((500, 0)), Some((50.0, None))),
-                (None, Some((5.0, Some(1.0)))),
+            for (window, softcap, alibi) in [
+                (Some((127, 0)), None, None),
+                (Some((500, 0)), Some((50.0, None)), None),
+                (None, Some((5.0, Some(1.0))), None),
+                (None, None, Some(j % 2 == 0)),
             ] {
                 v.push(Case {
                     b: 4,
@@ -153,6 +185,7 @@ fn paged_cases() -> Vec<Case> {
                     paged,
                     window,
                     softcap,
+                    alibi,
                     ..Case::base(d, dtype, false)
                 });
             }
@@ -169,6 +202,11 @@ fn kvcache_windows_match_f64_reference() {
 #[test]
 fn kvcache_softcaps_match_f64_reference() {
     run_group("softcap", &softcap_cases());
+}
+
+#[test]
+fn kvcache_alibi_matches_f64_reference() {
+    run_group("alibi", &alibi_cases());
 }
 
 #[test]

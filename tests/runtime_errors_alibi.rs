@@ -197,3 +197,43 @@ fn varlen_calls_plan_alibi_per_sequence() {
         }
     }
 }
+
+#[path = "kvcache_support/mod.rs"]
+mod kvcache_support;
+
+/// The KV-cache forward plans its split kernel's `_alibi` twin (no prefill row: a chunked
+/// prefill's 1600 packed rows run the long one), the slopes after the window's and the
+/// softcap's place, checked against the batch; the combine stays plain.
+#[test]
+fn kvcache_calls_plan_the_alibi_split_kernel() {
+    let plain = kvcache_support::plan(&kvcache_support::args(2, 200, 4096, 8, 1, 128)).unwrap();
+    assert_eq!(plain.split.spec.tiling, Tiling::Prefill);
+    for (len, per_batch, stride) in [(8, false, 0), (16, true, 8)] {
+        let a = flash_runtime::validate::KvArgs {
+            alibi: slopes(len, per_batch),
+            ..kvcache_support::args(2, 200, 4096, 8, 1, 128)
+        };
+        let p = kvcache_support::plan(&a).unwrap();
+        assert_eq!(p.split.spec.scores, Scores::Alibi);
+        assert_eq!(p.split.spec.tiling, Tiling::Long, "{}", p.split.spec);
+        assert_eq!(p.split.param("alibi_slopes"), Some(ParamValue::U64(SLOPES)));
+        assert_eq!(
+            p.split.param("alibi_batch_stride"),
+            Some(ParamValue::U32(stride))
+        );
+        let names: Vec<&str> = p.split.params.iter().map(|(n, _)| *n).collect();
+        let abi: Vec<&str> = params_of(&p.split.spec).iter().map(|d| d.name).collect();
+        assert_eq!(names, abi);
+        if let Some(c) = &p.combine {
+            assert_eq!(c.spec.scores, Scores::Plain);
+        }
+    }
+    let a = flash_runtime::validate::KvArgs {
+        alibi: slopes(24, true),
+        ..kvcache_support::args(2, 1, 4096, 8, 1, 128)
+    };
+    match kvcache_support::plan(&a) {
+        Err(FlashError::ShapeMismatch(m)) => assert!(m.contains("batch 2"), "{m}"),
+        other => panic!("24 slopes for batch 2 x 8 heads: want ShapeMismatch, got {other:?}"),
+    }
+}

@@ -29,6 +29,7 @@ pub fn rows(quick: bool) -> Vec<Row> {
                             d,
                             left: -1,
                             softcap: 0.0,
+                            alibi: false,
                         });
                     }
                 }
@@ -51,6 +52,7 @@ pub fn rows(quick: bool) -> Vec<Row> {
             d: 128,
             left: -1,
             softcap: 0.0,
+            alibi: false,
         });
     }
     out
@@ -58,8 +60,8 @@ pub fn rows(quick: bool) -> Vec<Row> {
 
 /// The `MODS=1` sweep: decode (1 query, 32 heads on 8 KV heads, d 128) at batch 1, 8, 64
 /// over caches of 8K-128K, each plain, with a softcap of 50 (Gemma 2), a 4096-key window
-/// (Mistral: `(4095, 0)`) and both, then the plain row over a 4096-key cache (what the
-/// window's rows should cost).
+/// (Mistral: `(4095, 0)`) and both, ALiBi (BLOOM's slopes), then the plain row over a
+/// 4096-key cache (what the window's rows should cost).
 pub fn mod_rows() -> Vec<Row> {
     let mut out = Vec::new();
     for (b, l) in [(1, 32768), (1, 131072), (8, 32768), (64, 8192)] {
@@ -73,6 +75,7 @@ pub fn mod_rows() -> Vec<Row> {
             d: 128,
             left: -1,
             softcap: 0.0,
+            alibi: false,
         };
         for (left, softcap) in [(-1, 0.0), (-1, 50.0), (4095, 0.0), (4095, 50.0)] {
             out.push(Row {
@@ -81,6 +84,10 @@ pub fn mod_rows() -> Vec<Row> {
                 ..base
             });
         }
+        out.push(Row {
+            alibi: true,
+            ..base
+        });
         out.push(Row { l: 4096, ..base });
     }
     out

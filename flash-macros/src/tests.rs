@@ -193,8 +193,7 @@ fn kvcache_brings_the_split_forward_and_its_combine() {
     );
 }
 
-/// `alibi = true` brings the ALiBi kernels of the passes that have them (fwd, bwd, bwddq
-/// and their varlen twins; not the KV-cache ones);
+/// `alibi = true` brings the ALiBi kernels of every pass that computes scores;
 /// the passes without scores stay plain, so a softcap-only or ALiBi-only list still has
 /// every kernel its calls launch; softcap and ALiBi at once has no kernel.
 #[test]
@@ -213,7 +212,10 @@ fn alibi_brings_its_kernels_and_the_plain_helpers() {
             "fa2_bwd_d64_bf16_causal_alibi_sm80",
             "fa2_bwddq_d64_bf16_causal_alibi_sm80",
             "fa2_bwdpost_d64_bf16_sm80",
-            // (kvcache: its combine step only; fwdsplit has no ALiBi kernel)
+            // (kvcache: no prefill row under ALiBi; the combine plain)
+            "fa2_fwdsplit_d64_bf16_causal_alibi_sm80",
+            "fa2_fwdsplit_d64_bf16_causal_alibi_long_sm80",
+            "fa2_fwdsplit_d64_bf16_causal_alibi_compact_sm80",
             "fa2_fwdcombine_d64_bf16_sm80",
             "fa2_fwdcombine_d64_bf16_long_sm80",
             "fa2_fwdcombine_d64_bf16_prefill_sm80",

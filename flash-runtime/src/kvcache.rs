@@ -219,6 +219,7 @@ impl FlashAttention {
         let o_desc = o.desc(0);
         let (o_ptr, _o_guard) = o.view.device_ptr_mut(stream);
         let (lse_desc, _lse_guard) = lse_arg(stream, &mut lse);
+        let (alibi, _alibi_guard) = self.alibi_arg(stream, params)?;
         let args = KvArgs {
             q: q.desc(q_ptr),
             k: k_cache.desc(k_ptr),
@@ -227,6 +228,7 @@ impl FlashAttention {
             lse: lse_desc,
             seqlens_k: seqlens_desc,
             params: *params,
+            alibi,
             num_splits: opts.num_splits,
             paged,
         };

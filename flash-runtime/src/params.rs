@@ -112,11 +112,10 @@ pub struct AttnParams<'a> {
     /// the call). Every call has it: the forwards (dense, varlen, KV cache, paged) and
     /// the backward (dense and varlen, both modes), under every mask.
     pub softcap: Option<f32>,
-    /// ALiBi's slopes; `None` (default): none. The dense and varlen forwards and
-    /// backwards (both modes) have it, under no mask and the causal one (a varlen call's
-    /// `[batch, heads]` slopes are per sequence); not with a softcap or a window (no model
-    /// combines them), and not yet in the KV-cache and paged calls (those return a typed
-    /// error).
+    /// ALiBi's slopes; `None` (default): none. Every call has it (the forwards: dense,
+    /// varlen, KV cache, paged; the backward: dense and varlen, both modes) under no mask
+    /// and the causal one (a varlen or KV-cache call's `[batch, heads]` slopes are per
+    /// sequence); not with a softcap or a window (no model combines them: a typed error).
     pub alibi: Option<Alibi<'a>>,
 }
 
@@ -176,12 +175,14 @@ impl<'a> AttnParams<'a> {
         }
     }
 
-    /// The kernels' score transform: softcap where one is set (ALiBi is chosen where its
-    /// slopes are resolved: [`crate::validate`]'s `alibi` arguments).
+    /// The kernels' score transform: softcap or ALiBi where one is set (the plans take
+    /// ALiBi from their resolved slopes, [`crate::validate`]'s `alibi` arguments; both at
+    /// once is refused by [`AttnParams::kernel_mask_for`]).
     pub(crate) fn kernel_scores(&self) -> flash_codegen::Scores {
-        match self.softcap {
-            Some(_) => flash_codegen::Scores::Softcap,
-            None => flash_codegen::Scores::Plain,
+        match (self.softcap, self.alibi) {
+            (Some(_), _) => flash_codegen::Scores::Softcap,
+            (None, Some(_)) => flash_codegen::Scores::Alibi,
+            (None, None) => flash_codegen::Scores::Plain,
         }
     }
 

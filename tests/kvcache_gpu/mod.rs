@@ -57,6 +57,9 @@ pub struct Case {
     pub window: Option<(i32, i32)>,
     /// A softcap and the softmax scale it runs with (`None`: 1 / sqrt(d)), or `None`.
     pub softcap: Option<(f32, Option<f32>)>,
+    /// ALiBi: `Some(per_batch)` (slopes `[batch, heads]` when true, else `[heads]`;
+    /// values from [`Case::slopes`]), or `None`.
+    pub alibi: Option<bool>,
 }
 
 impl Case {
@@ -77,7 +80,21 @@ impl Case {
             paged: None,
             window: None,
             softcap: None,
+            alibi: None,
         }
+    }
+
+    /// ALiBi's slopes of the case (empty without ALiBi): steep for the first heads (a
+    /// query sees a few keys), gentle for the last, varying by sequence when per batch.
+    pub fn slopes(&self) -> Vec<f32> {
+        let n = match self.alibi {
+            None => 0,
+            Some(true) => self.b * self.h,
+            Some(false) => self.h,
+        };
+        (0..n)
+            .map(|x| 0.8f32.powi((x % self.h) as i32) * (1.0 + 0.1 * (x / self.h) as f32))
+            .collect()
     }
 
     /// The call's parameters: the mask (or window), the softcap and its scale.
@@ -100,6 +117,9 @@ impl Case {
         }
         if let Some((cap, _)) = self.softcap {
             m = m.with_softcap(cap as f64);
+        }
+        if self.alibi.is_some() {
+            m = m.with_alibi(self.slopes().iter().map(|&x| x as f64).collect());
         }
         (m, self.softcap.and_then(|s| s.1).map(f64::from))
     }
@@ -132,9 +152,9 @@ impl Case {
             None => "auto".into(),
         };
         let planned = planned.map_or("?".into(), |n| n.to_string());
-        let mods = match (self.window, self.softcap) {
-            (None, None) => String::new(),
-            (w, s) => format!(" window={w:?} softcap={s:?}").replace(' ', ""),
+        let mods = match (self.window, self.softcap, self.alibi) {
+            (None, None, None) => String::new(),
+            (w, s, a) => format!(" window={w:?} softcap={s:?} alibi={a:?}").replace(' ', ""),
         };
         let paged = match &self.paged {
             Some(p) => format!(" page={} shared={} spare={}", p.page, p.shared, p.spare),

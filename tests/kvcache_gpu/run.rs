@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::CudaStream;
 use flash_runtime::reference::{Shape, attention_kvcache_with};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, PagedKv};
+use flash_runtime::{Alibi, Element, FlashAttention, PagedKv};
 
 use super::paged::scatter;
 use super::{Case, LSE_GUARD, LSE_SENTINEL, Layout, O_SENTINEL, cache_place};
@@ -86,7 +86,15 @@ pub fn run_case<T: Element>(
         None => None,
     };
     let seqlens_v = seqlens_d.as_ref().map(|s| s.as_view());
-    let params = c.params();
+    let slopes_d = match c.alibi {
+        Some(_) => Some(stream.clone_htod(&c.slopes())?),
+        None => None,
+    };
+    let params = match (c.alibi, &slopes_d) {
+        (Some(true), Some(s)) => c.params().with_alibi(Alibi::per_batch_head(s)),
+        (Some(false), Some(s)) => c.params().with_alibi(Alibi::per_head(s)),
+        _ => c.params(),
+    };
     let opts = c.opts();
 
     // outputs: o NaN in the view, the sentinel elsewhere; lse NaN between sentinel bands

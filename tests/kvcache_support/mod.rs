@@ -48,6 +48,7 @@ pub fn args(b: usize, sq: usize, cap: usize, h: usize, hk: usize, d: usize) -> K
             len: b,
         }),
         params: AttnParams::new(),
+        alibi: None,
         num_splits: None,
         paged: None,
     }

@@ -148,12 +148,43 @@ pub struct TileRows<'a> {
 /// beyond, the bias is past -2^16 * slope anyway). The backward needs no factor in dS (the
 /// bias does not depend on the scores).
 pub struct AlibiBias {
-    /// `slope / scale = slope * log2 e / scale_log2`.
-    slope: Reg<F32>,
-    /// The distance's part from the thread's first row: `i + shift - 2t` (rows are
-    /// queries) or `j - shift - 2t` (rows are keys); thread row r lies
-    /// [`AccTile::row_offset`]`(r)` further, an immediate (one register for every row).
-    rel0: Reg<B32>,
+    rows: BiasRows,
+}
+
+/// Where a tile's rows take their slope and distance from.
+enum BiasRows {
+    /// One head: `slope / scale = slope * log2 e / scale_log2`, and the distance's part
+    /// from the thread's first row, `i + shift - 2t` (rows are queries) or `j - shift -
+    /// 2t` (rows are keys); thread row r lies [`AccTile::row_offset`]`(r)` further, an
+    /// immediate (one register for every row).
+    Head { slope: Reg<F32>, rel0: Reg<B32> },
+    /// Packed GQA rows (split-KV): each thread row its own head's slope and its own
+    /// position's `pos + shift - 2t`.
+    Packed {
+        slopes: Vec<Reg<F32>>,
+        rels: Vec<Reg<B32>>,
+    },
+}
+
+/// The slope of `head` in `batch`, divided by the scale (`slope * log2 e / scale_log2`).
+fn scaled_slope(
+    b: &mut Builder,
+    p: &Params,
+    (batch, head): (Reg<B32>, Reg<B32>),
+    scale_log2: Reg<F32>,
+) -> Reg<F32> {
+    let base = b.cvta_global(p.get(ALIBI_SLOPES));
+    let at = b.mad_lo_u32(batch, p.get(ALIBI_BATCH_STRIDE), head);
+    let addr = b.mad_wide_u32(at, 4u32, base);
+    let [slope]: [Reg<F32>; 1] = b.ld(
+        Space::Global,
+        LdCache::NonCoherent,
+        Ty::F32,
+        Addr::Global(addr, 0),
+    );
+    let inv = b.rcp(scale_log2);
+    let slope = b.mul_f32(slope, LOG2_E);
+    b.mul_f32(slope, inv)
 }
 
 impl AlibiBias {
@@ -171,18 +202,7 @@ impl AlibiBias {
     ) -> Option<Self> {
         (spec.scores == Scores::Alibi).then(|| {
             b.comment("-- ALiBi: the head's slope, each row's diagonal --");
-            let base = b.cvta_global(p.get(ALIBI_SLOPES));
-            let at = b.mad_lo_u32(batch, p.get(ALIBI_BATCH_STRIDE), head);
-            let addr = b.mad_wide_u32(at, 4u32, base);
-            let [slope]: [Reg<F32>; 1] = b.ld(
-                Space::Global,
-                LdCache::NonCoherent,
-                Ty::F32,
-                Addr::Global(addr, 0),
-            );
-            let inv = b.rcp(scale_log2);
-            let slope = b.mul_f32(slope, LOG2_E);
-            let slope = b.mul_f32(slope, inv);
+            let slope = scaled_slope(b, p, (batch, head), scale_log2);
             let shift = b.sub_s32(seqlen_k, seqlen_q);
             // the row's diagonal, in column indices
             let diag0 = match rows.of {
@@ -192,7 +212,38 @@ impl AlibiBias {
             let first = b.sub_s32(diag0, rows.t2);
             debug_assert_eq!(AccTile::row_offset(0), 0);
             let rel0 = b.add_s32(first, rows.rows[0]);
-            AlibiBias { slope, rel0 }
+            AlibiBias {
+                rows: BiasRows::Head { slope, rel0 },
+            }
+        })
+    }
+
+    /// The bias of an [`Scores::Alibi`] split-KV kernel over packed GQA rows (`None` for
+    /// other scores): thread row r is query position `positions[r]` of query head
+    /// `heads[r]`, each head's slope read once.
+    pub fn packed(
+        b: &mut Builder,
+        p: &Params,
+        spec: &KernelSpec,
+        (batch, heads, positions): (Reg<B32>, &[Reg<B32>], &[Reg<B32>]),
+        (t2, scale_log2): (Reg<B32>, Reg<F32>),
+        (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
+    ) -> Option<Self> {
+        (spec.scores == Scores::Alibi).then(|| {
+            b.comment("-- ALiBi: each packed row's head's slope and diagonal --");
+            let shift = b.sub_s32(seqlen_k, seqlen_q);
+            let slopes = (heads.iter())
+                .map(|&h| scaled_slope(b, p, (batch, h), scale_log2))
+                .collect();
+            let rels = (positions.iter())
+                .map(|&pos| {
+                    let diag = b.add_s32(pos, shift);
+                    b.sub_s32(diag, t2)
+                })
+                .collect();
+            AlibiBias {
+                rows: BiasRows::Packed { slopes, rels },
+            }
         })
     }
 
@@ -205,12 +256,29 @@ impl AlibiBias {
     /// two instructions per score, one register for the block).
     pub fn apply(&self, b: &mut Builder, s: &mut AccTile, c0: Reg<B32>) {
         b.comment("-- ALiBi: S -= |slope / scale * (i + shift - j)| --");
-        let d0 = b.sub_s32(self.rel0, c0);
-        let d0 = b.cvt_f32_s32(d0);
-        let (slope, x0) = (self.slope, b.mul_f32(d0, self.slope));
+        // (slope, x0) of each thread row; `row_off`: the row's offset from x0's row
+        let x0 = |b: &mut Builder, rel: Reg<B32>, slope: Reg<F32>| {
+            let d0 = b.sub_s32(rel, c0);
+            let d0 = b.cvt_f32_s32(d0);
+            b.mul_f32(d0, slope)
+        };
+        let per_row: Vec<(Reg<F32>, Reg<F32>, bool)> = match &self.rows {
+            BiasRows::Head { slope, rel0 } => {
+                let x = x0(b, *rel0, *slope);
+                vec![(*slope, x, true); s.rows()]
+            }
+            BiasRows::Packed { slopes, rels } => (slopes.iter().zip(rels))
+                .map(|(&slope, &rel)| (slope, x0(b, rel, slope), false))
+                .collect(),
+        };
         s.map(b, |b, at, x| {
-            let off = AccTile::row_offset(at.row) as f32 - at.col() as f32;
-            let d = b.fma_f32(off, slope, x0);
+            let (slope, x0, offset) = per_row[at.row];
+            let row = if offset {
+                AccTile::row_offset(at.row)
+            } else {
+                0
+            };
+            let d = b.fma_f32(row as f32 - at.col() as f32, slope, x0);
             let ad = b.abs_f32(d);
             b.sub_f32(x, ad)
         });

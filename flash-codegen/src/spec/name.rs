@@ -156,23 +156,30 @@ mod tests {
         // 48 softcap ones; the split-KV and paged forwards' 96 local and 288 softcap ones
         // (their standard, long and compact rows; no prefill row); the backward's 72 local
         // ones (bwd, its long row at d128, bwddq; varlen: bwdvarlen, its wide rows, bwddqvarlen);
-        // the backward's 216 softcap ones (those, under each mask); ALiBi's 212 (the dense
+        // the backward's 216 softcap ones (those, under each mask); ALiBi's 404 (the dense
         // forward's 36 with its compact d256 pair, bwd 36 with its d128 long row, bwddq 32;
-        // varlen: fwdvarlen 32, bwdvarlen 44 with its wide rows, bwddqvarlen 32: masks none
-        // and causal)
-        assert_eq!(KernelSpec::all().len(), 1538);
+        // varlen: fwdvarlen 32, bwdvarlen 44 with its wide rows, bwddqvarlen 32; fwdsplit
+        // and fwdpaged 96 each, standard, long and compact: masks none and causal)
+        assert_eq!(KernelSpec::all().len(), 1730);
         let alibi: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Alibi)
             .collect();
-        assert_eq!(alibi.len(), 212);
+        assert_eq!(alibi.len(), 404);
         assert!(alibi.iter().all(|s| s.mask != Mask::Local));
         let split = |s: &&KernelSpec| s.pass.tile_pass() == Pass::FwdSplit;
-        assert_eq!(alibi.iter().filter(split).count(), 0);
-        assert_eq!(alibi.iter().filter(|s| s.tiling == Tiling::Long).count(), 4);
+        assert_eq!(alibi.iter().filter(split).count(), 192);
+        assert!(alibi.iter().all(|s| s.tiling != Tiling::Prefill));
+        // (long: the d128 backward 4, the split kernels 64)
+        assert_eq!(
+            alibi.iter().filter(|s| s.tiling == Tiling::Long).count(),
+            68
+        );
         for n in [
             "fa2_bwd_d128_bf16_causal_alibi_long_sm80",
             "fa2_bwdvarlen_d64_f16_alibi_wide_sm80",
+            "fa2_fwdpaged_d128_bf16_causal_alibi_long_sm80",
+            "fa2_fwdsplit_d64_f16_alibi_compact_sm80",
             "fa2_bwddqvarlen_d128_bf16_causal_alibi_sm80",
             "fa2_fwd_d128_bf16_causal_alibi_sm80",
             "fa2_fwd_d256_f16_alibi_compact_sm80",
@@ -241,7 +248,7 @@ mod tests {
         );
         let split =
             |s: &KernelSpec| matches!(s.pass, Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged);
-        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 632);
+        assert_eq!(KernelSpec::all().iter().filter(|s| split(s)).count(), 824); // (192 of them ALiBi)
         let named = |tiling: Tiling| -> Vec<String> {
             let all = KernelSpec::all().into_iter();
             // (the plain ones: each has its softcap twin, the backward's and the forward's

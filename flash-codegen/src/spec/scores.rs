@@ -53,18 +53,8 @@ impl Pass {
             && match scores {
                 Scores::Plain => true,
                 Scores::Softcap => self.has_mask(),
-                // (the dense and varlen forward and backward so far; no window)
-                Scores::Alibi => {
-                    matches!(
-                        self,
-                        Pass::Fwd
-                            | Pass::Bwd
-                            | Pass::BwdDq
-                            | Pass::FwdVarlen
-                            | Pass::BwdVarlen
-                            | Pass::BwdDqVarlen
-                    ) && mask != Mask::Local
-                }
+                // (every pass that computes scores; no window: no model uses both)
+                Scores::Alibi => self.has_mask() && mask != Mask::Local,
             }
     }
 }

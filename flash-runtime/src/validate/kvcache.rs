@@ -12,7 +12,7 @@ use flash_codegen::abi::{self};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
-use super::modifiers::{check_window_lengths, modifier_param};
+use super::modifiers::{AlibiDesc, alibi_param, call_scores, check_window_lengths, modifier_param};
 use super::paged::{PagedCache, PagedDesc, check_paged, check_pool_strides};
 use super::split_rule::{GpuFill, resolve_splits, rule_k_shape, split_spec};
 use super::{
@@ -39,8 +39,10 @@ pub struct KvArgs<'a> {
     /// Valid keys per sequence: `len` counts i32 elements (at least `b`); `None`: every
     /// sequence fills the cache.
     pub seqlens_k: Option<BufDesc>,
-    /// Mask and scale.
+    /// Mask, scale and modifiers.
     pub params: AttnParams<'a>,
+    /// ALiBi's slopes (the buffer of `params.alibi`), or `None`.
+    pub alibi: Option<AlibiDesc>,
     /// Explicit split count, or `None` to let [`super::num_splits_for`] choose.
     pub num_splits: Option<u32>,
     /// A paged cache's page table; `k` and `v` are then the page pools `[num_pages,
@@ -253,7 +255,10 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
         tiling: Tiling::Standard,
         arch,
     };
-    let kernel = (kernel_d, dtype, &a.params);
+    let mask = a.params.kernel_mask_for(Pass::FwdSplit)?;
+    let (scores, slopes) =
+        call_scores(&a.params, a.alibi.as_ref(), (Pass::FwdSplit, mask), (b, h))?;
+    let kernel = (kernel_d, dtype, &a.params, scores);
     let split_spec = split_spec(a.q.shape, logical.shape, kernel, arch, gpu)?;
     let shapes = (a.q.shape, rule_k_shape(a.q.shape, logical.shape, &a.params));
     let page_size = paged.map(|p| 1usize << p.page_shift);
@@ -313,7 +318,8 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
     let value = |name: &str| {
         use ParamValue::{F32, U32, U64};
-        if let Some(t) = tensor_param(name, &tensors).or_else(|| modifier_param(&a.params, name)) {
+        let modifier = || modifier_param(&a.params, name).or_else(|| alibi_param(slopes, name));
+        if let Some(t) = tensor_param(name, &tensors).or_else(modifier) {
             return Some(t);
         }
         Some(match name {

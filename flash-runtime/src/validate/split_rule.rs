@@ -2,7 +2,7 @@
 //! splits, from the shapes and the GPU alone (the manifest's kv_cache notes state the
 //! same rule for users without Rust).
 
-use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Tiling, Tuning};
+use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Scores, Tiling, Tuning};
 
 use super::MAX_GRID_YZ;
 use crate::error::{FlashError, Result};
@@ -160,7 +160,7 @@ fn rule(
 pub(super) fn split_spec(
     q_shape: [usize; 4],
     k_shape: [usize; 4],
-    (kernel_d, dtype, params): (u32, DType, &AttnParams),
+    (kernel_d, dtype, params, scores): (u32, DType, &AttnParams, Scores),
     arch: Arch,
     gpu: GpuFill,
 ) -> Result<KernelSpec> {
@@ -170,7 +170,7 @@ pub(super) fn split_spec(
         head_dim: kernel_d,
         dtype,
         mask: params.kernel_mask_for(Pass::FwdSplit)?,
-        scores: params.kernel_scores(),
+        scores,
         tiling: Tiling::Standard,
         arch,
     };
@@ -260,7 +260,8 @@ pub fn kvcache_splits(
     let kernel_d = KernelSpec::kernel_head_dim(d as u32)
         .filter(|_| d <= 256)
         .ok_or(FlashError::UnsupportedHeadDim { head_dim: d })?;
-    let spec = split_spec(q_shape, k_shape, (kernel_d, dtype, params), arch, gpu)?;
+    let kernel = (kernel_d, dtype, params, params.kernel_scores());
+    let spec = split_spec(q_shape, k_shape, kernel, arch, gpu)?;
     let rule_k = rule_k_shape(q_shape, k_shape, params);
     resolve_splits(num_splits, (q_shape, rule_k), (&spec, page_size), gpu)
 }

@@ -26,13 +26,13 @@ use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyMask, KeyRule, mask_block};
 use crate::kernels::params::Params;
 use crate::kernels::schedule::{packed_kv_blocks, packed_window_blocks};
-use crate::kernels::scores::ScoreTransform;
+use crate::kernels::scores::{AlibiBias, ScoreTransform};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, LaunchBounds, LdCache, Reg, Space, Special,
     Ty,
 };
-use crate::spec::{KernelPlan, Pass, Sm80Tiles};
+use crate::spec::{KernelPlan, Pass, Scores, Sm80Tiles};
 use crate::tile::acc::AccTile;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
@@ -51,9 +51,16 @@ pub fn build(plan: &KernelPlan) -> Entry {
         f.p.get(SEQLEN_Q),
         f.seqlen_k,
     );
+    let alibi = f.alibi(&mut b);
     let mut o = w.acc_zeros(&mut b, d);
     let mut softmax = OnlineSoftmax::new(&mut b, w.rows.len(), f.softmax_scale);
-    f.key_blocks(&mut b, &q_operand, &mask, &mut softmax, &mut o);
+    f.key_blocks(
+        &mut b,
+        &q_operand,
+        (&mask, alibi.as_ref()),
+        &mut softmax,
+        &mut o,
+    );
     f.epilogue(&mut b, &softmax, &mut o);
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
@@ -252,7 +259,7 @@ impl<'a> SplitBlock<'a> {
         &self,
         b: &mut Builder,
         q_operand: &AOperand,
-        mask: &KeyMask,
+        (mask, alibi): (&KeyMask, Option<&AlibiBias>),
         softmax: &mut OnlineSoftmax,
         o: &mut AccTile,
     ) {
@@ -280,6 +287,9 @@ impl<'a> SplitBlock<'a> {
             if let Some(t) = &self.transform {
                 t.apply(b, &mut s);
             }
+            if let Some(a) = alibi {
+                a.apply(b, &mut s, s_n0);
+            }
             b.comment(match self.rule.window() {
                 None => "-- mask: blocks crossing the sequence end or the causal diagonal --",
                 Some(_) => "-- mask: blocks crossing the sequence end or the window's edges --",
@@ -302,6 +312,26 @@ impl<'a> SplitBlock<'a> {
             }
         });
         kv.end(b, lp);
+    }
+
+    /// ALiBi's bias on the thread's packed rows (`None` for other scores): row `m0 + r`
+    /// is position `(m0 + r) / hpk` of query head `head0 + (m0 + r) % hpk`.
+    fn alibi(&self, b: &mut Builder) -> Option<AlibiBias> {
+        if self.plan.spec.scores != Scores::Alibi {
+            return None;
+        }
+        let (q, hpk) = (&self.q, self.p.get(HEADS_PER_KV));
+        let heads: Vec<Reg<B32>> = (q.w.rows.iter())
+            .map(|&r| {
+                let pr = b.add_u32(q.m0, r);
+                let g = b.rem_u32(pr, hpk);
+                b.add_u32(q.head, g)
+            })
+            .collect();
+        let rows = (q.batch, heads.as_slice(), self.positions.as_slice());
+        let scale = (q.w.t2, self.p.get(SCALE_LOG2));
+        let lengths = (self.p.get(SEQLEN_Q), self.seqlen_k);
+        AlibiBias::packed(b, &self.p, &self.plan.spec, rows, scale, lengths)
     }
 
     /// O /= l; one split: O (element type) and the LSE to the caller's tensors; more: the
