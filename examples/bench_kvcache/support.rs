@@ -111,7 +111,8 @@ pub fn tiled(
 }
 
 /// Float64 o row and lse of query `qi`, head `hi` of sequence `bi` of a row (full cache;
-/// the row's window `(left, 0)` and softcap), from the fill's host values.
+/// the row's window `(left, 0)`, softcap and ALiBi: BLOOM's slope of head `hi`), from
+/// the fill's host values.
 pub fn spot_reference(f: &Fill, r: &Row, bi: usize, qi: usize, hi: usize) -> (Vec<f64>, f64) {
     let (l, h, hk, d, sq) = (r.l, r.h, r.hk, r.d, r.sq);
     let kh = hi / (h / hk);
@@ -129,6 +130,11 @@ pub fn spot_reference(f: &Fill, r: &Row, bi: usize, qi: usize, hi: usize) -> (Ve
         _ => l - sq + qi + 1,
     };
     let cap = f64::from(r.softcap);
+    let slope = match r.alibi {
+        true => f64::from((-8.0 * (hi as f32 + 1.0) / h as f32).exp2()),
+        false => 0.0,
+    };
+    let pos = (l - sq + qi) as f64;
     let s: Vec<f64> = (0..l)
         .map(|j| {
             if j < first || j >= last {
@@ -136,7 +142,8 @@ pub fn spot_reference(f: &Fill, r: &Row, bi: usize, qi: usize, hi: usize) -> (Ve
             }
             let k = &f.k_host[row(j)..row(j) + d];
             let x = q.iter().zip(k).map(|(a, b)| a * b.to_f64()).sum::<f64>() * scale;
-            if cap > 0.0 { cap * (x / cap).tanh() } else { x }
+            let x = if cap > 0.0 { cap * (x / cap).tanh() } else { x };
+            x - slope * (pos - j as f64).abs()
         })
         .collect();
     let m = s.iter().copied().fold(f64::NEG_INFINITY, f64::max);
