@@ -60,9 +60,10 @@ pub struct Row {
     h: usize,
     hk: usize,
     d: usize,
-    /// No window (-1) and no softcap (0): the plain rows (`support::spot_reference`).
+    /// No window (-1), no softcap (0), no ALiBi: the plain rows (`support::spot_reference`).
     left: i32,
     softcap: f32,
+    alibi: bool,
 }
 
 fn rows() -> Vec<Row> {
@@ -76,6 +77,7 @@ fn rows() -> Vec<Row> {
         d,
         left: -1,
         softcap: 0.0,
+        alibi: false,
     };
     let (gqa, mqa, mha) = ((32, 8, 128), (8, 1, 64), (8, 8, 128));
     vec![

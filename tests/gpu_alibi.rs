@@ -13,7 +13,7 @@
 
 use flash_codegen::DType;
 use flash_runtime::reference::{
-    Modifiers, RefGrads, Shape, attention_backward_with, attention_forward_with, rel_l2,
+    Modifiers, RefGrads, Shape, attention_backward_with, attention_forward_with,
 };
 use flash_runtime::rng::Rng;
 use flash_runtime::{
@@ -22,7 +22,7 @@ use flash_runtime::{
 };
 
 mod gpu_support;
-use gpu_support::{check_o, lse_abs_err, rounded};
+use gpu_support::{assert_no_failures, check_grad, check_o, every_nth, lse_abs_err, rounded};
 
 type Error = Box<dyn std::error::Error>;
 const GUARD: usize = 4096;
@@ -182,19 +182,9 @@ fn check_grads<T: Element>(
     ];
     for (i, (name, got, want, other)) in named.into_iter().enumerate() {
         let host = s.clone_dtoh(got)?;
-        let h: Vec<f64> = host.iter().map(|x| x.to_f32() as f64).collect();
-        errs[i] = rel_l2(&h, want);
-        if !(errs[i] <= grad_tol(c.dtype)) {
-            problems.push(format!("{name} rel-L2 {:.3e}", errs[i]));
-        }
-        let bits = |x: &[T]| x.iter().map(|v| v.to_f32().to_bits()).collect::<Vec<u32>>();
-        if let Some(o) = other
-            && bits(&s.clone_dtoh(o)?) != bits(&host)
-        {
-            problems.push(format!(
-                "{name}: deterministic mode not bitwise reproducible"
-            ));
-        }
+        let other = other.map(|o| s.clone_dtoh(o)).transpose()?;
+        let pair = (host.as_slice(), other.as_deref());
+        errs[i] = check_grad(name, pair, want, grad_tol(c.dtype), &mut problems);
     }
     Ok((errs, problems))
 }
@@ -238,12 +228,12 @@ fn cases() -> Vec<Case> {
 
 /// Every case on `rt`, or with `GPU_ALIBI_EVERY=n` every n-th (a sanitizer's subset).
 fn run_all(rt: &FlashAttention, cases: &[Case]) {
-    let every: usize = std::env::var("GPU_ALIBI_EVERY")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
     let mut failures = Vec::new();
-    for (i, c) in cases.iter().enumerate().step_by(every.max(1)) {
+    for (i, c) in cases
+        .iter()
+        .enumerate()
+        .step_by(every_nth("GPU_ALIBI_EVERY"))
+    {
         let seed = 0xa1b1 ^ ((i as u64) << 16);
         let r = match c.dtype {
             DType::F16 => run::<half::f16>(rt, c, seed),
@@ -255,12 +245,7 @@ fn run_all(rt: &FlashAttention, cases: &[Case]) {
             Err(e) => failures.push(format!("{c:?}: error {e}")),
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failing:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_failures(&failures);
 }
 
 #[test]

@@ -19,7 +19,9 @@ use flash_runtime::{
 };
 
 mod gpu_support;
-use gpu_support::{cu, lse_abs_err, o_tol, rounded, varlen_runtimes};
+use gpu_support::{
+    assert_no_failures, check_grad, cu, every_nth, lse_abs_err, o_tol, rounded, varlen_runtimes,
+};
 
 type Error = Box<dyn std::error::Error>;
 const GUARD: usize = 4096;
@@ -147,20 +149,10 @@ fn run<T: Element + Into<f64>>(
         ];
         for (name, got, want, other) in named {
             let host = s.clone_dtoh(got)?;
-            let h: Vec<f64> = host.iter().map(|x| x.to_f32() as f64).collect();
-            let e = rel_l2(&h, want);
+            let other = other.map(|o| s.clone_dtoh(o)).transpose()?;
+            let pair = (host.as_slice(), other.as_deref());
+            let e = check_grad(name, pair, want, grad_tol(c.dtype), &mut problems);
             line += &format!(" {mode} {name}={e:.2e}");
-            if want.iter().any(|&x| x != 0.0) && !(e <= grad_tol(c.dtype)) {
-                problems.push(format!("{mode} {name} rel-L2 {e:.3e}"));
-            }
-            let bits = |x: &[T]| x.iter().map(|v| v.to_f32().to_bits()).collect::<Vec<u32>>();
-            if let Some(o) = other
-                && bits(&s.clone_dtoh(o)?) != bits(&host)
-            {
-                problems.push(format!(
-                    "{name}: deterministic mode not bitwise reproducible"
-                ));
-            }
         }
     }
     println!(
@@ -202,13 +194,10 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn alibi_varlen_forward_and_backward_match_f64_reference() {
-    let every: usize = std::env::var("GPU_ALIBI_EVERY")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
     let mut failures = Vec::new();
     for (what, rt) in varlen_runtimes() {
-        for (i, c) in cases().iter().enumerate().step_by(every.max(1)) {
+        let every = every_nth("GPU_ALIBI_EVERY");
+        for (i, c) in cases().iter().enumerate().step_by(every) {
             let seed = 0xa1b2 ^ ((i as u64) << 16);
             let r = match c.dtype {
                 DType::F16 => run::<half::f16>(&rt, c, seed),
@@ -221,10 +210,5 @@ fn alibi_varlen_forward_and_backward_match_f64_reference() {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} failing:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert_no_failures(&failures);
 }

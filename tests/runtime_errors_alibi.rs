@@ -13,7 +13,7 @@ use flash_runtime::validate::{
 use flash_runtime::{AttnParams, BwdOptions, FlashError};
 
 mod validate_support;
-use validate_support::{bwd_args, t};
+use validate_support::{bwd_args, fwd_args};
 
 const SLOPES: u64 = 0xa000_0000;
 
@@ -26,22 +26,11 @@ fn slopes(len: usize, per_batch: bool) -> Option<AlibiDesc> {
 
 /// A forward of `b` x 8 query heads over 2 kv heads, d128, with `alibi`.
 fn fwd(
-    (b, sq, sk): (usize, usize, usize),
+    lens: (usize, usize, usize),
     params: AttnParams<'static>,
     alibi: Option<AlibiDesc>,
 ) -> FwdArgs<'static> {
-    FwdArgs {
-        q: t([b, sq, 8, 128], 0x1000_0000),
-        k: t([b, sk, 2, 128], 0x2000_0000),
-        v: t([b, sk, 2, 128], 0x3000_0000),
-        o: t([b, sq, 8, 128], 0x4000_0000),
-        lse: Some(BufDesc {
-            ptr: 0x5000_0000,
-            len: b * 8 * sq,
-        }),
-        params,
-        alibi,
-    }
+    fwd_args(lens, params, alibi)
 }
 
 fn bwd(sq: usize, det: bool, alibi: Option<AlibiDesc>) -> BwdArgs<'static> {

@@ -13,21 +13,10 @@ use flash_runtime::validate::{
 use flash_runtime::{AttnParams, BwdOptions, FlashError};
 
 mod validate_support;
-use validate_support::{bwd_args, t};
+use validate_support::{bwd_args, fwd_args};
 
 fn fwd(b: usize, sq: usize, sk: usize, params: AttnParams<'static>) -> FwdArgs<'static> {
-    FwdArgs {
-        q: t([b, sq, 8, 128], 0x1000_0000),
-        k: t([b, sk, 2, 128], 0x2000_0000),
-        v: t([b, sk, 2, 128], 0x3000_0000),
-        o: t([b, sq, 8, 128], 0x4000_0000),
-        lse: Some(BufDesc {
-            ptr: 0x5000_0000,
-            len: b * 8 * sq,
-        }),
-        params,
-        alibi: None,
-    }
+    fwd_args((b, sq, sk), params, None)
 }
 
 #[test]

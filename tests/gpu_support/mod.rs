@@ -278,3 +278,46 @@ pub fn varlen_runtimes() -> Vec<(&'static str, flash_runtime::FlashAttention)> {
     }
     v
 }
+
+/// `n` from the env var `var` (a sanitizer's subset: every n-th case), default 1.
+pub fn every_nth(var: &str) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// Panics listing `failures`, if any.
+pub fn assert_no_failures(failures: &[String]) {
+    assert!(
+        failures.is_empty(),
+        "{} failing:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// One gradient against its reference: the rel-L2 error of `got` (host copy), a problem
+/// when above `tol` (where the reference is not all zero), and one when `again` (a second
+/// run of deterministic mode) differs in any bit.
+pub fn check_grad<T: flash_runtime::Element>(
+    name: &str,
+    (got, again): (&[T], Option<&[T]>),
+    want: &[f64],
+    tol: f64,
+    problems: &mut Vec<String>,
+) -> f64 {
+    let h: Vec<f64> = got.iter().map(|x| x.to_f32() as f64).collect();
+    let e = flash_runtime::reference::rel_l2(&h, want);
+    if want.iter().any(|&x| x != 0.0) && !(e <= tol) {
+        problems.push(format!("{name} rel-L2 {e:.3e} > {tol:.1e}"));
+    }
+    let bits = |x: &[T]| x.iter().map(|v| v.to_f32().to_bits()).collect::<Vec<u32>>();
+    if again.is_some_and(|a| bits(a) != bits(got)) {
+        problems.push(format!(
+            "{name}: deterministic mode not bitwise reproducible"
+        ));
+    }
+    e
+}

@@ -3,7 +3,7 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use flash_codegen::DType;
-use flash_runtime::validate::{BufDesc, BwdArgs, ScratchDesc, TensorDesc};
+use flash_runtime::validate::{AlibiDesc, BufDesc, BwdArgs, FwdArgs, ScratchDesc, TensorDesc};
 use flash_runtime::{AttnParams, BwdOptions, tensor::contiguous_strides};
 
 /// A contiguous bf16 tensor of `shape` at `ptr`, exactly sized.
@@ -42,5 +42,26 @@ pub fn bwd_args(
         params,
         alibi: None,
         opts,
+    }
+}
+
+/// A forward's arguments: `b` x 8 query heads over 2 kv heads, d128, sq queries over sk
+/// keys, an lse, `params` and ALiBi's `alibi`.
+pub fn fwd_args(
+    (b, sq, sk): (usize, usize, usize),
+    params: AttnParams<'static>,
+    alibi: Option<AlibiDesc>,
+) -> FwdArgs<'static> {
+    FwdArgs {
+        q: t([b, sq, 8, 128], 0x1000_0000),
+        k: t([b, sk, 2, 128], 0x2000_0000),
+        v: t([b, sk, 2, 128], 0x3000_0000),
+        o: t([b, sq, 8, 128], 0x4000_0000),
+        lse: Some(BufDesc {
+            ptr: 0x5000_0000,
+            len: b * 8 * sq,
+        }),
+        params,
+        alibi,
     }
 }
