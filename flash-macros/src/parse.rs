@@ -9,7 +9,7 @@ use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Error, Ident, Lit, Result, Token, Visibility, braced, bracketed};
 
-use crate::values::{arch, causal, dtype, each, head_dim, passes};
+use crate::values::{Atom, Passes, arch, causal, dtype, each, head_dim, passes};
 
 /// The keys, in the order the docs give them. `arch` is the only optional one.
 const KEYS: [&str; 7] = [
@@ -22,38 +22,6 @@ pub struct Input {
     pub vis: Visibility,
     pub ident: Ident,
     pub specs: BTreeSet<KernelSpec>,
-}
-
-/// What `passes = ...` selects: the forward, or every backward kernel the runtime launches.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Passes {
-    Fwd,
-    Bwd,
-    KvCache,
-    Paged,
-    Varlen,
-    VarlenBwd,
-    FwdLocal,
-    VarlenLocal,
-    KvCacheLocal,
-    PagedLocal,
-    BwdLocal,
-    VarlenBwdLocal,
-}
-
-/// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
-pub(crate) enum Atom {
-    Lit(Lit),
-    Word(Ident),
-}
-
-impl Atom {
-    pub(crate) fn span(&self) -> Span {
-        match self {
-            Atom::Lit(l) => l.span(),
-            Atom::Word(w) => w.span(),
-        }
-    }
 }
 
 impl Parse for Atom {

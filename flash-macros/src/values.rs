@@ -1,10 +1,42 @@
-//! `flash_kernel!` key values: each checked atom of a key's list, with its compile error.
+//! `flash_kernel!` key values: an atom as written, and each key's check of its atoms,
+//! with its compile error.
 
 use flash_codegen::spec::HEAD_DIMS;
 use flash_codegen::{Arch, DType, KernelSpec};
+use proc_macro2::Span;
 use syn::{Error, Ident, Lit, Result};
 
-use crate::parse::{Atom, Passes};
+/// What `passes = ...` selects: the forward, or every backward kernel the runtime launches.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Passes {
+    Fwd,
+    Bwd,
+    KvCache,
+    Paged,
+    Varlen,
+    VarlenBwd,
+    FwdLocal,
+    VarlenLocal,
+    KvCacheLocal,
+    PagedLocal,
+    BwdLocal,
+    VarlenBwdLocal,
+}
+
+/// One value as written: a literal or a bare word, e.g. `128`, `true`, `bf16`.
+pub(crate) enum Atom {
+    Lit(Lit),
+    Word(Ident),
+}
+
+impl Atom {
+    pub(crate) fn span(&self) -> Span {
+        match self {
+            Atom::Lit(l) => l.span(),
+            Atom::Word(w) => w.span(),
+        }
+    }
+}
 
 /// Check each value of a key, refusing repeats.
 pub(crate) fn each<T: PartialEq>(atoms: &[Atom], check: fn(&Atom) -> Result<T>) -> Result<Vec<T>> {
