@@ -128,14 +128,15 @@ pub enum RowsOf {
     Keys,
 }
 
-/// One thread's rows of a score tile: the block's first row `base`, the thread rows'
-/// offsets in it, `t2 = 2 * (lane & 3)` and which index they hold.
+/// One thread's rows of a score tile: the block's first row `base`, the thread's first
+/// row's offset in it (its later rows lie [`AccTile::row_offset`] further), `t2 = 2 *
+/// (lane & 3)` and which index they hold.
 #[derive(Clone, Copy, Debug)]
-pub struct TileRows<'a> {
+pub struct TileRows {
     /// The block's first row (absolute query or key index).
     pub base: Reg<B32>,
-    /// Each thread row's offset from `base`.
-    pub rows: &'a [Reg<B32>],
+    /// The thread's first row's offset from `base`.
+    pub row0: Reg<B32>,
     /// The thread's first column in each n-tile.
     pub t2: Reg<B32>,
     /// What the rows index.
@@ -211,7 +212,7 @@ impl AlibiBias {
             };
             let first = b.sub_s32(diag0, rows.t2);
             debug_assert_eq!(AccTile::row_offset(0), 0);
-            let rel0 = b.add_s32(first, rows.rows[0]);
+            let rel0 = b.add_s32(first, rows.row0);
             AlibiBias {
                 rows: BiasRows::Head { slope, rel0 },
             }
@@ -256,28 +257,25 @@ impl AlibiBias {
     /// two instructions per score, one register for the block).
     pub fn apply(&self, b: &mut Builder, s: &mut AccTile, c0: Reg<B32>) {
         b.comment("-- ALiBi: S -= |slope / scale * (i + shift - j)| --");
-        // (slope, x0) of each thread row; `row_off`: the row's offset from x0's row
         let x0 = |b: &mut Builder, rel: Reg<B32>, slope: Reg<F32>| {
             let d0 = b.sub_s32(rel, c0);
             let d0 = b.cvt_f32_s32(d0);
             b.mul_f32(d0, slope)
         };
-        let per_row: Vec<(Reg<F32>, Reg<F32>, bool)> = match &self.rows {
+        // (slope, x0, the thread row's offset from x0's row) of each thread row
+        let per_row: Vec<(Reg<F32>, Reg<F32>, u32)> = match &self.rows {
             BiasRows::Head { slope, rel0 } => {
                 let x = x0(b, *rel0, *slope);
-                vec![(*slope, x, true); s.rows()]
+                (0..s.rows())
+                    .map(|r| (*slope, x, AccTile::row_offset(r)))
+                    .collect()
             }
             BiasRows::Packed { slopes, rels } => (slopes.iter().zip(rels))
-                .map(|(&slope, &rel)| (slope, x0(b, rel, slope), false))
+                .map(|(&slope, &rel)| (slope, x0(b, rel, slope), 0))
                 .collect(),
         };
         s.map(b, |b, at, x| {
-            let (slope, x0, offset) = per_row[at.row];
-            let row = if offset {
-                AccTile::row_offset(at.row)
-            } else {
-                0
-            };
+            let (slope, x0, row) = per_row[at.row];
             let d = b.fma_f32(row as f32 - at.col() as f32, slope, x0);
             let ad = b.abs_f32(d);
             b.sub_f32(x, ad)

@@ -15,7 +15,7 @@ use flash_codegen::abi::{self, grid};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
-use super::modifiers::{AlibiDesc, alibi_param, call_scores, check_window_lengths, modifier_param};
+use super::modifiers::{AlibiDesc, call_scores, check_window_lengths, modifier_param};
 use super::{
     BufDesc, LaunchPlan, ParamValue, TensorDesc, bind_spec_params, check_dtypes, check_grid,
     check_problem, contiguous_runs, launch, place, prod, shape_err, tensor_param, u32_of,
@@ -285,7 +285,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
 
     let value = |name: &str| {
         use ParamValue::{F32, U32, U64};
-        let modifier = || modifier_param(&p, name).or_else(|| alibi_param(slopes, name));
+        let modifier = || modifier_param(&p, slopes, name);
         if let Some(t) = tensor_param(name, &tensors).or_else(modifier) {
             return Some(t);
         }

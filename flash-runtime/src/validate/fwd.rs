@@ -8,7 +8,7 @@
 use flash_codegen::abi::{self, fwd_grid};
 use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
 
-use super::modifiers::{AlibiDesc, alibi_param, call_scores, check_window_lengths, modifier_param};
+use super::modifiers::{AlibiDesc, call_scores, check_window_lengths, modifier_param};
 use super::{
     LaunchPlan, LseDesc, ParamValue, Placed, TensorDesc, bind_spec_params, check_dtypes,
     check_grid, check_problem, launch, place, prod, shape_err, tensor_param, u32_of,
@@ -119,7 +119,7 @@ pub fn plan_fwd_on(a: &FwdArgs, arch: Arch, smem_optin: u64) -> Result<LaunchPla
     let hk_div = h.checked_div(hk).unwrap_or(1);
     let params = bind_spec_params(&spec, |name| {
         use ParamValue::{F32, U32, U64};
-        let modifier = || modifier_param(&a.params, name).or_else(|| alibi_param(slopes, name));
+        let modifier = || modifier_param(&a.params, slopes, name);
         if let Some(t) = tensor_param(name, &tensors).or_else(modifier) {
             return Some(t);
         }

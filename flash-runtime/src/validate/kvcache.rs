@@ -12,7 +12,7 @@ use flash_codegen::abi::{self};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
-use super::modifiers::{AlibiDesc, alibi_param, call_scores, check_window_lengths, modifier_param};
+use super::modifiers::{AlibiDesc, call_scores, check_window_lengths, modifier_param};
 use super::paged::{PagedCache, PagedDesc, check_paged, check_pool_strides};
 use super::split_rule::{GpuFill, resolve_splits, rule_k_shape, split_spec};
 use super::{
@@ -318,7 +318,7 @@ pub fn plan_kvcache(a: &KvArgs, arch: Arch, gpu: GpuFill) -> Result<KvPlan> {
     let tensors = [(&abi::Q, q), (&abi::K, k), (&abi::V, v), (&abi::O, o)];
     let value = |name: &str| {
         use ParamValue::{F32, U32, U64};
-        let modifier = || modifier_param(&a.params, name).or_else(|| alibi_param(slopes, name));
+        let modifier = || modifier_param(&a.params, slopes, name);
         if let Some(t) = tensor_param(name, &tensors).or_else(modifier) {
             return Some(t);
         }

@@ -8,15 +8,23 @@ use super::{BufDesc, ParamValue, shape_err};
 use crate::error::{FlashError, Result};
 use crate::params::AttnParams;
 
-/// The value of a modifier parameter of `params` by name (`window_left` and
-/// `window_right`: -1 as `u32::MAX`, unbounded; `softcap`), `None` for other names. A
-/// kernel without the modifier has no such parameter, so the defaults are never bound.
-pub(crate) fn modifier_param(params: &AttnParams, name: &str) -> Option<ParamValue> {
+/// The value of a modifier parameter by name (`window_left` and `window_right` of
+/// `params`: -1 as `u32::MAX`, unbounded; `softcap`; `alibi_slopes` and
+/// `alibi_batch_stride` of the call's resolved `slopes`, [`call_scores`]), `None` for
+/// other names. A kernel without the modifier has no such parameter, so the defaults are
+/// never bound.
+pub(crate) fn modifier_param(
+    params: &AttnParams,
+    slopes: Option<(u64, u32)>,
+    name: &str,
+) -> Option<ParamValue> {
     let window = params.window_params().unwrap_or((u32::MAX, u32::MAX));
     match name {
         "window_left" => Some(ParamValue::U32(window.0)),
         "window_right" => Some(ParamValue::U32(window.1)),
         "softcap" => Some(ParamValue::F32(params.softcap.unwrap_or(0.0))),
+        "alibi_slopes" => slopes.map(|(ptr, _)| ParamValue::U64(ptr)),
+        "alibi_batch_stride" => slopes.map(|(_, stride)| ParamValue::U32(stride)),
         _ => None,
     }
 }
@@ -113,15 +121,4 @@ pub(crate) fn call_scores(
         });
     }
     Ok((Scores::Alibi, Some((a.slopes.ptr, stride as u32))))
-}
-
-/// The value of an ALiBi parameter by name, `None` for other names (and where there are
-/// no slopes: a kernel without ALiBi has no such parameter).
-pub(crate) fn alibi_param(slopes: Option<(u64, u32)>, name: &str) -> Option<ParamValue> {
-    let (ptr, stride) = slopes?;
-    match name {
-        "alibi_slopes" => Some(ParamValue::U64(ptr)),
-        "alibi_batch_stride" => Some(ParamValue::U32(stride)),
-        _ => None,
-    }
 }

@@ -145,7 +145,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let stats = RowStats::load(&mut b, &p, &q);
     let rows = TileRows {
         base: q.m0,
-        rows: &q.rows,
+        row0: q.rows[0],
         t2: q.t2,
         of: RowsOf::Queries,
     };

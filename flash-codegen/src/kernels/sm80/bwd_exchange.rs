@@ -138,8 +138,8 @@ impl Exchange {
 
     /// One query block (first query `m0`): S^T, P^T, dP^T, dS^T for the group's query
     /// columns, both to shared memory, then dV and dK for the group's head-dim columns.
-    /// `rule`: the score transform and the softmax's scale, and ALiBi's bias; `masked`: the mask and where it
-    /// changes ([`QueryEdges`]);
+    /// `rule`: the score transform and the softmax's scale, and ALiBi's bias; `masked`:
+    /// the mask and where it changes ([`QueryEdges`]);
     /// `after_scores` runs right after S^T (the late prefetch's place).
     #[allow(clippy::too_many_arguments)]
     pub fn step(

@@ -43,7 +43,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
         f.p.get(SCALE_LOG2),
         TileRows {
             base: f.q.m0,
-            rows: &f.q.rows,
+            row0: f.q.rows[0],
             t2: f.q.t2,
             of: RowsOf::Queries,
         },

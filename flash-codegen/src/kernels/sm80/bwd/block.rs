@@ -91,7 +91,7 @@ impl KeyBlock<'_> {
         let n0 = b.mul_lo_u32(n_block, self.t.block_n);
         let rows = TileRows {
             base: n0,
-            rows: &self.w.rows,
+            row0: self.w.rows[0],
             t2: self.w.t2,
             of: RowsOf::Keys,
         };
