@@ -10,8 +10,12 @@ use flash_ptx_candle::{FlashParams, flash_attn, reference};
 /// (b, sq, sk, h, hk, d)
 type Dims = (usize, usize, usize, usize, usize, usize);
 
+/// One device for every test: each `Device::new_cuda` is a new candle device (its own
+/// id and stream), and candle keeps tensors of different devices apart.
 fn dev() -> Device {
-    Device::new_cuda(0).expect("a CUDA device")
+    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| Device::new_cuda(0).expect("a CUDA device"))
+        .clone()
 }
 
 fn randn(dev: &Device, shape: (usize, usize, usize, usize), dt: DType) -> Tensor {
@@ -98,6 +102,12 @@ fn check(dims: Dims, dt: DType, p: &FlashParams, what: &str) -> f64 {
     ] {
         assert_eq!(got.dims(), want.dims(), "{what}: {name} shape");
         let e = rel_l2(got, want);
+        let nan = |t: &Tensor| {
+            let x = t.to_dtype(DType::F32).unwrap().sum_all().unwrap();
+            !x.to_scalar::<f32>().unwrap().is_finite()
+        };
+        assert!(!nan(want), "{what}: {name}: the reference is not finite");
+        assert!(!nan(got), "{what}: {name}: flash-ptx's is not finite");
         assert!(
             e.is_finite() && e < tol,
             "{what}: {name} rel L2 {e:.3e} (tol {tol:.1e})"
