@@ -55,9 +55,7 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashParams) -> Result<
     // softmax with rows that see no key left at zero
     let m = s.max_keepdim(D::Minus1)?.maximum(-1e30f64)?;
     let e = s.broadcast_sub(&m)?.exp()?;
-    let l = e
-        .sum_keepdim(D::Minus1)?
-        .maximum(f64::from(f32::MIN_POSITIVE))?;
+    let l = e.sum_keepdim(D::Minus1)?.maximum(1f64)?; // rows with keys sum to >= 1; 1 keeps empty rows at 0 (no huge 1/l)
     let o = e.matmul(&vf.contiguous()?)?.broadcast_div(&l)?;
     o.transpose(1, 2)?.contiguous()?.to_dtype(q.dtype())
 }
