@@ -22,12 +22,20 @@ pub struct Dims {
     pub d: usize,
 }
 
-fn err(msg: String) -> Error {
+pub(crate) fn err(msg: String) -> Error {
     Error::Msg(format!("flash-ptx: {msg}"))
 }
 
 /// Checks q, k, v (and the ALiBi slopes in `p`) and returns their sizes.
 pub fn inputs(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashParams) -> Result<Dims> {
+    let dims = tensors(q, k, v, true)?;
+    slopes(p, dims.b, dims.h, q)?;
+    Ok(dims)
+}
+
+/// Ranks, devices, dtypes and shapes of q, k, v; k's batch must be q's when
+/// `same_batch` (paged pools have pages there instead).
+pub(crate) fn tensors(q: &Tensor, k: &Tensor, v: &Tensor, same_batch: bool) -> Result<Dims> {
     for (name, t) in [("q", q), ("k", k), ("v", v)] {
         if t.rank() != 4 {
             return Err(err(format!(
@@ -35,13 +43,7 @@ pub fn inputs(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashParams) -> Result<Dim
                 t.dims()
             )));
         }
-        if !t.device().same_device(q.device()) {
-            return Err(err(format!(
-                "{name} is on {:?}, q on {:?}",
-                t.device(),
-                q.device()
-            )));
-        }
+        same_device(name, t, q)?;
     }
     if k.dtype() != q.dtype() || v.dtype() != q.dtype() {
         return Err(err(format!(
@@ -66,7 +68,7 @@ pub fn inputs(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashParams) -> Result<Dim
             v.dims()
         )));
     }
-    if kb != b || kd != d {
+    if (same_batch && kb != b) || kd != d {
         return Err(err(format!(
             "q {:?} and k {:?}: batch and head_dim must agree ([b, s, h, d])",
             q.dims(),
@@ -79,6 +81,18 @@ pub fn inputs(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashParams) -> Result<Dim
              of the kv heads (GQA)"
         )));
     }
+    Ok(Dims {
+        b,
+        sq,
+        sk,
+        h,
+        hk,
+        d,
+    })
+}
+
+/// The ALiBi slopes in `p` (if any): f32 `[h]` or `[b, h]` on q's device.
+pub(crate) fn slopes(p: &FlashParams, b: usize, h: usize, q: &Tensor) -> Result<()> {
     if let Some(s) = &p.alibi_slopes {
         if s.dtype() != DType::F32 {
             return Err(err(format!(
@@ -93,22 +107,39 @@ pub fn inputs(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashParams) -> Result<Dim
                 s.dims()
             )));
         }
-        if !s.device().same_device(q.device()) {
-            return Err(err(format!(
-                "ALiBi slopes are on {:?}, q on {:?}",
-                s.device(),
-                q.device()
-            )));
-        }
+        same_device("ALiBi slopes", s, q)?;
     }
-    Ok(Dims {
-        b,
-        sq,
-        sk,
-        h,
-        hk,
-        d,
-    })
+    Ok(())
+}
+
+/// An index tensor of the KV-cache and varlen calls: u32 or i32 (values up to 2^31 - 1;
+/// the kernels clamp whatever the device holds), of shape `dims`, on q's device.
+pub(crate) fn index(name: &str, t: &Tensor, dims: &[usize], q: &Tensor) -> Result<()> {
+    if !matches!(t.dtype(), DType::U32 | DType::I32) {
+        return Err(err(format!(
+            "{name} is {:?}: expected u32 or i32",
+            t.dtype()
+        )));
+    }
+    if t.dims() != dims {
+        return Err(err(format!(
+            "{name} has shape {:?}: expected {dims:?}",
+            t.dims()
+        )));
+    }
+    same_device(name, t, q)
+}
+
+/// `t` is on q's device.
+pub(crate) fn same_device(name: &str, t: &Tensor, q: &Tensor) -> Result<()> {
+    match t.device().same_device(q.device()) {
+        true => Ok(()),
+        false => Err(err(format!(
+            "{name} is on {:?}, q on {:?}",
+            t.device(),
+            q.device()
+        ))),
+    }
 }
 
 /// `t` as the kernels can read it: the head dim contiguous and no broadcast (stride 0)

@@ -30,11 +30,15 @@ mod checks;
 pub mod compat;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod kvcache;
 mod params;
 pub mod reference;
+mod varlen;
 
 pub use checks::{Dims, inputs as check_inputs, kernel_ready};
+pub use kvcache::{PagedCache, attention_kvcache, flash_attn_kvcache, flash_attn_paged};
 pub use params::FlashParams;
+pub use varlen::{Varlen, attention_varlen, flash_attn_varlen};
 
 /// flash-ptx's runtime, re-exported (its `half`, cudarc and code generator with it).
 pub use flash_runtime;
@@ -57,11 +61,17 @@ pub fn flash_attn(q: &Tensor, k: &Tensor, v: &Tensor, p: &FlashParams) -> Result
         #[cfg(feature = "cuda")]
         return cuda::flash_attn(q, k, v, p);
         #[cfg(not(feature = "cuda"))]
-        return Err(candle_core::Error::Msg(
-            "flash-ptx: flash-ptx-candle was built without its `cuda` feature; enable it \
-             (it is on by default) to run on a CUDA device"
-                .into(),
-        ));
+        return Err(no_cuda());
     }
     reference::attention(q, k, v, p)
+}
+
+/// The error of a CUDA tensor in a build without the `cuda` feature.
+#[cfg(not(feature = "cuda"))]
+pub(crate) fn no_cuda() -> candle_core::Error {
+    candle_core::Error::Msg(
+        "flash-ptx: flash-ptx-candle was built without its `cuda` feature; enable it (it is \
+         on by default) to run on a CUDA device"
+            .into(),
+    )
 }

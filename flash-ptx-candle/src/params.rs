@@ -31,6 +31,9 @@ pub struct FlashParams {
     pub alibi_slopes: Option<Tensor>,
     /// A bitwise reproducible backward.
     pub deterministic: bool,
+    /// KV-cache and paged calls only: key-range splits per (sequence, KV head), `1..=`
+    /// [`flash_runtime::MAX_SPLITS`]; `None`: the runtime picks a count that fills the GPU.
+    pub num_splits: Option<u32>,
 }
 
 impl FlashParams {
@@ -79,6 +82,12 @@ impl FlashParams {
     /// A bitwise reproducible backward.
     pub fn with_deterministic(mut self, deterministic: bool) -> Self {
         self.deterministic = deterministic;
+        self
+    }
+
+    /// KV-cache and paged calls: exactly `n` key-range splits (`1..=MAX_SPLITS`).
+    pub fn with_num_splits(mut self, n: u32) -> Self {
+        self.num_splits = Some(n);
         self
     }
 

@@ -3,41 +3,15 @@
 //! every check's error. The GPU tests (tests/gpu.rs) compare the kernels with the same
 //! candle-ops path.
 
+mod common;
+
 use candle_core::{DType, Device, Tensor, Var};
+use common::{flat, modifiers, randn};
 use flash_ptx_candle::{FlashParams, compat, flash_attn};
-use flash_runtime::reference::{
-    Modifiers, Shape, attention_backward_with, attention_forward_with, rel_l2,
-};
+use flash_runtime::reference::{Shape, attention_backward_with, attention_forward_with, rel_l2};
 
 /// (b, sq, sk, h, hk, d)
 type Dims = (usize, usize, usize, usize, usize, usize);
-
-fn randn(shape: (usize, usize, usize, usize), seed: u64) -> Tensor {
-    let dev = Device::Cpu;
-    let n = shape.0 * shape.1 * shape.2 * shape.3;
-    let mut rng = flash_runtime::rng::Rng::new(seed);
-    Tensor::from_vec(rng.normal_vec(n), shape, &dev).unwrap()
-}
-
-fn flat(t: &Tensor) -> Vec<f32> {
-    t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
-}
-
-/// The f64 reference's rule for `p` (slopes given separately as host values).
-fn modifiers(p: &FlashParams, slopes: Option<&[f32]>) -> Modifiers {
-    let (left, right) = p.window().unwrap();
-    let mut m = Modifiers::causal(false);
-    if (left, right) != (-1, -1) {
-        m = m.with_window(i64::from(left), i64::from(right));
-    }
-    if let Some(cap) = p.softcap {
-        m = m.with_softcap(f64::from(cap));
-    }
-    if let Some(s) = slopes {
-        m = m.with_alibi(s.iter().map(|&x| f64::from(x)).collect());
-    }
-    m
-}
 
 /// Forward and gradients of `sum(o * do)` from `flash_attn` (CPU: candle's ops, autograd)
 /// against the float64 reference.
