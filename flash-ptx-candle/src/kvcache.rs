@@ -7,7 +7,7 @@
 //! Appending this step's keys and values is the caller's job (`slice_set` them into the
 //! cache at positions `seqlens_k[b] - sq ..`, or into their pages, before the call).
 
-use candle_core::{DType, Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor};
 
 use crate::FlashParams;
 use crate::checks::{self, err};
@@ -121,7 +121,10 @@ fn check_paged(
 
 /// Host values of an index tensor.
 fn host(t: &Tensor) -> Result<Vec<i64>> {
-    t.to_dtype(DType::I64)?.flatten_all()?.to_vec1()
+    t.to_device(&Device::Cpu)?
+        .to_dtype(DType::I64)?
+        .flatten_all()?
+        .to_vec1()
 }
 
 /// `pool`'s pages in table order: `[b, max_pages * page_size, hk, d]` (entries clamped

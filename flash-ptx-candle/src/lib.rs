@@ -20,9 +20,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Tensors on other devices (the CPU) take [`reference::attention`], the same semantics
-//! from candle's own ops (O(sq * sk) memory), so code and tests run anywhere.
-//! [`compat`] has candle-flash-attn's function signatures for a one-line migration.
+//! [`flash_attn_varlen`] takes packed batches (`[total, heads, d]` and offsets,
+//! candle-flash-attn's varlen convention) with a backward; [`flash_attn_kvcache`] and
+//! [`flash_attn_paged`] attend against a KV cache, contiguous or paged ([`PagedCache`]),
+//! for decoding (split-KV kernels; forward only).
+//!
+//! Tensors on other devices (the CPU) take [`reference::attention`] (and
+//! [`attention_varlen`], [`attention_kvcache`]), the same semantics from candle's own ops
+//! (O(sq * sk) memory), so code and tests run anywhere. [`compat`] has candle-flash-attn's
+//! function signatures for a one-line migration.
 
 #![warn(missing_docs)]
 

@@ -1,7 +1,7 @@
 //! Packed variable-length batches (FlashAttention's varlen API, candle-flash-attn's
 //! `flash_attn_varlen`): [`Varlen`] and [`flash_attn_varlen`], with a backward.
 
-use candle_core::{DType, Result, Tensor};
+use candle_core::{DType, Device, Result, Tensor};
 
 use crate::FlashParams;
 use crate::checks::{self, err};
@@ -97,7 +97,10 @@ fn check(q: &Tensor, k: &Tensor, v: &Tensor, vl: &Varlen, p: &FlashParams) -> Re
 /// The offsets on the host, checked: `[batch + 1]`, non-decreasing from 0, at most
 /// `total`, each sequence at most `max` long.
 fn host_offsets(name: &str, cu: &Tensor, total: usize, max: usize) -> Result<Vec<usize>> {
-    let raw: Vec<i64> = cu.to_dtype(DType::I64)?.to_vec1()?;
+    let raw: Vec<i64> = cu
+        .to_device(&Device::Cpu)?
+        .to_dtype(DType::I64)?
+        .to_vec1()?;
     let ok = raw.first() == Some(&0) && raw.windows(2).all(|w| w[0] <= w[1]);
     let last = raw.last().copied().unwrap_or(0);
     if !ok || last > total as i64 {

@@ -4,50 +4,14 @@
 //! Both dtypes, head dims 64/128 (and 32, 96, 256), GQA and MQA, causal, windows,
 //! softcap, ALiBi, sq != sk, strided inputs, the deterministic mode, typed errors.
 
+mod common;
+
 use candle_core::{DType, Device, Tensor, Var};
+use common::gpu::{dev, randn, rel_l2};
 use flash_ptx_candle::{FlashParams, flash_attn, reference};
 
 /// (b, sq, sk, h, hk, d)
 type Dims = (usize, usize, usize, usize, usize, usize);
-
-/// One device for every test: each `Device::new_cuda` is a new candle device (its own
-/// id and stream), and candle keeps tensors of different devices apart.
-fn dev() -> Device {
-    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
-    DEV.get_or_init(|| Device::new_cuda(0).expect("a CUDA device"))
-        .clone()
-}
-
-fn randn(dev: &Device, shape: (usize, usize, usize, usize), dt: DType) -> Tensor {
-    Tensor::randn(0f32, 1., shape, dev)
-        .unwrap()
-        .to_dtype(dt)
-        .unwrap()
-}
-
-fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
-    let g = got.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
-    let w = want.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
-    let num = (&g - &w)
-        .unwrap()
-        .sqr()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap();
-    let den = w
-        .sqr()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap();
-    match den {
-        0.0 => num.sqrt(),
-        _ => (num / den).sqrt(),
-    }
-}
 
 /// Forward and the gradients of `sum(o * do)`: ours (inputs in `dt`) against the f32
 /// candle-ops reference of the same (rounded) inputs; returns the worst rel L2.

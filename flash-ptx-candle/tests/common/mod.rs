@@ -1,6 +1,9 @@
 //! Helpers of the CPU tests: seeded inputs, host copies, the float64 reference's rule.
 #![allow(dead_code)]
 
+#[cfg(feature = "gpu")]
+pub mod gpu;
+
 use candle_core::{Device, Tensor};
 use flash_ptx_candle::FlashParams;
 use flash_runtime::reference::Modifiers;

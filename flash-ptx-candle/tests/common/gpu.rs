@@ -1,0 +1,42 @@
+//! Helpers of the GPU tests: one shared device, random tensors, rel L2 of two tensors.
+
+use candle_core::{DType, Device, Tensor};
+
+/// One device for every test: each `Device::new_cuda` is a new candle device (its own
+/// id and stream), and candle keeps tensors of different devices apart.
+pub fn dev() -> Device {
+    static DEV: std::sync::OnceLock<Device> = std::sync::OnceLock::new();
+    DEV.get_or_init(|| Device::new_cuda(0).expect("a CUDA device"))
+        .clone()
+}
+
+pub fn randn(dev: &Device, shape: (usize, usize, usize, usize), dt: DType) -> Tensor {
+    Tensor::randn(0f32, 1., shape, dev)
+        .unwrap()
+        .to_dtype(dt)
+        .unwrap()
+}
+
+pub fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
+    let g = got.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+    let w = want.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+    let num = (&g - &w)
+        .unwrap()
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap();
+    let den = w
+        .sqr()
+        .unwrap()
+        .sum_all()
+        .unwrap()
+        .to_scalar::<f64>()
+        .unwrap();
+    match den {
+        0.0 => num.sqrt(),
+        _ => (num / den).sqrt(),
+    }
+}
