@@ -18,23 +18,17 @@ pub fn randn(dev: &Device, shape: (usize, usize, usize, usize), dt: DType) -> Te
 }
 
 pub fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
-    let g = got.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
-    let w = want.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
-    let num = (&g - &w)
-        .unwrap()
-        .sqr()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap();
-    let den = w
-        .sqr()
-        .unwrap()
-        .sum_all()
-        .unwrap()
-        .to_scalar::<f64>()
-        .unwrap();
+    let f64s = |t: &Tensor| t.to_dtype(DType::F64).unwrap().flatten_all().unwrap();
+    let sum_sq = |t: &Tensor| {
+        t.sqr()
+            .unwrap()
+            .sum_all()
+            .unwrap()
+            .to_scalar::<f64>()
+            .unwrap()
+    };
+    let (g, w) = (f64s(got), f64s(want));
+    let (num, den) = (sum_sq(&(&g - &w).unwrap()), sum_sq(&w));
     match den {
         0.0 => num.sqrt(),
         _ => (num / den).sqrt(),
