@@ -88,10 +88,7 @@ pub fn flash_attn_paged(
         #[cfg(not(feature = "cuda"))]
         return Err(crate::no_cuda());
     }
-    let (k, v) = (
-        gather(&cache.k_pages, cache, b)?,
-        gather(&cache.v_pages, cache, b)?,
-    );
+    let (k, v) = gather(cache, b)?;
     attention_kvcache(q, &k, &v, seqlens_k, p)
 }
 
@@ -127,18 +124,15 @@ fn host(t: &Tensor) -> Result<Vec<i64>> {
         .to_vec1()
 }
 
-/// `pool`'s pages in table order: `[b, max_pages * page_size, hk, d]` (entries clamped
-/// to the pool, as the kernels clamp them).
-fn gather(pool: &Tensor, c: &PagedCache, b: usize) -> Result<Tensor> {
-    let (pages, page_size, hk, d) = pool.dims4()?;
+/// Both pools' pages in table order: `[b, max_pages * page_size, hk, d]` each (entries
+/// clamped to the pool, as the kernels clamp them).
+fn gather(c: &PagedCache, b: usize) -> Result<(Tensor, Tensor)> {
+    let (pages, page_size, hk, d) = c.k_pages.dims4()?;
     let table = host(&c.block_table)?;
-    let max_pages = table.len() / b.max(1);
+    let shape = (b, table.len() / b.max(1) * page_size, hk, d);
     if pages == 0 {
-        return Tensor::zeros(
-            (b, max_pages * page_size, hk, d),
-            pool.dtype(),
-            pool.device(),
-        );
+        let zeros = Tensor::zeros(shape, c.k_pages.dtype(), c.k_pages.device())?;
+        return Ok((zeros.clone(), zeros));
     }
     let rows: Vec<u32> = table
         .iter()
@@ -147,10 +141,13 @@ fn gather(pool: &Tensor, c: &PagedCache, b: usize) -> Result<Tensor> {
             (0..page_size as u32).map(move |r| page * page_size as u32 + r)
         })
         .collect();
-    let idx = Tensor::new(rows, pool.device())?;
-    let flat = pool.reshape((pages * page_size, hk, d))?;
-    flat.index_select(&idx, 0)?
-        .reshape((b, max_pages * page_size, hk, d))
+    let idx = Tensor::new(rows, c.k_pages.device())?;
+    let read = |pool: &Tensor| {
+        pool.reshape((pages * page_size, hk, d))?
+            .index_select(&idx, 0)?
+            .reshape(shape)
+    };
+    Ok((read(&c.k_pages)?, read(&c.v_pages)?))
 }
 
 /// [`flash_attn_kvcache`]'s semantics from candle ops (each sequence's valid keys through

@@ -7,7 +7,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use common::gpu::{dev, randn, rel_l2};
+use common::gpu::{dev, randn, rel_l2, vars};
 use flash_ptx_candle::{FlashParams, flash_attn, reference};
 
 /// (b, sq, sk, h, hk, d)
@@ -25,10 +25,7 @@ fn check(dims: Dims, dt: DType, p: &FlashParams, what: &str) -> f64 {
     );
     let d_o = randn(&dev, (b, sq, h, d), dt);
     let run = |x: [&Tensor; 3], dtype: DType, ours: bool| {
-        let vars: Vec<Var> = x
-            .iter()
-            .map(|t| Var::from_tensor(&t.to_dtype(dtype).unwrap()).unwrap())
-            .collect();
+        let vars = vars(x, dtype);
         let (q, k, v) = (
             vars[0].as_tensor(),
             vars[1].as_tensor(),

@@ -7,7 +7,7 @@
 mod common;
 
 use candle_core::{DType, Device, Tensor, Var};
-use common::gpu::{dev, randn, rel_l2};
+use common::gpu::{dev, randn, rel_l2, vars};
 use flash_ptx_candle::{
     FlashParams, PagedCache, Varlen, attention_kvcache, attention_varlen, flash_attn_kvcache,
     flash_attn_paged, flash_attn_varlen,
@@ -47,12 +47,6 @@ fn param_sets(b: usize, h: usize) -> Vec<(&'static str, FlashParams)> {
     ]
 }
 
-fn f32_vars(ts: [&Tensor; 3], dt: DType) -> Vec<Var> {
-    ts.iter()
-        .map(|t| Var::from_tensor(&t.to_dtype(dt).unwrap()).unwrap())
-        .collect()
-}
-
 #[test]
 fn varlen_forward_and_gradients_match_candle_attention() {
     // an empty sequence, one with queries and no keys, odd lengths, rows of no sequence
@@ -80,7 +74,7 @@ fn varlen_forward_and_gradients_match_candle_attention() {
                 .unwrap();
             for (what, p) in param_sets(cq.len() - 1, h) {
                 let run = |dtype: DType, ours: bool| {
-                    let x = f32_vars([&q, &k, &v], dtype);
+                    let x = vars([&q, &k, &v], dtype);
                     let (q, k, v) = (x[0].as_tensor(), x[1].as_tensor(), x[2].as_tensor());
                     let o = match ours {
                         true => flash_attn_varlen(q, k, v, &vl, &p).unwrap(),

@@ -1,6 +1,6 @@
 //! Helpers of the GPU tests: one shared device, random tensors, rel L2 of two tensors.
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device, Tensor, Var};
 
 /// One device for every test: each `Device::new_cuda` is a new candle device (its own
 /// id and stream), and candle keeps tensors of different devices apart.
@@ -33,4 +33,11 @@ pub fn rel_l2(got: &Tensor, want: &Tensor) -> f64 {
         0.0 => num.sqrt(),
         _ => (num / den).sqrt(),
     }
+}
+
+/// Fresh variables of `ts` converted to `dt` (their gradients are tracked).
+pub fn vars(ts: [&Tensor; 3], dt: DType) -> Vec<Var> {
+    ts.iter()
+        .map(|t| Var::from_tensor(&t.to_dtype(dt).unwrap()).unwrap())
+        .collect()
 }
