@@ -120,7 +120,19 @@ impl KeyMask {
 
     /// Sets the scores of invalid keys of the block starting at key `n0` to -inf.
     pub fn apply(&self, b: &mut Builder, s: &mut AccTile, n0: Reg<B32>) {
+        self.apply_limit(b, s, n0);
+        self.apply_first(b, s, n0);
+    }
+
+    /// Only the upper bound: keys at or past each row's limit (sequence end, causal
+    /// diagonal, the window's right edge) to -inf.
+    pub fn apply_limit(&self, b: &mut Builder, s: &mut AccTile, n0: Reg<B32>) {
         s.mask(b, Cmp::Gt, |b, r| b.sub_s32(self.limit_rel[r], n0));
+    }
+
+    /// Only the window's left edge: keys before each row's first visible key to -inf
+    /// (nothing without a window).
+    pub fn apply_first(&self, b: &mut Builder, s: &mut AccTile, n0: Reg<B32>) {
         if !self.first_rel.is_empty() {
             s.mask(b, Cmp::Le, |b, r| b.sub_s32(self.first_rel[r], n0));
         }
@@ -151,15 +163,25 @@ pub struct QueryEdges {
 }
 
 impl QueryEdges {
-    /// Whether the query columns `m0 .. m0 + cols` cross an edge (need the mask).
-    pub fn crossed(&self, b: &mut Builder, m0: Reg<B32>, cols: u32) -> Reg<crate::ptx::Pred> {
+    /// Masks the query columns `m0 .. m0 + cols` of `s` where they cross an edge, each
+    /// edge's compare only where the block crosses that edge (a window's block crosses
+    /// one edge or the other, seldom both); other blocks skip it with a uniform branch.
+    pub fn mask(
+        &self,
+        b: &mut Builder,
+        qmask: &QueryMask,
+        s: &mut AccTile,
+        m0: Reg<B32>,
+        cols: u32,
+    ) {
         let below = b.setp_s32(Cmp::Lt, m0, self.lower);
         match self.upper {
-            None => below,
+            None => b.if_uniform(below, |b| qmask.apply(b, s, m0)),
             Some(upper) => {
                 let last = b.add_s32(m0, cols as i32 - 1);
                 let above = b.setp_s32(Cmp::Gt, last, upper);
-                b.or_pred(below, above)
+                b.if_uniform(below, |b| qmask.apply_first(b, s, m0));
+                b.if_uniform(above, |b| qmask.apply_last(b, s, m0));
             }
         }
     }
@@ -205,10 +227,21 @@ impl QueryMask {
     /// Sets the scores of queries that must not see the key to -inf, for the query block
     /// starting at `m0`.
     pub fn apply(&self, b: &mut Builder, s: &mut AccTile, m0: Reg<B32>) {
+        self.apply_first(b, s, m0);
+        self.apply_last(b, s, m0);
+    }
+
+    /// Only the lower edge: queries before each key's first query to -inf.
+    pub fn apply_first(&self, b: &mut Builder, s: &mut AccTile, m0: Reg<B32>) {
         s.mask(b, Cmp::Le, |b, r| {
             let rel = b.sub_s32(self.first_rel, m0);
             b.add_s32(rel, AccTile::row_offset(r) as i32)
         });
+    }
+
+    /// Only a window's upper edge: queries past each key's last query to -inf (nothing
+    /// without a window).
+    pub fn apply_last(&self, b: &mut Builder, s: &mut AccTile, m0: Reg<B32>) {
         if let Some(last_rel) = self.last_rel {
             s.mask(b, Cmp::Ge, |b, r| {
                 let rel = b.sub_s32(last_rel, m0);
@@ -243,16 +276,21 @@ pub fn mask_block(
             b.or_pred(past_end, crosses)
         }
         KeyRule::Local(w) => {
-            // right edge: the block's last key past the first row's last visible key
+            // each edge's compare only where the block crosses it: a block crosses one
+            // edge or the other unless the window is narrower than the query block
+            // right edge (and the sequence end): the block's last key past the first
+            // row's last visible key
             let last = b.add_s32(n0, bn as i32 - 1);
             let first_last = b.add_s32(diag, w.right);
             let crosses_right = b.setp_s32(Cmp::Gt, last, first_last);
+            let upper = b.or_pred(past_end, crosses_right);
             // left edge: the block's first key before the last row's first visible key
             let last_row = b.add_s32(diag, bm as i32 - 1);
             let last_first = b.sub_s32(last_row, w.left);
             let crosses_left = b.setp_s32(Cmp::Lt, n0, last_first);
-            let edge = b.or_pred(crosses_right, crosses_left);
-            b.or_pred(past_end, edge)
+            b.if_uniform(upper, |b| mask.apply_limit(b, s, s_n0));
+            b.if_uniform(crosses_left, |b| mask.apply_first(b, s, s_n0));
+            return;
         }
     };
     b.if_uniform(needs_mask, |b| mask.apply(b, s, s_n0));

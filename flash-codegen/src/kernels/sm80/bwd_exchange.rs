@@ -180,8 +180,7 @@ impl Exchange {
         }
         if let Some((qmask, edges)) = masked {
             let m0c = m0c(b);
-            let needs = edges.crossed(b, m0c, qn);
-            b.if_uniform(needs, |b| qmask.apply(b, &mut pt, m0c));
+            edges.mask(b, qmask, &mut pt, m0c, qn);
         }
         stats.probabilities(b, &mut pt, 0, rule.softmax_scale);
         w.store_tile(b, fmt, &pt, t.smem, &self.pt_tile, Cols::At(chunk0));

@@ -49,8 +49,7 @@ impl KeyBlock<'_> {
             if self.plan.spec.mask != Mask::None {
                 let m0c = b.add_u32(m0, c0);
                 let edges = self.query_edges(b).expect("a masked kernel has edges");
-                let needs = edges.crossed(b, m0c, sub);
-                b.if_uniform(needs, |b| self.qmask.apply(b, &mut pt, m0c));
+                edges.mask(b, &self.qmask, &mut pt, m0c, sub);
             }
             stats.probabilities(b, &mut pt, nt0, rule.softmax_scale);
             if sw.dv {
