@@ -250,7 +250,7 @@ fn run_all(rt: &FlashAttention, cases: &[Case]) {
 
 #[test]
 fn alibi_forward_and_backward_match_f64_reference() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     run_all(&rt, &cases());
 }
 
@@ -258,7 +258,7 @@ fn alibi_forward_and_backward_match_f64_reference() {
 /// kernels.
 #[test]
 fn compact_alibi_forward_matches_f64_reference() {
-    let mut rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let mut rt = gpu_support::device();
     rt.limit_smem(99 * 1024);
     let d256: Vec<Case> = (cases().into_iter())
         .filter(|c| c.d == 256)
@@ -274,7 +274,7 @@ fn compact_alibi_forward_matches_f64_reference() {
 /// 8192 queries in atomic mode: the d128 ALiBi backward's long row, correct.
 #[test]
 fn long_alibi_backward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     let c = Case {
         d: 128,
         dtype: DType::Bf16,
@@ -299,7 +299,7 @@ fn long_alibi_backward_matches_f64_reference() {
 /// What has no ALiBi kernel, and slopes of the wrong length or layout, fail typed.
 #[test]
 fn alibi_errors_are_typed() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     let s = rt.context().default_stream();
     let (b, sq, h, hk, d) = (2, 64, 4, 2, 64);
     let q = s

@@ -295,7 +295,7 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn backward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let rt = gpu_support::device();
     let stream = rt.context().default_stream();
     let start = std::time::Instant::now();
     let (mut failures, mut worst) = (Vec::new(), [[0.0f64; 3]; 2]);
@@ -355,6 +355,7 @@ fn backward_matches_f64_reference() {
         fmt(worst[0]),
         fmt(worst[1])
     );
+    gpu_support::print_tilings(&rt);
     assert!(
         failures.is_empty(),
         "{} failing cases:\n{}",
@@ -518,7 +519,7 @@ fn allocating_case<T: Element>(
 /// zero-filled gradients), both dtypes, both modes.
 #[test]
 fn allocating_backward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let rt = gpu_support::device();
     let stream = rt.context().default_stream();
     let problems: [Problem; 8] = [
         (64, DType::F16, false, 2, 128, 128, 8, 2, None, true), // GQA 8/2
@@ -709,7 +710,7 @@ fn bhsd_case<T: Element>(
 
 #[test]
 fn bhsd_tensors_match_bshd_tensors() {
-    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let rt = gpu_support::device();
     let stream = rt.context().default_stream();
     let problems: [Problem; 5] = [
         (64, DType::F16, true, 2, 77, 131, 4, 2, None, true), // GQA, odd lengths

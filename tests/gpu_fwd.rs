@@ -223,7 +223,7 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn forward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let rt = gpu_support::device();
     let stream = rt.context().default_stream();
     let start = std::time::Instant::now();
     let (mut failures, mut worst) = (Vec::new(), [0.0f64; 2]);
@@ -407,7 +407,7 @@ fn allocating_case<T: Element>(
 /// keys, both dtypes.
 #[test]
 fn allocating_forward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let rt = gpu_support::device();
     let stream = rt.context().default_stream();
     let problems: [Problem; 8] = [
         (64, DType::F16, false, 2, 128, 128, 8, 2, None), // GQA 8/2
@@ -539,7 +539,7 @@ fn bhsd_case<T: Element>(
 
 #[test]
 fn bhsd_tensors_match_bshd_tensors() {
-    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let rt = gpu_support::device();
     let stream = rt.context().default_stream();
     let problems: [Problem; 5] = [
         (64, DType::F16, true, 2, 77, 131, 4, 2, None), // GQA, odd lengths

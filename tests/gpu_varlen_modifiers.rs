@@ -220,7 +220,7 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn varlen_window_and_softcap_match_f64_reference() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     let every: usize = std::env::var("GPU_WINDOW_EVERY")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -251,7 +251,7 @@ fn varlen_window_and_softcap_match_f64_reference() {
 /// buffers of exactly the packed size.
 #[test]
 fn garbage_offsets_with_a_window_stay_in_bounds() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     let stream = rt.context().default_stream();
     let (tq, tk, h, hk, d) = (100, 80, 4, 2, 128);
     let cuq = [0i32, 60, -7, i32::MAX, 30, i32::MIN];

@@ -212,9 +212,9 @@ fn softcap_cases() -> Vec<Case> {
 
 #[test]
 fn softcapped_forward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     check_all(&rt, &softcap_cases());
-    let mut compact = FlashAttention::on_device(0).expect("a CUDA device");
+    let mut compact = gpu_support::device();
     compact.limit_smem(99 * 1024);
     let d256: Vec<Case> = softcap_cases().into_iter().filter(|c| c.d == 256).collect();
     check_all(&compact, &d256);
@@ -222,7 +222,7 @@ fn softcapped_forward_matches_f64_reference() {
 
 #[test]
 fn windowed_forward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     check_all(&rt, &cases());
 }
 
@@ -230,7 +230,7 @@ fn windowed_forward_matches_f64_reference() {
 /// 30/40): the `_local_compact` kernels.
 #[test]
 fn compact_windowed_forward_matches_f64_reference() {
-    let mut rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let mut rt = gpu_support::device();
     rt.limit_smem(99 * 1024);
     let d256: Vec<Case> = cases().into_iter().filter(|c| c.d == 256).collect();
     check_all(&rt, &d256);
@@ -264,7 +264,7 @@ fn check_all(rt: &FlashAttention, cases: &[Case]) {
 /// `(-1, 0)` runs the causal kernel and `(-1, -1)` the plain one: the same bits.
 #[test]
 fn unbounded_windows_are_the_causal_and_plain_kernels() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     let c = Case {
         d: 64,
         dtype: DType::Bf16,

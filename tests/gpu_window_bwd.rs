@@ -272,6 +272,9 @@ fn run_all(cases: &[Case], rts: &[(&str, FlashAttention)]) {
             }
         }
     }
+    for (_, rt) in rts {
+        gpu_support::print_tilings(rt);
+    }
     assert!(
         failures.is_empty(),
         "{} failing:\n{}",
@@ -282,7 +285,7 @@ fn run_all(cases: &[Case], rts: &[(&str, FlashAttention)]) {
 
 #[test]
 fn windowed_backward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = gpu_support::device();
     run_all(&dense_cases(), &[("gpu", rt)]);
 }
 

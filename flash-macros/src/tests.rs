@@ -61,9 +61,10 @@ fn lists_make_the_product_and_bwd_brings_every_backward_kernel() {
     .unwrap();
     let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
     // Per head dim and dtype: fwd x2, bwdpre, bwd x2, bwddq x2, bwdpost; d128's bwd
-    // also in its long tiling (x2 causal).
-    assert_eq!(names.len(), 2 * 2 * 8 + 2 * 2);
+    // also in its long and its compact tiling (x2 causal each).
+    assert_eq!(names.len(), 2 * 2 * 8 + 2 * 2 * 2);
     assert!(names.contains(&"fa2_bwd_d128_f16_causal_long_sm80".to_string()));
+    assert!(names.contains(&"fa2_bwd_d128_bf16_compact_sm80".to_string()));
     assert!(
         !names
             .iter()
@@ -92,7 +93,9 @@ fn trailing_commas_and_single_item_lists_are_fine() {
         [
             "fa2_bwdpre_d256_bf16_sm80",
             "fa2_bwd_d256_bf16_causal_sm80",
+            "fa2_bwd_d256_bf16_causal_compact_sm80",
             "fa2_bwddq_d256_bf16_causal_sm80",
+            "fa2_bwddq_d256_bf16_causal_compact_sm80",
             "fa2_bwdpost_d256_bf16_sm80",
         ]
     );

@@ -14,9 +14,7 @@ use crate::error::{FlashError, Result};
 use crate::outputs::Gradients;
 use crate::params::{AttnParams, BwdOptions};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{
-    BufDesc, BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd_with,
-};
+use crate::validate::{BufDesc, BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd_on};
 
 /// Device scratch of the backward: D = rowsum(dO * O) (f32 `[batch, heads, seqlen_q]`) and,
 /// for atomic mode, the f32 dQ accumulator (whole 16-row tiles in the kernels' fragment order).
@@ -284,11 +282,11 @@ impl FlashAttention {
             // Dry run first: every input is checked before any scratch is allocated. The
             // long-sequence tiling only where this runtime has its PTX (else the standard
             // tiling computes the same).
-            let dry = plan_bwd_with(&args, self.arch, true)?;
+            let dry = plan_bwd_on(&args, self.arch, true, self.smem_optin)?;
             let long_tiles = dry.launches.iter().all(|l| self.has_ptx(&l.spec));
             let dry = match long_tiles {
                 true => dry,
-                false => plan_bwd_with(&args, self.arch, false)?,
+                false => plan_bwd_on(&args, self.arch, false, self.smem_optin)?,
             };
             if !dry.launches.is_empty() {
                 let s = match scratch {
@@ -297,7 +295,7 @@ impl FlashAttention {
                 };
                 let (desc, _guards) = s.bind(stream);
                 args.scratch = Some(desc);
-                let plan = plan_bwd_with(&args, self.arch, long_tiles)?;
+                let plan = plan_bwd_on(&args, self.arch, long_tiles, self.smem_optin)?;
                 return self.launch_bwd(stream, &plan);
             }
             dry

@@ -61,8 +61,8 @@ pub use params::{Alibi, AttnParams, BwdOptions, KvOptions, MAX_SPLITS, Mask};
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut, bhsd_layout};
 #[doc(hidden)]
 pub use validate::{
-    BwdPlan, FwdPlan, KvPlan, LaunchPlan, ParamValue, plan_bwd, plan_bwd_with, plan_fwd,
-    plan_fwd_on, plan_kvcache,
+    BwdPlan, FwdPlan, KvPlan, LaunchPlan, ParamValue, plan_bwd, plan_bwd_on, plan_bwd_with,
+    plan_fwd, plan_fwd_on, plan_kvcache,
 };
 pub use varlen::Varlen;
 

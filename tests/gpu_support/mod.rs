@@ -268,11 +268,10 @@ pub fn cu(lens: impl Iterator<Item = usize>) -> Vec<usize> {
 /// varlen backward's wide rows at d64-d128) and, where the GPU has 9.0 or more, one
 /// planning as an A100 (the standard rows sm_80-sm_89 run).
 pub fn varlen_runtimes() -> Vec<(&'static str, flash_runtime::FlashAttention)> {
-    use flash_runtime::FlashAttention;
-    let rt = FlashAttention::on_device(0).expect("a CUDA device");
+    let rt = device();
     let mut v = vec![("gpu", rt)];
     if v[0].1.compute_capability() >= (9, 0) {
-        let mut a100 = FlashAttention::on_device(0).expect("a CUDA device");
+        let mut a100 = device();
         a100.limit_compute_capability(8, 0);
         v.push(("as 8.0", a100));
     }
@@ -320,4 +319,42 @@ pub fn check_grad<T: flash_runtime::Element>(
         ));
     }
     e
+}
+
+/// The GPU's runtime, planning within `FLASH_PTX_TEST_SMEM` bytes of shared memory per
+/// block where that variable is set (`101376`: RTX 30/40, L4, L40's 99 KiB), so the whole
+/// GPU matrix runs on the rows such GPUs get (`FlashAttention::limit_smem`).
+pub fn device() -> flash_runtime::FlashAttention {
+    let mut rt = flash_runtime::FlashAttention::on_device(0)
+        .unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    if let Some(bytes) = std::env::var("FLASH_PTX_TEST_SMEM")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        rt.limit_smem(bytes);
+    }
+    rt
+}
+
+/// Prints how many kernels `rt` loaded per tiling, naming the compact ones (which rows a
+/// run under `FLASH_PTX_TEST_SMEM` took).
+pub fn print_tilings(rt: &flash_runtime::FlashAttention) {
+    use flash_codegen::Tiling;
+    let specs = rt.loaded_specs();
+    let count = |t: Tiling| specs.iter().filter(|s| s.tiling == t).count();
+    let compact: Vec<String> = specs
+        .iter()
+        .filter(|s| s.tiling == Tiling::Compact)
+        .map(|s| s.name())
+        .collect();
+    println!(
+        "smem limit {} bytes: {} kernels loaded ({} standard, {} long, {} wide, {} compact: {})",
+        rt.smem_limit(),
+        specs.len(),
+        count(Tiling::Standard),
+        count(Tiling::Long),
+        count(Tiling::Wide),
+        compact.len(),
+        compact.join(", ")
+    );
 }

@@ -159,13 +159,16 @@ mod tests {
         // the backward's 216 softcap ones (those, under each mask); ALiBi's 404 (the dense
         // forward's 36 with its compact d256 pair, bwd 36 with its d128 long row, bwddq 32;
         // varlen: fwdvarlen 32, bwdvarlen 44 with its wide rows, bwddqvarlen 32; fwdsplit
-        // and fwdpaged 96 each, standard, long and compact: masks none and causal)
-        assert_eq!(KernelSpec::all().len(), 1730);
+        // and fwdpaged 96 each, standard, long and compact: masks none and causal); the
+        // backward's 254 compact ones within 99 KiB (bwd and bwdvarlen d96-d256, bwddq and
+        // bwddqvarlen d224-d256, under every mask and modifier: 64 of them ALiBi's; not the
+        // windowed bwdvarlen d128, whose standard row is the compact one)
+        assert_eq!(KernelSpec::all().len(), 1984);
         let alibi: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Alibi)
             .collect();
-        assert_eq!(alibi.len(), 404);
+        assert_eq!(alibi.len(), 468);
         assert!(alibi.iter().all(|s| s.mask != Mask::Local));
         let split = |s: &&KernelSpec| s.pass.tile_pass() == Pass::FwdSplit;
         assert_eq!(alibi.iter().filter(split).count(), 192);
@@ -192,7 +195,7 @@ mod tests {
             .into_iter()
             .filter(|s| s.scores == Scores::Softcap)
             .collect();
-        assert_eq!(softcap.len(), 600);
+        assert_eq!(softcap.len(), 696);
         assert!(softcap.iter().all(|s| s.pass.has_mask()));
         assert!(softcap.iter().all(|s| s.tiling != Tiling::Prefill));
         assert_eq!(
@@ -217,12 +220,14 @@ mod tests {
             .into_iter()
             .filter(|s| s.mask == Mask::Local && s.scores == Scores::Plain)
             .collect();
-        assert_eq!(local.len(), 202);
+        assert_eq!(local.len(), 232);
         assert!(local.iter().all(|s| s.pass.has_mask()));
         for n in [
             "fa2_bwd_d128_bf16_local_long_sm80",
             "fa2_bwddq_d64_f16_local_sm80",
             "fa2_bwdvarlen_d96_bf16_local_wide_sm80",
+            "fa2_bwd_d256_bf16_local_compact_sm80",
+            "fa2_bwddqvarlen_d224_f16_local_compact_sm80",
         ] {
             assert!(local.iter().any(|s| s.name() == n), "{n}");
         }
@@ -257,8 +262,14 @@ mod tests {
                 .map(|s| s.name())
                 .collect()
         };
+        let compact = named(Tiling::Compact);
+        // (the backward's: bwd 36, bwddq 12, bwdvarlen 34, bwddqvarlen 12)
+        assert_eq!(compact.iter().filter(|n| n.starts_with("fa2_bwd")).count(), 94);
         assert_eq!(
-            named(Tiling::Compact),
+            compact
+                .iter()
+                .filter(|n| n.starts_with("fa2_fwd"))
+                .collect::<Vec<_>>(),
             [
                 "fa2_fwd_d256_f16_compact_sm80",
                 "fa2_fwd_d256_f16_causal_compact_sm80",

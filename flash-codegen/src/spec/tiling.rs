@@ -22,8 +22,10 @@ pub enum Tiling {
     /// kernel computes exactly what the standard one does, faster on those problems.
     Long,
     /// The row for GPUs with less shared memory per block than the standard row needs
-    /// (RTX 30/40: 99 KiB), where the pass has one (the d256 forward, whose standard row
-    /// takes 104.5 KiB; [`KernelSpec::for_smem`]). Same grid, same result.
+    /// (RTX 30/40, L4, L40: 99 KiB), where the pass has one ([`KernelSpec::for_smem`]):
+    /// the d256 forward (its standard row takes 104.5 KiB; same grid), the split-KV
+    /// forward, the backward main pass from d96 and the dQ pass at d224-d256, dense and
+    /// varlen (smaller blocks: their own grid). Same result.
     Compact,
     /// The split-KV forward's row for many packed query rows (a chunked prefill against a
     /// KV cache), where the head dim has one: the dense forward's tile (d128: 128 rows,
@@ -91,17 +93,19 @@ impl KernelSpec {
 
     /// This spec with the tiling a GPU allowing `smem_optin` bytes of dynamic shared
     /// memory per block (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`) runs:
-    /// the compact row where this one needs more and the pass and head dim have one;
-    /// otherwise unchanged (a kernel that does not fit then fails to load with an error
-    /// that says so).
+    /// unchanged where it fits; else (a long or wide row) the standard row where that
+    /// fits; else the compact row where the pass and head dim have one; otherwise
+    /// unchanged (a kernel that does not fit then fails to load with an error that says
+    /// so).
     pub fn for_smem(self, smem_optin: u64) -> KernelSpec {
+        let fits = |s: &KernelSpec| s.is_supported() && u64::from(s.smem_bytes()) <= smem_optin;
+        let standard = self.with_tiling(Tiling::Standard);
         let compact = self.with_tiling(Tiling::Compact);
-        match self.tiling != Tiling::Compact
-            && u64::from(self.smem_bytes()) > smem_optin
-            && compact.is_supported()
-        {
-            true => compact,
-            false => self,
+        match () {
+            _ if self.tiling == Tiling::Compact || fits(&self) => self,
+            _ if fits(&standard) => standard,
+            _ if compact.is_supported() => compact,
+            _ => self,
         }
     }
 
@@ -230,9 +234,34 @@ mod tests {
         let (t, c) = (fwd.tiles(), compact.tiles());
         assert_eq!((t.block_m(), t.warps()), (c.block_m(), c.warps()));
         assert!(compact.smem_bytes() < fwd.smem_bytes());
-        // no compact row elsewhere: a kernel that does not fit stays as it is
-        let bwd: KernelSpec = "fa2_bwd_d256_bf16_sm80".parse().unwrap();
+        // the backward's compact rows: from the standard and the long row, dense and varlen
+        for (name, compact) in [
+            ("fa2_bwd_d256_bf16_sm80", "fa2_bwd_d256_bf16_compact_sm80"),
+            (
+                "fa2_bwd_d128_f16_causal_long_sm80",
+                "fa2_bwd_d128_f16_causal_compact_sm80",
+            ),
+            (
+                "fa2_bwdvarlen_d128_bf16_wide_sm80",
+                "fa2_bwdvarlen_d128_bf16_compact_sm80",
+            ),
+            (
+                "fa2_bwddq_d256_bf16_local_sm80",
+                "fa2_bwddq_d256_bf16_local_compact_sm80",
+            ),
+        ] {
+            let s: KernelSpec = name.parse().unwrap();
+            assert_eq!(s.for_smem(99 * 1024).name(), compact);
+            assert_eq!(s.for_smem(u64::from(s.smem_bytes())), s);
+        }
+        // no compact row where the standard one fits: a kernel stays as it is
+        let bwd: KernelSpec = "fa2_bwd_d64_bf16_sm80".parse().unwrap();
         assert_eq!(bwd.for_smem(99 * 1024), bwd);
+        assert!(
+            "fa2_bwd_d64_bf16_compact_sm80"
+                .parse::<KernelSpec>()
+                .is_err()
+        );
         assert!(
             "fa2_fwd_d128_bf16_compact_sm80"
                 .parse::<KernelSpec>()

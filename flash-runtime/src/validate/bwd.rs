@@ -189,6 +189,14 @@ pub fn plan_bwd(a: &BwdArgs, arch: Arch) -> Result<BwdPlan> {
 /// that has no PTX for it and does not generate runs the standard tiling, which computes
 /// the same).
 pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPlan> {
+    plan_bwd_on(a, arch, long_tiles, u64::MAX)
+}
+
+/// [`plan_bwd_with`] for a GPU allowing `smem_optin` bytes of dynamic shared memory per
+/// block: a main or dQ pass whose row (standard or long) needs more runs on its compact
+/// row ([`KernelSpec::for_smem`]: d96 and up on RTX 30/40, L4, L40's 99 KiB), with its
+/// own tiles' grid.
+pub fn plan_bwd_on(a: &BwdArgs, arch: Arch, long_tiles: bool, smem_optin: u64) -> Result<BwdPlan> {
     let dtype = a.q.dtype;
     check_dtypes(
         dtype,
@@ -256,10 +264,10 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
     }
 
     let pre = spec(Pass::BwdPre, Mask::None);
-    let main = spec(Pass::Bwd, main_mask).for_seqlen(sq, long_tiles && !det);
+    let main = (spec(Pass::Bwd, main_mask).for_seqlen(sq, long_tiles && !det)).for_smem(smem_optin);
     let last = match det {
         false => spec(Pass::BwdPost, Mask::None),
-        true => spec(Pass::BwdDq, p.kernel_mask()),
+        true => spec(Pass::BwdDq, p.kernel_mask()).for_smem(smem_optin),
     };
     check_window_lengths(main_mask, (sq, sk), "seqlen_k")?;
     check_grid(sq, h, b, pre.tiles().block_m())?;

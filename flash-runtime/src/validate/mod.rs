@@ -21,7 +21,9 @@ mod modifiers;
 mod paged;
 mod split_rule;
 mod varlen;
-pub use bwd::{BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_with};
+pub use bwd::{
+    BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_on, plan_bwd_with,
+};
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
 pub use kvcache::{KvArgs, KvPlan, MAX_CAPACITY, plan_kvcache};
 pub use layout::contiguous_runs;
@@ -29,7 +31,9 @@ pub use modifiers::AlibiDesc;
 pub(crate) use modifiers::check_alibi_kernels;
 pub use paged::PagedDesc;
 pub use split_rule::{GpuFill, kvcache_splits, num_splits_for, num_splits_for_paged};
-pub use varlen::{VarlenDesc, plan_bwd_varlen, plan_fwd_varlen, varlen_scratch};
+pub use varlen::{
+    VarlenDesc, plan_bwd_varlen, plan_bwd_varlen_on, plan_fwd_varlen, varlen_scratch,
+};
 
 /// Largest grid x dimension.
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;

@@ -13,7 +13,7 @@ use super::bwd::check_scratch;
 use super::modifiers::{AlibiDesc, call_scores};
 use super::{
     BufDesc, BwdArgs, BwdPlan, FwdArgs, LaunchPlan, MAX_GRID_YZ, ParamValue, ScratchNeed,
-    bind_spec_params, check_grid, launch, plan_bwd_with, plan_fwd_on, prod, shape_err, u32_of,
+    bind_spec_params, check_grid, launch, plan_bwd_on, plan_fwd_on, prod, shape_err, u32_of,
 };
 use crate::error::{FlashError, Result};
 use crate::params::AttnParams;
@@ -101,7 +101,7 @@ fn to_varlen(
     v: &VarlenDesc,
     (batch, h, hk): (usize, usize, usize),
     scratch: (u64, u64),
-    cc: (u32, u32),
+    (cc, smem_optin): ((u32, u32), u64),
 ) -> Result<LaunchPlan> {
     let pass = dense.spec.pass.varlen().ok_or_else(|| {
         FlashError::Internal(format!("{} has no varlen pass", dense.spec.pass.name()))
@@ -111,7 +111,8 @@ fn to_varlen(
         tiling: Tiling::Standard,
         ..dense.spec
     }
-    .for_compute_capability(cc);
+    .for_compute_capability(cc)
+    .for_smem(smem_optin);
     // (sizes checked by the dense plan and `check_varlen`: each fits u32)
     let (mq, mk) = (v.max_seqlen_q as u32, v.max_seqlen_k as u32);
     let g = grid(&spec, batch as u32, mq, mk, h as u32, hk as u32)
@@ -172,7 +173,13 @@ pub fn plan_fwd_varlen(
     }
     let heads = (batch, a.q.shape[2], a.k.shape[2]);
     // (no varlen forward has a wide row: its standard one for any GPU)
-    to_varlen(&dense, v, heads, (0, 0), arch.min_compute_capability())
+    to_varlen(
+        &dense,
+        v,
+        heads,
+        (0, 0),
+        (arch.min_compute_capability(), u64::MAX),
+    )
 }
 
 /// The scratch of a varlen backward: D `[heads, total_q]` and, in atomic mode, the dq
@@ -194,6 +201,19 @@ pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) ->
 /// `cc` is the GPU's compute capability: from 9.0 on, the main pass runs on its wide row
 /// where it has one ([`KernelSpec::for_compute_capability`]).
 pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch, cc: (u32, u32)) -> Result<BwdPlan> {
+    plan_bwd_varlen_on(a, v, arch, cc, u64::MAX)
+}
+
+/// [`plan_bwd_varlen`] for a GPU allowing `smem_optin` bytes of dynamic shared memory
+/// per block: passes whose rows need more run on their compact rows
+/// ([`KernelSpec::for_smem`]), as in [`plan_bwd_on`].
+pub fn plan_bwd_varlen_on(
+    a: &BwdArgs,
+    v: &VarlenDesc,
+    arch: Arch,
+    cc: (u32, u32),
+    smem_optin: u64,
+) -> Result<BwdPlan> {
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
     let mask = a.params.kernel_mask_for(Pass::BwdVarlen)?;
     let alibi = packed_alibi(
@@ -208,7 +228,7 @@ pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch, cc: (u32, u32)) 
         alibi,
         ..*a
     };
-    let dense = plan_bwd_with(&dry, arch, false)?;
+    let dense = plan_bwd_on(&dry, arch, false, smem_optin)?;
     if dense.launches.is_empty() {
         return Ok(dense);
     }
@@ -224,7 +244,7 @@ pub fn plan_bwd_varlen(a: &BwdArgs, v: &VarlenDesc, arch: Arch, cc: (u32, u32)) 
             // others then read nothing it would have written)
             let l = dense.launches.iter();
             let heads = (batch, a.q.shape[2], a.k.shape[2]);
-            let l = l.map(|l| to_varlen(l, v, heads, scratch, cc));
+            let l = l.map(|l| to_varlen(l, v, heads, scratch, (cc, smem_optin)));
             let l: Vec<LaunchPlan> = l.collect::<Result<_>>()?;
             l.into_iter().filter(|l| !l.is_noop()).collect()
         }

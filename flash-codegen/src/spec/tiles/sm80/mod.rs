@@ -6,9 +6,10 @@ use serde::{Deserialize, Serialize};
 use crate::spec::{KernelSpec, Mask, Pass, Scores, Tiling};
 use Sm80Layout::{Exchange, ExchangeLatePrefetch, KeySplit, Resident, Streamed};
 use table::{
-    BWD_DQ_LOCAL_TILES, BWD_DQ_SOFTCAP_TILES, BWD_DQ_TILES, BWD_DQ_VARLEN_ALIBI_TILES,
-    BWD_DQ_VARLEN_SOFTCAP_TILES, BWD_LOCAL_TILES, BWD_LONG_TILES, BWD_SOFTCAP_TILES, BWD_TILES,
-    BWD_VARLEN_ALIBI_TILES, BWD_VARLEN_LOCAL_TILES, BWD_VARLEN_SOFTCAP_TILES, BWD_VARLEN_TILES,
+    BWD_COMPACT_TILES, BWD_DQ_COMPACT_TILES, BWD_DQ_LOCAL_TILES, BWD_DQ_SOFTCAP_TILES,
+    BWD_DQ_TILES, BWD_DQ_VARLEN_ALIBI_TILES, BWD_DQ_VARLEN_SOFTCAP_TILES, BWD_LOCAL_TILES,
+    BWD_LONG_TILES, BWD_SOFTCAP_TILES, BWD_TILES, BWD_VARLEN_ALIBI_TILES, BWD_VARLEN_LOCAL_TILES,
+    BWD_VARLEN_SOFTCAP_COMPACT_TILES, BWD_VARLEN_SOFTCAP_TILES, BWD_VARLEN_TILES,
     ELEMENTWISE_TILES, FWD_COMBINE_LONG_TILES, FWD_COMBINE_PREFILL_TILES, FWD_COMBINE_TILES,
     FWD_COMPACT_TILES, FWD_SOFTCAP_TILES, FWD_SPLIT_COMPACT_TILES, FWD_SPLIT_LONG_TILES,
     FWD_SPLIT_PREFILL_TILES, FWD_SPLIT_TILES, FWD_TILES, FWD_VARLEN_LOCAL_SOFTCAP_TILES,
@@ -177,6 +178,19 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
             find(&BWD_VARLEN_TILES).and_then(|_| find(&BWD_TILES))
         }
         (Tiling::Wide, _) => None,
+        // the backward's rows within 99 KiB: dense and varlen, every modifier, where the
+        // standard row is not already the compact one (the windowed varlen d128's)
+        (Tiling::Compact, Pass::Bwd | Pass::BwdDq) => {
+            let varlen_softcap = spec.pass.is_varlen() && spec.scores == Scores::Softcap;
+            let compact = match spec.pass.tile_pass() {
+                Pass::Bwd => (varlen_softcap.then(|| find(&BWD_VARLEN_SOFTCAP_COMPACT_TILES)))
+                    .flatten()
+                    .or_else(|| find(&BWD_COMPACT_TILES)),
+                _ => find(&BWD_DQ_COMPACT_TILES),
+            };
+            let standard = tiling_row(&spec.with_tiling(Tiling::Standard));
+            compact.filter(|c| Some(*c) != standard)
+        }
         (Tiling::Compact, _) if spec.pass.is_varlen() => None,
         (Tiling::Standard, Pass::BwdPre | Pass::BwdPost) => find(&ELEMENTWISE_TILES),
         (Tiling::Standard, Pass::FwdSplit) => find(&FWD_SPLIT_TILES),

@@ -153,6 +153,42 @@ pub(crate) const BWD_LONG_TILES: [(u32, u32, Sm80Tiles); 1] = [
     (128, 8192, tc(64, 128, 8, 2, 1).with(ExchangeLatePrefetch)),
 ];
 
+/// The backward main pass's rows for GPUs whose shared memory per block is below the
+/// standard (or long, or wide) row's ([`crate::spec::Tiling::Compact`]; RTX 30/40, L4,
+/// L40: 99 KiB), dense and varlen, every mask and score modifier: the head dims whose
+/// rows take more (d96-d256: 113-209 KiB; d32 and d64 fit). The stream keeps its two
+/// stages (the loop's prefetch); the query block and, from d160, the key block shrink
+/// until K, V, two stages of Q and dO and the two dS^T panels fit: d96 and d128 on 32
+/// queries (80.5 KiB, the windowed varlen d128's row), d160 and d192 on 32 x 32 with two
+/// warps in two sweeps (80.5 KiB), d224 and d256 on 16 queries x 32 keys in two sweeps
+/// (72.3 KiB). Smaller blocks mean more CTAs and more dQ atomics per FLOP: slower than the
+/// standard rows, but a backward where there was none (0 spills, ptxas -v).
+#[rustfmt::skip]
+pub(crate) const BWD_COMPACT_TILES: [(u32, Sm80Tiles); 6] = [
+    (96, tc(32, 64, 4, 2, 1)),
+    (128, tc(32, 64, 4, 2, 1)),
+    (160, tc(32, 32, 2, 2, 2)),
+    (192, tc(32, 32, 2, 2, 2)),
+    (224, tc(16, 32, 2, 2, 2)),
+    (256, tc(16, 32, 2, 2, 2)),
+];
+
+/// [`BWD_COMPACT_TILES`] for the varlen pass under a softcap: d128 in two sweeps (the
+/// one-sweep row spills 4-8 bytes on sm_80 with the sequence's lengths and the cap).
+#[rustfmt::skip]
+pub(crate) const BWD_VARLEN_SOFTCAP_COMPACT_TILES: [(u32, Sm80Tiles); 1] = [
+    (128, tc(32, 64, 4, 2, 2)),
+];
+
+/// The deterministic dQ pass's rows within 99 KiB ([`crate::spec::Tiling::Compact`]):
+/// d224 and d256, whose standard row (Q and dO of 64 rows resident, two stages of 32-key
+/// K and V) takes 128 KiB; 16-key blocks keep the 64-row query block (96 KiB).
+#[rustfmt::skip]
+pub(crate) const BWD_DQ_COMPACT_TILES: [(u32, Sm80Tiles); 2] = [
+    (224, tc(64, 16, 4, 2, 1)),
+    (256, tc(64, 16, 4, 2, 1)),
+];
+
 /// The deterministic dQ pass (one CTA per query block, like the forward): one m16 tile
 /// per warp with Q and dO fragments resident, or (d128) two m-tiles sharing every K and
 /// V fragment, which beats 64x64 resident there.
