@@ -242,7 +242,10 @@ fn varlen_matches_f64_reference() {
             .count();
         // (d96 and d128's wide rows take 113 KiB: under a 99 KiB limit their compact rows
         // run instead, d64's 97 KiB ones stay)
-        let want = match (rt.compute_capability() >= (9, 0), rt.smem_limit() >= 113 * 1024) {
+        let want = match (
+            rt.compute_capability() >= (9, 0),
+            rt.smem_limit() >= 113 * 1024,
+        ) {
             (true, true) => 12,
             (true, false) => 4,
             (false, _) => 0,

@@ -264,7 +264,10 @@ mod tests {
         };
         let compact = named(Tiling::Compact);
         // (the backward's: bwd 36, bwddq 12, bwdvarlen 34, bwddqvarlen 12)
-        assert_eq!(compact.iter().filter(|n| n.starts_with("fa2_bwd")).count(), 94);
+        assert_eq!(
+            compact.iter().filter(|n| n.starts_with("fa2_bwd")).count(),
+            94
+        );
         assert_eq!(
             compact
                 .iter()
