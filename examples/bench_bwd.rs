@@ -9,7 +9,8 @@
 //! Env: BENCH_OUT (JSON path, default bench_bwd.json), BENCH_D, BENCH_SEQ (comma lists),
 //! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_DET (default
 //! the library's default mode, atomic; BENCH_DET=1 times the deterministic mode),
-//! BENCH_FLUSH=0 (no L2 flush). BENCH_MEM=1 instead measures the device memory that forward +
+//! BENCH_FLUSH=0 (no L2 flush), BENCH_SMEM (bytes: plan as a GPU with that much shared
+//! memory per block, `limit_smem`; 101376 times the 99 KiB GPUs' compact rows). BENCH_MEM=1 instead measures the device memory that forward +
 //! backward need beyond q, k, v, dO (1 x 32 heads x 16K x d128, causal, f16) with
 //! cuMemGetInfo, in atomic and deterministic mode.
 //! Run: `cargo run --release --features gpu --example bench_bwd`.
@@ -313,7 +314,13 @@ fn main() {
 }
 
 fn run() -> Res<()> {
-    let rt = FlashAttention::on_device(0)?;
+    let mut rt = FlashAttention::on_device(0)?;
+    if let Some(bytes) = std::env::var("BENCH_SMEM")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        rt.limit_smem(bytes); // (the rows a GPU with that much shared memory per block runs)
+    }
     let stream = rt.context().default_stream();
     let ctx = rt.context();
     let gpu = ctx.name()?;
@@ -321,7 +328,7 @@ fn run() -> Res<()> {
     let path = std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench_bwd.json".into());
     let mut report = serde_json::json!({
         "gpu": gpu, "compute_capability": format!("{maj}.{min}"),
-        "tokens": TOKENS, "hidden": HIDDEN, "warmup": WARMUP,
+        "tokens": TOKENS, "hidden": HIDDEN, "warmup": WARMUP, "smem_limit": rt.smem_limit(),
     });
     if env_flag("BENCH_MEM") {
         report["memory"] = memory(&rt, &stream)?["memory"].take();
