@@ -10,7 +10,8 @@
 //! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_DET (default
 //! the library's default mode, atomic; BENCH_DET=1 times the deterministic mode),
 //! BENCH_FLUSH=0 (no L2 flush), BENCH_SMEM (bytes: plan as a GPU with that much shared
-//! memory per block, `limit_smem`; 101376 times the 99 KiB GPUs' compact rows). BENCH_MEM=1 instead measures the device memory that forward +
+//! memory per block, `limit_smem`; 101376 times the 99 KiB GPUs' compact rows), BENCH_SMEM_SM
+//! (bytes per SM, `limit_smem_per_sm`: 167936 runs as many CTAs per SM as an A100). BENCH_MEM=1 instead measures the device memory that forward +
 //! backward need beyond q, k, v, dO (1 x 32 heads x 16K x d128, causal, f16) with
 //! cuMemGetInfo, in atomic and deterministic mode.
 //! Run: `cargo run --release --features gpu --example bench_bwd`.
@@ -321,6 +322,12 @@ fn run() -> Res<()> {
     {
         rt.limit_smem(bytes); // (the rows a GPU with that much shared memory per block runs)
     }
+    if let Some(bytes) = std::env::var("BENCH_SMEM_SM")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        rt.limit_smem_per_sm(bytes); // (as many CTAs per SM as such a GPU fits)
+    }
     let stream = rt.context().default_stream();
     let ctx = rt.context();
     let gpu = ctx.name()?;
@@ -329,6 +336,7 @@ fn run() -> Res<()> {
     let mut report = serde_json::json!({
         "gpu": gpu, "compute_capability": format!("{maj}.{min}"),
         "tokens": TOKENS, "hidden": HIDDEN, "warmup": WARMUP, "smem_limit": rt.smem_limit(),
+        "smem_per_sm": rt.smem_per_sm(),
     });
     if env_flag("BENCH_MEM") {
         report["memory"] = memory(&rt, &stream)?["memory"].take();

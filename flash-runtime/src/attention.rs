@@ -70,6 +70,9 @@ pub struct FlashAttention {
     pub(crate) cc: (u32, u32),
     /// Streaming multiprocessors of the device (the KV-cache forward's split rule).
     pub(crate) sms: u32,
+    /// Shared memory per SM (the device's, or less after
+    /// [`FlashAttention::limit_smem_per_sm`]) and the device's own.
+    smem_per_sm: (u64, u64),
     /// Generate the PTX of variants that have none registered (off for embedded-only).
     generate: bool,
     modules: Mutex<BTreeMap<KernelSpec, Loaded>>,
@@ -114,12 +117,18 @@ impl FlashAttention {
         let optin = ctx
             .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
         let sms = ctx.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let per_sm = ctx
+            .attribute(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+            )?
+            .max(0) as u64;
         Ok(FlashAttention {
             ctx,
             arch,
             smem_optin: optin.max(0) as u64,
             cc: (major.max(0) as u32, minor.max(0) as u32),
             sms: sms.max(1) as u32,
+            smem_per_sm: (per_sm, per_sm),
             generate: true,
             modules: Mutex::new(BTreeMap::new()),
             registered: Mutex::new(BTreeMap::new()),
@@ -152,6 +161,25 @@ impl FlashAttention {
     /// be tested on a larger one.
     pub fn limit_smem(&mut self, bytes: u64) {
         self.smem_optin = self.smem_optin.min(bytes);
+    }
+
+    /// Runs every kernel loaded after this call as if each SM had at most `bytes` of
+    /// shared memory (never more than it has), so that a larger GPU fits as many CTAs per
+    /// SM as a smaller one (an A100's 164 KiB on an H100/H200, whose 164 KB configuration
+    /// matches it): each kernel's preferred carveout
+    /// (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`) is set to the largest whole
+    /// percentage of the SM's shared memory at or below `bytes`. The carveout is a hint:
+    /// the driver takes a configuration that fits it (rounding up) and, for a kernel that
+    /// needs more, a larger one. For tests and benchmarks; kernels already loaded keep
+    /// theirs.
+    pub fn limit_smem_per_sm(&mut self, bytes: u64) {
+        self.smem_per_sm.0 = self.smem_per_sm.0.min(bytes);
+    }
+
+    /// The shared memory per SM this runtime runs kernels with (the GPU's, or less after
+    /// [`FlashAttention::limit_smem_per_sm`]).
+    pub fn smem_per_sm(&self) -> u64 {
+        self.smem_per_sm.0
     }
 
     /// Plans every later call as if the GPU had compute capability `(major, minor)` at
@@ -307,6 +335,12 @@ impl FlashAttention {
         if smem > 0 {
             let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             f.set_attribute(attr, smem as i32)?;
+        }
+        let (limit, device) = self.smem_per_sm;
+        if limit < device {
+            let percent = (limit * 100 / device.max(1)) as i32; // (< 100)
+            let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT;
+            f.set_attribute(attr, percent)?;
         }
         Ok((module, f))
     }

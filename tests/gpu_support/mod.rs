@@ -323,7 +323,9 @@ pub fn check_grad<T: flash_runtime::Element>(
 
 /// The GPU's runtime, planning within `FLASH_PTX_TEST_SMEM` bytes of shared memory per
 /// block where that variable is set (`101376`: RTX 30/40, L4, L40's 99 KiB), so the whole
-/// GPU matrix runs on the rows such GPUs get (`FlashAttention::limit_smem`).
+/// GPU matrix runs on the rows such GPUs get (`FlashAttention::limit_smem`), and with
+/// `FLASH_PTX_TEST_SMEM_SM` bytes per SM (`167936`: an A100's 164 KiB;
+/// `FlashAttention::limit_smem_per_sm`).
 pub fn device() -> flash_runtime::FlashAttention {
     let mut rt = flash_runtime::FlashAttention::on_device(0)
         .unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
@@ -332,6 +334,12 @@ pub fn device() -> flash_runtime::FlashAttention {
         .and_then(|s| s.parse::<u64>().ok())
     {
         rt.limit_smem(bytes);
+    }
+    if let Some(bytes) = std::env::var("FLASH_PTX_TEST_SMEM_SM")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    {
+        rt.limit_smem_per_sm(bytes);
     }
     rt
 }
@@ -348,8 +356,9 @@ pub fn print_tilings(rt: &flash_runtime::FlashAttention) {
         .map(|s| s.name())
         .collect();
     println!(
-        "smem limit {} bytes: {} kernels loaded ({} standard, {} long, {} wide, {} compact: {})",
+        "smem limit {} bytes ({} per SM): {} kernels loaded ({} standard, {} long, {} wide, {} compact: {})",
         rt.smem_limit(),
+        rt.smem_per_sm(),
         specs.len(),
         count(Tiling::Standard),
         count(Tiling::Long),
