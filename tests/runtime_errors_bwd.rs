@@ -14,28 +14,12 @@ const DVEC: u64 = 0xa000_0000;
 const ACC: u64 = 0xb000_0000;
 
 mod validate_support;
-use validate_support::{bwd_args, t};
+use validate_support::{atomic_bwd_args, bwd_args, t};
 
 /// Contiguous tensors at distinct aligned pointers, exactly sized lse and scratch.
 fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArgs<'static> {
-    let scratch = ScratchDesc {
-        dvec: BufDesc {
-            ptr: DVEC,
-            len: b * h * sq,
-        },
-        dq_accum: Some(BufDesc {
-            ptr: ACC,
-            len: b * sq.div_ceil(16) * 16 * h * d,
-        }),
-    };
     // atomic mode: the plans below expect the dq_accum scratch and the post pass
-    let modes = (AttnParams::new(), BwdOptions::new());
-    bwd_args(
-        ([b, sq, h, d], [b, sk, hk, d]),
-        b * h * sq,
-        Some(scratch),
-        modes,
-    )
+    atomic_bwd_args(b, sq, sk, h, hk, d)
 }
 
 fn plan(a: &BwdArgs) -> Result<BwdPlan, FlashError> {
@@ -434,43 +418,5 @@ fn scratch_sizes() {
     assert_eq!(
         ScratchNeed::of([usize::MAX, 2, 2, 8], false).bytes(),
         usize::MAX
-    );
-}
-
-/// The main pass runs on its long tiling (d128: 128 keys per CTA) from `long_from` query
-/// rows on in atomic mode, with the grid of its own tiles; below, in deterministic mode,
-/// or when the long tiling is not allowed (a runtime without its PTX), on the standard one.
-#[test]
-fn long_sequences_take_the_long_tiling_in_atomic_mode() {
-    use flash_runtime::validate::plan_bwd_with;
-    let main = |a: &BwdArgs, long_ok: bool| {
-        let p = plan_bwd_with(a, Arch::Sm80, long_ok).unwrap();
-        let l = p.launch(Pass::Bwd).unwrap();
-        (l.spec.name(), l.grid)
-    };
-    let from = "fa2_bwd_d128_bf16_sm80"
-        .parse::<flash_codegen::KernelSpec>()
-        .unwrap()
-        .long_from()
-        .unwrap() as usize;
-    let a = args(1, from, 1000, 2, 2, 120);
-    assert_eq!(
-        main(&a, true),
-        ("fa2_bwd_d128_bf16_long_sm80".into(), [8, 2, 1])
-    );
-    assert_eq!(
-        main(&a, false),
-        ("fa2_bwd_d128_bf16_sm80".into(), [16, 2, 1])
-    );
-    let short = args(1, from - 1, 1000, 2, 2, 120);
-    assert_eq!(main(&short, true).0, "fa2_bwd_d128_bf16_sm80");
-    let mut det = a;
-    det.opts.deterministic = true;
-    det.scratch.as_mut().unwrap().dq_accum = None;
-    assert_eq!(main(&det, true).0, "fa2_bwd_d128_bf16_sm80");
-    // head dims without a long row keep the standard one
-    assert_eq!(
-        main(&args(1, from, 64, 2, 2, 64), true).0,
-        "fa2_bwd_d64_bf16_sm80"
     );
 }

@@ -45,6 +45,35 @@ pub fn bwd_args(
     }
 }
 
+/// A backward's arguments in atomic mode (plain parameters): q `[b, sq, h, d]`, k
+/// `[b, sk, hk, d]`, contiguous, with exactly sized lse, dvec and dq_accum scratch.
+pub fn atomic_bwd_args(
+    b: usize,
+    sq: usize,
+    sk: usize,
+    h: usize,
+    hk: usize,
+    d: usize,
+) -> BwdArgs<'static> {
+    let scratch = ScratchDesc {
+        dvec: BufDesc {
+            ptr: 0xa000_0000,
+            len: b * h * sq,
+        },
+        dq_accum: Some(BufDesc {
+            ptr: 0xb000_0000,
+            len: b * sq.div_ceil(16) * 16 * h * d,
+        }),
+    };
+    let modes = (AttnParams::new(), BwdOptions::new());
+    bwd_args(
+        ([b, sq, h, d], [b, sk, hk, d]),
+        b * h * sq,
+        Some(scratch),
+        modes,
+    )
+}
+
 /// A forward's arguments: `b` x 8 query heads over 2 kv heads, d128, sq queries over sk
 /// keys, an lse, `params` and ALiBi's `alibi`.
 pub fn fwd_args(

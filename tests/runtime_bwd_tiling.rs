@@ -1,0 +1,104 @@
+//! Which tiling the backward's passes run on, through the pure validate layer (no GPU):
+//! the long row for long sequences in atomic mode, the compact rows where the GPU's
+//! shared memory per block is below the standard (or long) row's, each on the grid of its
+//! own tiles.
+
+use flash_codegen::{Arch, KernelSpec, Pass};
+use flash_runtime::validate::{BwdArgs, plan_bwd_on, plan_bwd_with};
+
+mod validate_support;
+use validate_support::atomic_bwd_args as args;
+
+/// RTX 30/40, L4, L40: 99 KiB of dynamic shared memory per block.
+const RTX: u64 = 99 * 1024;
+
+/// The main pass runs on its long tiling (d128: 128 keys per CTA) from `long_from` query
+/// rows on in atomic mode, with the grid of its own tiles; below, in deterministic mode,
+/// or when the long tiling is not allowed (a runtime without its PTX), on the standard one.
+#[test]
+fn long_sequences_take_the_long_tiling_in_atomic_mode() {
+    let main = |a: &BwdArgs, long_ok: bool| {
+        let p = plan_bwd_with(a, Arch::Sm80, long_ok).unwrap();
+        let l = p.launch(Pass::Bwd).unwrap();
+        (l.spec.name(), l.grid)
+    };
+    let from = "fa2_bwd_d128_bf16_sm80"
+        .parse::<flash_codegen::KernelSpec>()
+        .unwrap()
+        .long_from()
+        .unwrap() as usize;
+    let a = args(1, from, 1000, 2, 2, 120);
+    assert_eq!(
+        main(&a, true),
+        ("fa2_bwd_d128_bf16_long_sm80".into(), [8, 2, 1])
+    );
+    assert_eq!(
+        main(&a, false),
+        ("fa2_bwd_d128_bf16_sm80".into(), [16, 2, 1])
+    );
+    let short = args(1, from - 1, 1000, 2, 2, 120);
+    assert_eq!(main(&short, true).0, "fa2_bwd_d128_bf16_sm80");
+    let mut det = a;
+    det.opts.deterministic = true;
+    det.scratch.as_mut().unwrap().dq_accum = None;
+    assert_eq!(main(&det, true).0, "fa2_bwd_d128_bf16_sm80");
+    // head dims without a long row keep the standard one
+    assert_eq!(
+        main(&args(1, from, 64, 2, 2, 64), true).0,
+        "fa2_bwd_d64_bf16_sm80"
+    );
+}
+
+/// Under 99 KiB every backward head dim plans: d96 and up on the main pass's compact row
+/// (its own grid: 32-key blocks from d160), d224-d256 also on the dQ pass's in
+/// deterministic mode, the long row giving way to the compact one, and each planned
+/// kernel within the limit; with room for them, the standard rows, unchanged.
+#[test]
+fn small_shared_memory_takes_the_compact_rows() {
+    let plan = |a: &BwdArgs, smem: u64| plan_bwd_on(a, Arch::Sm80, true, smem).unwrap();
+    for d in [32, 64, 96, 128, 160, 192, 224, 256] {
+        let a = args(1, 1000, 1000, 2, 2, d);
+        let mut det = a;
+        det.opts.deterministic = true;
+        det.scratch.as_mut().unwrap().dq_accum = None;
+        for a in [a, det] {
+            let small = plan(&a, RTX);
+            let big = plan(&a, 227 * 1024);
+            for l in &small.launches {
+                assert!(u64::from(l.spec.smem_bytes()) <= RTX, "{}", l.spec);
+            }
+            let main = small.launch(Pass::Bwd).unwrap();
+            assert_eq!(
+                main.spec.tiling.suffix() == "_compact",
+                d >= 96,
+                "{}",
+                main.spec
+            );
+            let block_n = main.spec.tiles().block_n() as usize;
+            assert_eq!(main.grid, [1000usize.div_ceil(block_n) as u32, 2, 1]);
+            if let Some(dq) = small.launch(Pass::BwdDq) {
+                assert_eq!(
+                    dq.spec.tiling.suffix() == "_compact",
+                    d >= 224,
+                    "{}",
+                    dq.spec
+                );
+            }
+            for l in &big.launches {
+                assert_eq!(l.spec.tiling.suffix(), "", "{}", l.spec);
+            }
+        }
+    }
+    // the long row (d128 from 8192 query rows) also gives way to the compact one
+    let from = "fa2_bwd_d128_bf16_sm80"
+        .parse::<KernelSpec>()
+        .unwrap()
+        .long_from()
+        .unwrap();
+    let long = args(1, from as usize, 1000, 2, 2, 128);
+    let name = |smem| plan(&long, smem).launch(Pass::Bwd).unwrap().spec.name();
+    assert_eq!(name(227 * 1024), "fa2_bwd_d128_bf16_long_sm80");
+    assert_eq!(name(RTX), "fa2_bwd_d128_bf16_compact_sm80");
+    // an A100's 163 KiB fits the long row (161 KiB)
+    assert_eq!(name(163 * 1024), "fa2_bwd_d128_bf16_long_sm80");
+}
