@@ -4,9 +4,7 @@
 
 use flash_codegen::abi::{grid, params};
 use flash_codegen::{Arch, DType, Pass};
-use flash_runtime::validate::{
-    BufDesc, BwdArgs, ParamValue, ScratchDesc, ScratchNeed, TensorDesc, plan_bwd,
-};
+use flash_runtime::validate::{BwdArgs, ParamValue, ScratchNeed, TensorDesc, plan_bwd};
 use flash_runtime::{AttnParams, BwdOptions, BwdPlan, FlashError, Mask};
 
 const BF: DType = DType::Bf16;
@@ -14,7 +12,7 @@ const DVEC: u64 = 0xa000_0000;
 const ACC: u64 = 0xb000_0000;
 
 mod validate_support;
-use validate_support::{atomic_bwd_args, bwd_args, t};
+use validate_support::{atomic_bwd_args, t};
 
 /// Contiguous tensors at distinct aligned pointers, exactly sized lse and scratch.
 fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArgs<'static> {
