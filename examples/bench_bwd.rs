@@ -27,7 +27,7 @@ use flash_runtime::{
 };
 
 mod bench_common;
-use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, attn_params, env_flag, median};
+use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, attn_params, env_flag, env_list, median};
 const GIB: f64 = (1u64 << 30) as f64;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -316,17 +316,12 @@ fn main() {
 
 fn run() -> Res<()> {
     let mut rt = FlashAttention::on_device(0)?;
-    if let Some(bytes) = std::env::var("BENCH_SMEM")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        rt.limit_smem(bytes); // (the rows a GPU with that much shared memory per block runs)
+    // the rows a GPU with that much shared memory per block runs; as many CTAs per SM
+    if let Some(&b) = env_list("BENCH_SMEM", &[]).first() {
+        rt.limit_smem(b as u64);
     }
-    if let Some(bytes) = std::env::var("BENCH_SMEM_SM")
-        .ok()
-        .and_then(|s| s.parse().ok())
-    {
-        rt.limit_smem_per_sm(bytes); // (as many CTAs per SM as such a GPU fits)
+    if let Some(&b) = env_list("BENCH_SMEM_SM", &[]).first() {
+        rt.limit_smem_per_sm(b as u64);
     }
     let stream = rt.context().default_stream();
     let ctx = rt.context();

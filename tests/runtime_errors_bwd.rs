@@ -8,11 +8,9 @@ use flash_runtime::validate::{BwdArgs, ParamValue, ScratchNeed, TensorDesc, plan
 use flash_runtime::{AttnParams, BwdOptions, BwdPlan, FlashError, Mask};
 
 const BF: DType = DType::Bf16;
-const DVEC: u64 = 0xa000_0000;
-const ACC: u64 = 0xb000_0000;
 
 mod validate_support;
-use validate_support::{atomic_bwd_args, t};
+use validate_support::{ACC, DVEC, atomic_bwd_args, t};
 
 /// Contiguous tensors at distinct aligned pointers, exactly sized lse and scratch.
 fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArgs<'static> {

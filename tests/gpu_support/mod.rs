@@ -329,17 +329,12 @@ pub fn check_grad<T: flash_runtime::Element>(
 pub fn device() -> flash_runtime::FlashAttention {
     let mut rt = flash_runtime::FlashAttention::on_device(0)
         .unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
-    if let Some(bytes) = std::env::var("FLASH_PTX_TEST_SMEM")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        rt.limit_smem(bytes);
+    let bytes = |var| std::env::var(var).ok().and_then(|s| s.parse::<u64>().ok());
+    if let Some(b) = bytes("FLASH_PTX_TEST_SMEM") {
+        rt.limit_smem(b);
     }
-    if let Some(bytes) = std::env::var("FLASH_PTX_TEST_SMEM_SM")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-    {
-        rt.limit_smem_per_sm(bytes);
+    if let Some(b) = bytes("FLASH_PTX_TEST_SMEM_SM") {
+        rt.limit_smem_per_sm(b);
     }
     rt
 }

@@ -45,6 +45,10 @@ pub fn bwd_args(
     }
 }
 
+/// Where [`atomic_bwd_args`] puts the dvec and dq_accum scratch.
+pub const DVEC: u64 = 0xa000_0000;
+pub const ACC: u64 = 0xb000_0000;
+
 /// A backward's arguments in atomic mode (plain parameters): q `[b, sq, h, d]`, k
 /// `[b, sk, hk, d]`, contiguous, with exactly sized lse, dvec and dq_accum scratch.
 pub fn atomic_bwd_args(
@@ -57,11 +61,11 @@ pub fn atomic_bwd_args(
 ) -> BwdArgs<'static> {
     let scratch = ScratchDesc {
         dvec: BufDesc {
-            ptr: 0xa000_0000,
+            ptr: DVEC,
             len: b * h * sq,
         },
         dq_accum: Some(BufDesc {
-            ptr: 0xb000_0000,
+            ptr: ACC,
             len: b * sq.div_ceil(16) * 16 * h * d,
         }),
     };

@@ -101,11 +101,14 @@ impl KernelSpec {
         let fits = |s: &KernelSpec| s.is_supported() && u64::from(s.smem_bytes()) <= smem_optin;
         let standard = self.with_tiling(Tiling::Standard);
         let compact = self.with_tiling(Tiling::Compact);
-        match () {
-            _ if self.tiling == Tiling::Compact || fits(&self) => self,
-            _ if fits(&standard) => standard,
-            _ if compact.is_supported() => compact,
-            _ => self,
+        if self.tiling == Tiling::Compact || fits(&self) {
+            self
+        } else if fits(&standard) {
+            standard
+        } else if compact.is_supported() {
+            compact
+        } else {
+            self
         }
     }
 

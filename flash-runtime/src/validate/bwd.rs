@@ -264,7 +264,9 @@ pub fn plan_bwd_on(a: &BwdArgs, arch: Arch, long_tiles: bool, smem_optin: u64) -
     }
 
     let pre = spec(Pass::BwdPre, Mask::None);
-    let main = (spec(Pass::Bwd, main_mask).for_seqlen(sq, long_tiles && !det)).for_smem(smem_optin);
+    let main = spec(Pass::Bwd, main_mask)
+        .for_seqlen(sq, long_tiles && !det)
+        .for_smem(smem_optin);
     let last = match det {
         false => spec(Pass::BwdPost, Mask::None),
         true => spec(Pass::BwdDq, p.kernel_mask()).for_smem(smem_optin),
