@@ -273,6 +273,13 @@ pub struct BwdOptions {
     /// atomic mode is the faster one (docs/performance.md has both modes' numbers).
     /// Default `false` (atomic, like FlashAttention-2).
     pub deterministic: bool,
+    /// Grouped-query attention: how many CTAs share the query heads of each (key block,
+    /// kv head) in the main pass, each summing dK and dV over its own heads of the group
+    /// (split `s` takes heads `s, s + n, s + 2n, ...`) into f32 partials that a last kernel
+    /// adds in split order (so the deterministic mode stays bitwise reproducible). `None`
+    /// (default): chosen from the problem's size and the grid's fill; `Some(1)`: one CTA
+    /// walks the whole group. Clamped to `1..=heads / heads_k`; ignored without GQA.
+    pub group_splits: Option<u32>,
 }
 
 impl BwdOptions {
@@ -280,6 +287,7 @@ impl BwdOptions {
     pub const fn new() -> Self {
         BwdOptions {
             deterministic: false,
+            group_splits: None,
         }
     }
 
@@ -287,7 +295,15 @@ impl BwdOptions {
     pub const fn deterministic() -> Self {
         BwdOptions {
             deterministic: true,
+            group_splits: None,
         }
+    }
+
+    /// These options with the grouped-query split fixed at `n` CTAs per (key block, kv
+    /// head) (see [`BwdOptions::group_splits`]; 0 counts as 1).
+    pub const fn with_group_splits(mut self, n: u32) -> Self {
+        self.group_splits = Some(n);
+        self
     }
 }
 
