@@ -14,6 +14,12 @@
 //! (bytes per SM, `limit_smem_per_sm`: 167936 runs as many CTAs per SM as an A100). BENCH_MEM=1 instead measures the device memory that forward +
 //! backward need beyond q, k, v, dO (1 x 32 heads x 16K x d128, causal, f16) with
 //! cuMemGetInfo, in atomic and deterministic mode.
+//!
+//! Grouped-query rows (`bench_common/bwd_rows.rs`): BENCH_HEADS (`h/hk` pairs, e.g.
+//! `32/8,28/4`: those heads instead of 2048 / d; k, v, dk, dv `[b, s, hk, d]`), BENCH_SPLITS
+//! (`with_group_splits`; 0 = automatic, the default; rows without GQA run once),
+//! BENCH_TOKENS (default 16384: batch = tokens / seqlen). FLOPs count the query heads. Each
+//! row records `heads_k` and `group_splits` (0 = automatic).
 //! Run: `cargo run --release --features gpu --example bench_bwd`.
 
 use std::error::Error;
@@ -27,7 +33,10 @@ use flash_runtime::{
 };
 
 mod bench_common;
-use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, attn_params, env_flag, env_list, median};
+use bench_common::{Flush, HIDDEN, Sweep, WARMUP, attn_params, env_flag, env_list, median};
+#[path = "bench_common/bwd_rows.rs"]
+mod bwd_rows;
+use bwd_rows::{BwdRows, Row, with_splits};
 const GIB: f64 = (1u64 << 30) as f64;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -45,7 +54,8 @@ fn randn<T: Element>(stream: &Arc<CudaStream>, rng: &mut Rng, n: usize) -> Res<C
     Ok(stream.clone_htod(&x)?)
 }
 
-/// Flat buffers of TOKENS * HIDDEN elements (f32 lse: TOKENS * HIDDEN / 8), reshaped per row.
+/// Flat buffers for the largest row (`BwdRows::sizes`; paper setup: TOKENS * HIDDEN
+/// elements), reshaped per row: q-like (q, dO, o, dq), k-like (k, v, dk, dv), f32 lse.
 struct Bufs<T> {
     q: CudaSlice<T>,
     k: CudaSlice<T>,
@@ -59,52 +69,54 @@ struct Bufs<T> {
     lse: CudaSlice<f32>,
 }
 
-fn bufs<T: Element>(stream: &Arc<CudaStream>, seed: u64) -> Res<Bufs<T>> {
-    let n = TOKENS * HIDDEN;
+fn bufs<T: Element>(
+    stream: &Arc<CudaStream>,
+    seed: u64,
+    (n, nk, nl): (usize, usize, usize),
+) -> Res<Bufs<T>> {
     let mut rng = Rng::new(seed);
     Ok(Bufs {
         q: randn(stream, &mut rng, n)?,
-        k: randn(stream, &mut rng, n)?,
-        v: randn(stream, &mut rng, n)?,
+        k: randn(stream, &mut rng, nk)?,
+        v: randn(stream, &mut rng, nk)?,
         d_o: randn(stream, &mut rng, n)?,
         o: stream.alloc_zeros(n)?,
         dq: stream.alloc_zeros(n)?,
-        dk: stream.alloc_zeros(n)?,
-        dv: stream.alloc_zeros(n)?,
-        nan: stream.clone_htod(&vec![T::from_f32(f32::NAN); n])?,
-        lse: stream.alloc_zeros(TOKENS * (HIDDEN / 8))?,
+        dk: stream.alloc_zeros(nk)?,
+        dv: stream.alloc_zeros(nk)?,
+        nan: stream.clone_htod(&vec![T::from_f32(f32::NAN); n.max(nk)])?,
+        lse: stream.alloc_zeros(nl)?,
     })
 }
 
 /// One forward (o, lse) and `WARMUP + iters` timed backward calls: (median ms, min ms).
-#[allow(clippy::too_many_arguments)]
 fn time_row<T: Element>(
-    rt: &FlashAttention,
-    stream: &Arc<CudaStream>,
+    (rt, stream): (&FlashAttention, &Arc<CudaStream>),
     bu: &mut Bufs<T>,
-    shape: [usize; 4],
-    causal: bool,
-    deterministic: bool,
+    row: &Row,
+    opts: BwdOptions,
     iters: usize,
     flush: &mut Flush,
 ) -> Res<(f64, f64)> {
-    let params = attn_params(causal);
+    let params = attn_params(row.causal);
+    let (shape, kv_shape) = (row.q_shape(), row.kv_shape());
     let c = |x| Tensor4::contiguous(x, shape);
+    let ck = |x| Tensor4::contiguous(x, kv_shape);
     rt.forward_into(
         stream,
         &c(&bu.q),
-        &c(&bu.k),
-        &c(&bu.v),
+        &ck(&bu.k),
+        &ck(&bu.v),
         &mut Tensor4Mut::contiguous(&mut bu.o, shape),
         Some(bu.lse.as_view_mut()),
         &params,
     )?;
     for g in [&mut bu.dq, &mut bu.dk, &mut bu.dv] {
-        stream.memcpy_dtod(&bu.nan, g)?; // poison: every call must overwrite the gradients
+        // poison: every call must overwrite the gradients
+        stream.memcpy_dtod(&bu.nan.slice(..g.len()), g)?;
     }
-    let mut scratch = BwdScratch::new(stream, shape, deterministic)?;
-    let opts = bwd_opts(deterministic);
-    let (q, k, v, o, d_o) = (c(&bu.q), c(&bu.k), c(&bu.v), c(&bu.o), c(&bu.d_o));
+    let mut scratch = BwdScratch::new(stream, shape, opts.deterministic)?;
+    let (q, k, v, o, d_o) = (c(&bu.q), ck(&bu.k), ck(&bu.v), c(&bu.o), c(&bu.d_o));
     let lse = bu.lse.as_view();
     let inputs = BwdInputs {
         q: &q,
@@ -115,8 +127,8 @@ fn time_row<T: Element>(
         d_o: &d_o,
     };
     let mut dq = Tensor4Mut::contiguous(&mut bu.dq, shape);
-    let mut dk = Tensor4Mut::contiguous(&mut bu.dk, shape);
-    let mut dv = Tensor4Mut::contiguous(&mut bu.dv, shape);
+    let mut dk = Tensor4Mut::contiguous(&mut bu.dk, kv_shape);
+    let mut dv = Tensor4Mut::contiguous(&mut bu.dv, kv_shape);
     let ctx = rt.context();
     let ev = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
     let (start, end) = (ev()?, ev()?);
@@ -137,8 +149,12 @@ fn time_row<T: Element>(
             times.push(ms);
         }
     }
-    let len = shape.iter().product::<usize>();
-    for (name, g) in [("dq", &bu.dq), ("dk", &bu.dk), ("dv", &bu.dv)] {
+    let (len, len_k): (usize, usize) = (shape.iter().product(), kv_shape.iter().product());
+    for (name, g, len) in [
+        ("dq", &bu.dq, len),
+        ("dk", &bu.dk, len_k),
+        ("dv", &bu.dv, len_k),
+    ] {
         let out: Vec<T> = stream.clone_dtoh(&g.slice(..len))?;
         let bad = out.iter().filter(|x| !x.to_f32().is_finite()).count();
         if bad > 0 {
@@ -152,59 +168,42 @@ fn time_row<T: Element>(
 fn sweep<T: Element>(
     rt: &FlashAttention,
     stream: &Arc<CudaStream>,
-    sw: &Sweep,
-    deterministic: bool,
+    (sw, rs, deterministic): (&Sweep, &BwdRows, bool),
     rows: &mut Vec<serde_json::Value>,
     flush: &mut Flush,
 ) -> Res<()> {
-    let mut bu = bufs::<T>(stream, 0xb4c4 ^ T::DTYPE as u64)?;
-    for &d in &sw.dims {
-        for &causal in &sw.causal {
-            for &n in &sw.seqs {
-                let (b, h) = (TOKENS / n.max(1), HIDDEN / d.max(1));
-                let fwd_flops = 4.0 * (b * h * n * n * d) as f64 / if causal { 2.0 } else { 1.0 };
-                let flops = 2.5 * fwd_flops;
-                let (mut med, mut min, mut error) = (f64::NAN, f64::NAN, None);
-                if n == 0 || d == 0 || TOKENS % n != 0 || HIDDEN % d != 0 {
-                    error = Some("seqlen must divide 16384 and d must divide 2048".to_string());
-                } else {
-                    let shape = [b, n, h, d];
-                    let t = time_row(
-                        rt,
-                        stream,
-                        &mut bu,
-                        shape,
-                        causal,
-                        deterministic,
-                        sw.iters,
-                        flush,
-                    );
-                    match t {
-                        Ok(t) => (med, min) = t,
-                        Err(e) => error = Some(e.to_string()),
-                    }
-                }
-                let tflops = flops / med / 1e9;
-                println!(
-                    "{:5} {:4} {:6} {:6} {:4} {:4} {:10.4} {:10.4} {:9.1}  {}",
-                    T::DTYPE.name(),
-                    d,
-                    causal as u8,
-                    n,
-                    b,
-                    h,
-                    med,
-                    min,
-                    tflops,
-                    error.as_deref().unwrap_or("")
-                );
-                rows.push(serde_json::json!({
-                    "backend": "flash_ptx", "dtype": T::DTYPE.name(), "d": d, "causal": causal,
-                    "n": n, "b": b, "h": h, "deterministic": deterministic,
-                    "bwd_ms": med, "bwd_ms_min": min, "bwd_tflops": tflops, "error": error,
-                }));
+    let list = rs.rows(sw);
+    let mut bu = bufs::<T>(stream, 0xb4c4 ^ T::DTYPE as u64, rs.sizes(&list))?;
+    for r in &list {
+        let (mut med, mut min, mut error) = (f64::NAN, f64::NAN, rs.invalid(r));
+        if error.is_none() {
+            let opts = with_splits(bwd_opts(deterministic), r.s);
+            match time_row((rt, stream), &mut bu, r, opts, sw.iters, flush) {
+                Ok(t) => (med, min) = t,
+                Err(e) => error = Some(e.to_string()),
             }
         }
+        let tflops = r.flops() / med / 1e9;
+        println!(
+            "{:5} {:4} {:6} {:6} {:4} {:4}{} {:10.4} {:10.4} {:9.1}  {}",
+            T::DTYPE.name(),
+            r.d,
+            r.causal as u8,
+            r.n,
+            r.b,
+            r.h,
+            rs.cols(Some(r)),
+            med,
+            min,
+            tflops,
+            error.as_deref().unwrap_or("")
+        );
+        rows.push(serde_json::json!({
+            "backend": "flash_ptx", "dtype": T::DTYPE.name(), "d": r.d, "causal": r.causal,
+            "n": r.n, "b": r.b, "h": r.h, "deterministic": deterministic,
+            "bwd_ms": med, "bwd_ms_min": min, "bwd_tflops": tflops, "error": error,
+            "heads_k": r.hk, "group_splits": r.s,
+        }));
     }
     Ok(())
 }
@@ -328,9 +327,10 @@ fn run() -> Res<()> {
     let gpu = ctx.name()?;
     let (maj, min) = ctx.compute_capability()?;
     let path = std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench_bwd.json".into());
+    let rs = BwdRows::from_env()?;
     let mut report = serde_json::json!({
         "gpu": gpu, "compute_capability": format!("{maj}.{min}"),
-        "tokens": TOKENS, "hidden": HIDDEN, "warmup": WARMUP, "smem_limit": rt.smem_limit(),
+        "tokens": rs.tokens, "hidden": HIDDEN, "warmup": WARMUP, "smem_limit": rt.smem_limit(),
         "smem_per_sm": rt.smem_per_sm(),
     });
     if env_flag("BENCH_MEM") {
@@ -348,33 +348,33 @@ fn run() -> Res<()> {
         };
         let mut flush = Flush::from_env(&stream)?;
         println!(
-            "flash-ptx backward ({mode}) on {gpu}: {TOKENS} tokens, hidden {HIDDEN}, median of {} calls; {}",
+            "flash-ptx backward ({mode}) on {gpu}: {}, median of {} calls; {}",
+            rs.describe(),
             sw.iters,
             flush.method()
         );
+        let gqa = rs.cols(None);
         println!(
-            "{:5} {:>4} {:>6} {:>6} {:>4} {:>4} {:>10} {:>10} {:>9}",
+            "{:5} {:>4} {:>6} {:>6} {:>4} {:>4}{gqa} {:>10} {:>10} {:>9}",
             "dtype", "d", "causal", "n", "b", "h", "ms", "ms_min", "TFLOP/s"
         );
-        let mut rows = Vec::new();
+        let (mut rows, cfg) = (Vec::new(), (&sw, &rs, deterministic));
         for dt in std::env::var("BENCH_DTYPE")
             .unwrap_or_else(|_| "bf16,f16".into())
             .split(',')
             .map(str::trim)
         {
             match dt {
-                "bf16" => {
-                    sweep::<half::bf16>(&rt, &stream, &sw, deterministic, &mut rows, &mut flush)?
-                }
-                "f16" => {
-                    sweep::<half::f16>(&rt, &stream, &sw, deterministic, &mut rows, &mut flush)?
-                }
+                "bf16" => sweep::<half::bf16>(&rt, &stream, cfg, &mut rows, &mut flush)?,
+                "f16" => sweep::<half::f16>(&rt, &stream, cfg, &mut rows, &mut flush)?,
                 other => eprintln!("skipping unknown dtype `{other}` (use bf16, f16)"),
             }
         }
         report["iters"] = sw.iters.into();
         report["timing"] = flush.method().into();
         report["deterministic"] = deterministic.into();
+        report["heads"] = serde_json::json!(rs.heads);
+        report["group_splits"] = serde_json::json!(rs.splits);
         report["rows"] = rows.into();
     }
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;

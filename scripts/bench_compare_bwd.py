@@ -16,6 +16,12 @@ inputs q, k, v, dO) and prints it next to ours.
 
 Without our JSON it still times the peers on the default sweep (filters: BENCH_D,
 BENCH_SEQ, BENCH_DTYPE, BENCH_CAUSAL, as for bench_bwd).
+
+Grouped-query rows (our rows with "heads_k" != "h", from bench_bwd's BENCH_HEADS): the
+peers get q, dO [b, h, n, d] and k, v [b, heads_k, n, d] and run SDPA with enable_gqa=True;
+a backend that raises records None (`*_bwd_ms`, `*_bwd_tflops`) and its error. Rows that
+differ only in "group_splits" (our split count) share one peer timing. MHA rows run as
+before. Env COMPARE_REP / COMPARE_WARMUP: do_bench's rep / warmup in ms (default 100 / 25).
 """
 import json
 import math
@@ -32,20 +38,31 @@ from bench_compare import DTYPES, PEERS, default_rows, flops_fwd, ratio
 GIB = float(1 << 30)
 
 
+WARMUP_MS = float(os.environ.get("COMPARE_WARMUP") or 25)
+REP_MS = float(os.environ.get("COMPARE_REP") or 100)
+
+
 def bench(fn):
-    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=WARMUP_MS, rep=REP_MS, return_mode="median")
 
 
-def peer_inputs(dtype, b, h, n, d):
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype, requires_grad=True)
-               for _ in range(3))
+def peer_inputs(dtype, b, h, n, d, hk=None):
+    if hk is None or hk == h:
+        q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype, requires_grad=True)
+                   for _ in range(3))
+    else:  # grouped-query: k, v with heads_k heads
+        q = torch.randn(b, h, n, d, device="cuda", dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(b, hk, n, d, device="cuda", dtype=dtype, requires_grad=True)
+                for _ in range(2))
     return q, k, v, torch.randn(b, h, n, d, device="cuda", dtype=dtype)
 
 
-def time_peer_bwd(backend, dtype, b, h, n, d, causal):
-    q, k, v, d_o = peer_inputs(dtype, b, h, n, d)
+def time_peer_bwd(backend, dtype, b, h, n, d, causal, hk=None):
+    q, k, v, d_o = peer_inputs(dtype, b, h, n, d, hk)
+    # MHA rows call SDPA exactly as before; GQA rows add enable_gqa
+    kw = {} if hk is None or hk == h else {"enable_gqa": True}
     with sdpa_kernel([backend]):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **kw)
 
     def run():
         q.grad = k.grad = v.grad = None
@@ -87,9 +104,27 @@ def main():
     else:
         print(f"note: {path} not found, timing the peers only", file=sys.stderr)
         rows = default_rows()
+    gqa_done = {}  # (shape, peer) -> (ms or None, error or None): rows differing in splits
     for r in rows:
         fb = 2.5 * flops_fwd(r["b"], r["h"], r["n"], r["d"], r["causal"])
+        hk = r.get("heads_k", r["h"])
+        gqa = hk != r["h"]
         for name, backend in PEERS.items():
+            if gqa:
+                key = (r["dtype"], r["d"], r["causal"], r["n"], r["b"], r["h"], hk, name)
+                if key not in gqa_done:
+                    try:
+                        gqa_done[key] = (time_peer_bwd(backend, DTYPES[r["dtype"]], r["b"], r["h"],
+                                                       r["n"], r["d"], r["causal"], hk), None)
+                    except Exception as e:  # noqa: BLE001 - record None and go on
+                        gqa_done[key] = (None, repr(e)[:160])
+                    torch.cuda.empty_cache()
+                ms, err = gqa_done[key]
+                r[f"{name}_bwd_ms"] = ms
+                r[f"{name}_bwd_tflops"] = fb / ms / 1e9 if ms else None
+                if err:
+                    r[f"{name}_error"] = err
+                continue
             try:
                 ms = time_peer_bwd(backend, DTYPES[r["dtype"]], r["b"], r["h"], r["n"], r["d"],
                                    r["causal"])
@@ -100,7 +135,8 @@ def main():
         ours_tf = r.get("bwd_tflops") if not r.get("error") else None
         r["ours_over_flash"] = ratio(ours_tf, r.get("sdpa_flash_bwd_tflops"))
         r["ours_over_cudnn"] = ratio(ours_tf, r.get("sdpa_cudnn_bwd_tflops"))
-        print(f"{r['dtype']:5} d={r['d']:3} causal={int(r['causal'])} n={r['n']:5}  "
+        heads = f"h={r['h']}/{hk} split={r.get('group_splits', 0)}  " if gqa else ""
+        print(f"{r['dtype']:5} d={r['d']:3} causal={int(r['causal'])} n={r['n']:5}  {heads}"
               f"ours {fmt(ours_tf):>7}  flash {fmt(r.get('sdpa_flash_bwd_tflops')):>7}  "
               f"cudnn {fmt(r.get('sdpa_cudnn_bwd_tflops')):>7} TFLOP/s   "
               f"ours/flash {fmt(r['ours_over_flash']):>5}  ours/cudnn {fmt(r['ours_over_cudnn']):>5}"

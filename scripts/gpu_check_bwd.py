@@ -59,7 +59,8 @@ def run(q, k, v, do, causal, deterministic, long=False):
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, sq), float("nan"), device=dev)
     base = {"seqlen_q": sq, "seqlen_k": sk, "head_dim": d, "heads": h, "heads_per_kv": h // hk,
-            "scale_log2": scale * LOG2E, "softmax_scale": scale}
+            "scale_log2": scale * LOG2E, "softmax_scale": scale,
+            "group_split_shift": 0, "dkv_partial": 0}  # (one CTA per group)
     vals = dict(base, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr())
     for n, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         strides(vals, n, t)

@@ -11,7 +11,8 @@ read from PTX_DIR/manifest.json: which kernel serves a problem (spec fields), it
 entry name, its parameters (order, names, numpy types), its block, its grid (the formula
 strings, evaluated here), its dynamic shared memory and whether the opt-in is needed. The
 only knowledge outside the manifest is the order of the backward passes (README, "Kernels"):
-bwdpre -> bwd -> bwdpost (atomic), or bwdpre -> bwd -> bwddq (deterministic).
+bwdpre -> bwd -> bwdpost (atomic), or bwdpre -> bwd -> bwddq (deterministic), with
+bwdkvsum after bwd when a grouped-query case splits its group (here: two CTAs per group).
 
 Per case: max abs and rel-L2 of ours vs SDPA in the same dtype (q, k, v transposed to
 [b, h, s, d]), and, for scale, of each vs SDPA in float64. Exits non-zero when ours differs
@@ -81,7 +82,7 @@ class Manifest:
 
 
 def evaluate(formula, names):
-    """A grid formula such as `ceil(seqlen_q / block_m)`: names, integers, + - * /, ceil()."""
+    """A grid formula such as `ceil(seqlen_q / block_m)`: names, integers, + - * / <<, ceil()."""
     def ev(n):
         if isinstance(n, ast.Expression):
             return ev(n.body)
@@ -98,7 +99,8 @@ def evaluate(formula, names):
 
 
 OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-       ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+       ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+       ast.LShift: lambda a, b: Fraction(int(a) << int(b))}
 STRIDES = {"batch_stride": 0, "row_stride": 1, "head_stride": 2}
 
 
@@ -121,7 +123,10 @@ def ours(man, q, k, v, do, causal, deterministic):
     sk, hk = k.shape[1], k.shape[2]
     scale = 1.0 / math.sqrt(d)
     sizes = dict(batch=b, seqlen_q=sq, seqlen_k=sk, heads=h, heads_k=hk, head_dim=d,
-                 heads_per_kv=h // hk, scale_log2=scale * LOG2E, softmax_scale=scale)
+                 heads_per_kv=h // hk, scale_log2=scale * LOG2E, softmax_scale=scale,
+                 # grouped-query: two CTAs per group (f32 partials, then bwdkvsum), as the
+                 # manifest's kernel_choice note describes
+                 group_split_shift=1 if h // hk >= 2 else 0)
     o = torch.full_like(q, float("nan"))
     lse = torch.full((b, h, sq), float("nan"), device=q.device)
     t = dict(q=q, k=k, v=v, o=o, lse=lse)
@@ -131,7 +136,11 @@ def ours(man, q, k, v, do, causal, deterministic):
     t.update(do=do, dq=torch.full_like(q, float("nan")), dk=torch.full_like(k, float("nan")),
              dv=torch.full_like(v, float("nan")), dvec=torch.empty((b, h, sq), device=q.device),
              dq_accum=None if deterministic else torch.empty((b, h, (sq + 15) // 16 * 16, d), device=q.device))
-    passes = ["bwd_pre", "bwd", "bwd_dq" if deterministic else "bwd_post"]
+    splits = 1 << sizes["group_split_shift"]
+    t.update(dkv_partial=torch.full((splits, 2, b, sk, hk, d), float("nan"), device=q.device)
+             if splits > 1 else None)
+    passes = ["bwd_pre", "bwd"] + (["bwd_kv_sum"] if splits > 1 else [])
+    passes += ["bwd_dq" if deterministic else "bwd_post"]
     for p in passes:
         kern = man.pick(p, d, q.dtype, causal and p in ("bwd", "bwd_dq"), sq, not deterministic)
         used.append(man.launch(kern, t, sizes))

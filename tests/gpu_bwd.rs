@@ -44,7 +44,7 @@ enum Layout {
 }
 
 /// (batch, seqlen_q, seqlen_k, heads, heads_k, layout)
-const SHAPES: [(usize, usize, usize, usize, usize, Layout); 13] = [
+const SHAPES: [(usize, usize, usize, usize, usize, Layout); 15] = [
     (2, 1, 1, 2, 2, Layout::Contiguous),
     (1, 17, 17, 4, 2, Layout::Padded),
     (2, 128, 128, 8, 2, Layout::Contiguous), // GQA 8/2
@@ -58,6 +58,8 @@ const SHAPES: [(usize, usize, usize, usize, usize, Layout); 13] = [
     (2, 300, 300, 4, 4, Layout::Packed),
     (1, 5, 0, 2, 2, Layout::Padded), // no keys: dq = 0 (zero-filled)
     (2, 0, 7, 2, 1, Layout::Contiguous), // no queries: dk = dv = 0 (zero-filled)
+    (1, 257, 300, 28, 4, Layout::Padded), // GQA 7: splits that do not divide the group
+    (2, 64, 65, 16, 1, Layout::Contiguous), // MQA 16: up to 16 splits
 ];
 
 #[derive(Clone, Copy, Debug)]
@@ -68,6 +70,9 @@ struct Case {
     shape: Shape,
     layout: Layout,
     deterministic: bool,
+    /// The grouped-query split ([`BwdOptions::group_splits`]): automatic, one CTA per
+    /// group, or two (rotating over the cases).
+    group_splits: Option<u32>,
     seed: u64,
 }
 
@@ -185,6 +190,10 @@ fn run_case<T: Element>(
             true => BwdOptions::deterministic(),
             false => BwdOptions::default(),
         };
+        let opts = match c.group_splits {
+            Some(n) => opts.with_group_splits(n),
+            None => opts,
+        };
         // atomic mode allocates its scratch; deterministic mode reuses one
         let s = deterministic.then_some(&mut scratch);
         let o = po.view(&o_buf);
@@ -284,6 +293,7 @@ fn cases() -> Vec<Case> {
                         layout,
                         // a rotating third of the cases also runs deterministic mode
                         deterministic: (n + n / SHAPES.len() as u64) % 3 == 0,
+                        group_splits: [None, Some(1), Some(2)][(n / 7 % 3) as usize],
                         seed: 0xb0d ^ (n << 20),
                     });
                 }
@@ -303,7 +313,7 @@ fn backward_matches_f64_reference() {
     for c in &all {
         let s = c.shape;
         let desc = format!(
-            "d={:3} {:4} {:6} b={} sq={:4} sk={:4} h={} hk={} {:10} {}",
+            "d={:3} {:4} {:6} b={} sq={:4} sk={:4} h={} hk={} {:10} {} splits {:?}",
             c.d,
             c.dtype.name(),
             if c.causal { "causal" } else { "full" },
@@ -317,7 +327,8 @@ fn backward_matches_f64_reference() {
                 "atomic+det"
             } else {
                 "atomic"
-            }
+            },
+            c.group_splits
         );
         let res = match c.dtype {
             DType::F16 => run_case::<half::f16>(&rt, &stream, c),

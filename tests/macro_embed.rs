@@ -95,9 +95,9 @@ fn the_product_of_the_lists_in_spec_order() {
         .into_iter()
         .filter(|s| [32, 256].contains(&s.head_dim) && dense(s))
         .collect();
-    // 32 standard kernels, plus the d256 forward's 4 compact ones and the d256 backward's
-    // 8 (bwd and bwddq) for 99 KiB GPUs (RTX 30/40)
-    assert_eq!(wide::KERNELS.len(), 44);
+    // 32 standard kernels, the grouped-query split's 4 bwdkvsum, plus the d256 forward's 4
+    // compact ones and the d256 backward's 8 (bwd and bwddq) for 99 KiB GPUs (RTX 30/40)
+    assert_eq!(wide::KERNELS.len(), 48);
     assert_eq!(
         wide::KERNELS
             .iter()

@@ -72,6 +72,7 @@ fn bwd(
             ptr: 0xb000_0000,
             len: need.dq_accum,
         }),
+        dkv_partial: None,
     };
     let opts = match det {
         true => BwdOptions::deterministic(),

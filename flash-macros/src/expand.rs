@@ -90,6 +90,7 @@ fn spec_expr(spec: &KernelSpec) -> TokenStream {
         Pass::Bwd => quote!(Bwd),
         Pass::BwdDq => quote!(BwdDq),
         Pass::BwdPost => quote!(BwdPost),
+        Pass::BwdKvSum => quote!(BwdKvSum),
         Pass::FwdSplit => quote!(FwdSplit),
         Pass::FwdCombine => quote!(FwdCombine),
         Pass::FwdPaged => quote!(FwdPaged),

@@ -30,9 +30,10 @@ mod tests;
 /// }
 ///
 /// // 2 head dims x 2 causal: 4 forward kernels; per head dim, bwd and bwddq (x 2 causal)
-/// // and bwdpre, bwdpost (no causal variant): 12 backward kernels; d128's bwd also in
-/// // its long-sequence tiling and its compact one for 99 KiB GPUs (x 2 causal each).
-/// assert_eq!(attn::KERNELS.len(), 20);
+/// // and bwdpre, bwdpost, bwdkvsum (no causal variant): 14 backward kernels; d128's bwd
+/// // also in its long-sequence tiling and its compact one for 99 KiB GPUs (x 2 causal
+/// // each).
+/// assert_eq!(attn::KERNELS.len(), 22);
 /// assert_eq!(
 ///     attn::FA2_BWD_D128_BF16_CAUSAL_LONG_SM80.spec().tiling,
 ///     flash_ptx::codegen::Tiling::Long

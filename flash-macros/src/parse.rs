@@ -217,9 +217,13 @@ fn product(a: &Args) -> BTreeSet<KernelSpec> {
                     for &p in &a.passes {
                         let passes: &[Pass] = match p {
                             Passes::Fwd | Passes::FwdLocal => &[Pass::Fwd],
-                            Passes::Bwd | Passes::BwdLocal => {
-                                &[Pass::BwdPre, Pass::Bwd, Pass::BwdDq, Pass::BwdPost]
-                            }
+                            Passes::Bwd | Passes::BwdLocal => &[
+                                Pass::BwdPre,
+                                Pass::Bwd,
+                                Pass::BwdDq,
+                                Pass::BwdPost,
+                                Pass::BwdKvSum,
+                            ],
                             Passes::KvCache | Passes::KvCacheLocal => {
                                 &[Pass::FwdSplit, Pass::FwdCombine]
                             }

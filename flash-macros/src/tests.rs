@@ -60,9 +60,9 @@ fn lists_make_the_product_and_bwd_brings_every_backward_kernel() {
     })
     .unwrap();
     let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
-    // Per head dim and dtype: fwd x2, bwdpre, bwd x2, bwddq x2, bwdpost; d128's bwd
-    // also in its long and its compact tiling (x2 causal each).
-    assert_eq!(names.len(), 2 * 2 * 8 + 2 * 2 * 2);
+    // Per head dim and dtype: fwd x2, bwdpre, bwd x2, bwddq x2, bwdpost, bwdkvsum; d128's
+    // bwd also in its long and its compact tiling (x2 causal each).
+    assert_eq!(names.len(), 2 * 2 * 9 + 2 * 2 * 2);
     assert!(names.contains(&"fa2_bwd_d128_f16_causal_long_sm80".to_string()));
     assert!(names.contains(&"fa2_bwd_d128_bf16_compact_sm80".to_string()));
     assert!(
@@ -78,7 +78,7 @@ fn lists_make_the_product_and_bwd_brings_every_backward_kernel() {
             .iter()
             .any(|n| n.contains("bwdpre") && n.contains("causal"))
     );
-    assert_eq!(names.last().unwrap(), "fa2_bwdpost_d128_bf16_sm80");
+    assert_eq!(names.last().unwrap(), "fa2_bwdkvsum_d128_bf16_sm80");
 }
 
 #[test]
@@ -97,6 +97,7 @@ fn trailing_commas_and_single_item_lists_are_fine() {
             "fa2_bwddq_d256_bf16_causal_sm80",
             "fa2_bwddq_d256_bf16_causal_compact_sm80",
             "fa2_bwdpost_d256_bf16_sm80",
+            "fa2_bwdkvsum_d256_bf16_sm80",
         ]
     );
 }
@@ -215,6 +216,7 @@ fn alibi_brings_its_kernels_and_the_plain_helpers() {
             "fa2_bwd_d64_bf16_causal_alibi_sm80",
             "fa2_bwddq_d64_bf16_causal_alibi_sm80",
             "fa2_bwdpost_d64_bf16_sm80",
+            "fa2_bwdkvsum_d64_bf16_sm80",
             // (kvcache: no prefill row under ALiBi; the combine plain)
             "fa2_fwdsplit_d64_bf16_causal_alibi_sm80",
             "fa2_fwdsplit_d64_bf16_causal_alibi_long_sm80",

@@ -82,7 +82,7 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
         Pass::FwdSplit => "`passes = kvcache`",
         Pass::FwdPaged => "`passes = paged`",
         Pass::FwdCombine => "`passes = kvcache` (or `paged`)",
-        Pass::BwdPre | Pass::Bwd | Pass::BwdDq | Pass::BwdPost => "`passes = bwd`",
+        Pass::BwdPre | Pass::Bwd | Pass::BwdDq | Pass::BwdPost | Pass::BwdKvSum => "`passes = bwd`",
         Pass::FwdVarlen => "`passes = varlen`",
         Pass::BwdPreVarlen | Pass::BwdVarlen | Pass::BwdDqVarlen | Pass::BwdPostVarlen => {
             "`passes = varlen_bwd`"

@@ -16,7 +16,8 @@ flash_ptx::flash_kernel! {
 }
 
 fn main() {
-    assert_eq!(attn::KERNELS.len(), 20); // (the d128 backward's 2 compact kernels among them)
+    // (the d128 backward's 2 compact kernels and the 2 bwdkvsum among them)
+    assert_eq!(attn::KERNELS.len(), 22);
     let _: fn(&flash_ptx::runtime::FlashAttention) = attn::register;
     let _: fn(usize) -> flash_ptx::runtime::Result<flash_ptx::runtime::FlashAttention> =
         attn::on_device;

@@ -68,6 +68,7 @@ pub fn atomic_bwd_args(
             ptr: ACC,
             len: b * sq.div_ceil(16) * 16 * h * d,
         }),
+        dkv_partial: None,
     };
     let modes = (AttnParams::new(), BwdOptions::new());
     bwd_args(

@@ -51,6 +51,12 @@ pub const DQ_ACCUM: Arg<B64> = Arg::ptr("dq_accum");
 pub const O_ACCUM: Arg<B64> = Arg::ptr("o_accum");
 /// The split-KV forward's partial LSEs, f32 (see [`super::decode`]).
 pub const LSE_ACCUM: Arg<B64> = Arg::ptr("lse_accum");
+/// The grouped-query backward's f32 partial dK and dV per split (see
+/// [`GROUP_SPLIT_SHIFT`]), or 0.
+pub const DKV_PARTIAL: Arg<B64> = Arg::ptr("dkv_partial");
+/// log2 of the CTAs sharing the query heads of each (key block, kv head) in the backward
+/// main pass (a power of two: the kernels divide by shifting).
+pub const GROUP_SPLIT_SHIFT: Arg<B32> = Arg::u32("group_split_shift");
 /// Valid keys per sequence, i32 `[batch]`, or 0.
 pub const SEQLENS_K: Arg<B64> = Arg::ptr("seqlens_k");
 /// Key-range splits per (batch, KV head).

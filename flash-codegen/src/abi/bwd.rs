@@ -3,8 +3,8 @@
 //! contiguous f32.
 
 use super::args::{
-    DK, DO, DQ, DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2,
-    SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, V,
+    DK, DKV_PARTIAL, DO, DQ, DQ_ACCUM, DV, DVEC, GROUP_SPLIT_SHIFT, HEAD_DIM, HEADS, HEADS_PER_KV,
+    K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, V,
 };
 use super::{ParamDesc, cat};
 
@@ -51,14 +51,46 @@ const BWD_HEAD: [ParamDesc; 15] = [
     SOFTMAX_SCALE.desc("softmax scale (dK = scale * dS^T Q)"),
 ];
 
-/// Main backward pass: one CTA per (key block, kv head, batch).
-/// Grid: [ceil(seqlen_k / block_n), heads_k, batch].
-pub const BWD_PARAMS: [ParamDesc; 33] = cat(
+const GROUP_SPLIT_SHIFT_DESC: ParamDesc = GROUP_SPLIT_SHIFT.desc(
+    "log2 of group_splits, the CTAs sharing the query heads of each (key block, kv head) (a power of two, at most heads_per_kv): split s takes heads s, s + group_splits, ... of the group; grid y = heads_k * group_splits, y = kv_head * group_splits + s. 0 (one split): dK and dV written directly; more: each split writes f32 partials to dkv_partial and bwdkvsum adds them",
+);
+const DKV_PARTIAL_DESC: ParamDesc = DKV_PARTIAL.desc(
+    "f32 partial dK (scaled) and dV of each split, group_splits * 2 * batch * seqlen_k * heads_k * head_dim elements: [split, (dK, dV), batch, seqlen_k, heads_k, head_dim], contiguous (may be 0 when group_split_shift = 0)",
+);
+
+/// Main backward pass: one CTA per (key block, kv head, batch) and group split.
+/// Grid: [ceil(seqlen_k / block_n), heads_k * group_splits, batch], group_splits = 1 <<
+/// group_split_shift.
+pub const BWD_PARAMS: [ParamDesc; 36] = cat(
     BWD_HEAD,
-    cat::<9, 9, 18>(
-        cat::<3, 6, 9>(Q.strides(), cat::<3, 3, 6>(K.strides(), V.strides())),
-        cat::<3, 6, 9>(DO.strides(), cat::<3, 3, 6>(DK.strides(), DV.strides())),
+    cat::<18, 3, 21>(
+        cat::<9, 9, 18>(
+            cat::<3, 6, 9>(Q.strides(), cat::<3, 3, 6>(K.strides(), V.strides())),
+            cat::<3, 6, 9>(DO.strides(), cat::<3, 3, 6>(DK.strides(), DV.strides())),
+        ),
+        [
+            HEADS.desc("number of query heads (heads_k * heads_per_kv)"),
+            GROUP_SPLIT_SHIFT_DESC,
+            DKV_PARTIAL_DESC,
+        ],
     ),
+);
+
+/// Grouped-query split's sum: dK and dV = the sum of the splits' f32 partials, in split
+/// order (bitwise reproducible), converted to the element type.
+/// Grid: [ceil(seqlen_k / block_m), heads_k, batch].
+pub const BWD_KV_SUM_PARAMS: [ParamDesc; 12] = cat(
+    [
+        DKV_PARTIAL_DESC,
+        DK.ptr
+            .desc("dK [batch, seqlen_k, heads_k, head_dim] (written)"),
+        DV.ptr
+            .desc("dV [batch, seqlen_k, heads_k, head_dim] (written)"),
+        SEQLEN_K.desc("key/value sequence length"),
+        HEAD_DIM.desc("the problem's head dim"),
+        GROUP_SPLIT_SHIFT_DESC,
+    ],
+    cat::<3, 3, 6>(DK.strides(), DV.strides()),
 );
 
 /// Deterministic dQ: one CTA per (query block, head, batch), no atomics.

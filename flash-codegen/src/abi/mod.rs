@@ -19,12 +19,12 @@ mod tests;
 mod types;
 pub mod varlen;
 pub use args::{
-    ALIBI_BATCH_STRIDE, ALIBI_SLOPES, BLOCK_TABLE, CU_SEQLENS_K, CU_SEQLENS_Q, DK, DO, DQ,
-    DQ_ACCUM, DV, DVEC, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM, MAX_PAGES, NUM_PAGES,
-    NUM_SPLITS, O, O_ACCUM, PAGE_SHIFT, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SEQLENS_K, SOFTCAP,
-    SOFTMAX_SCALE, TENSORS, TOTAL_K, TOTAL_Q, V, WINDOW_LEFT, WINDOW_RIGHT,
+    ALIBI_BATCH_STRIDE, ALIBI_SLOPES, BLOCK_TABLE, CU_SEQLENS_K, CU_SEQLENS_Q, DK, DKV_PARTIAL, DO,
+    DQ, DQ_ACCUM, DV, DVEC, GROUP_SPLIT_SHIFT, HEAD_DIM, HEADS, HEADS_PER_KV, K, LSE, LSE_ACCUM,
+    MAX_PAGES, NUM_PAGES, NUM_SPLITS, O, O_ACCUM, PAGE_SHIFT, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q,
+    SEQLENS_K, SOFTCAP, SOFTMAX_SCALE, TENSORS, TOTAL_K, TOTAL_Q, V, WINDOW_LEFT, WINDOW_RIGHT,
 };
-pub use bwd::{BWD_DQ_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
+pub use bwd::{BWD_DQ_PARAMS, BWD_KV_SUM_PARAMS, BWD_PARAMS, BWD_POST_PARAMS, BWD_PRE_PARAMS};
 pub use decode::{FWD_COMBINE_PARAMS, FWD_PAGED_PARAMS, FWD_SPLIT_PARAMS};
 pub use fwd::{ALIBI_PARAMS, FWD_PARAMS, SOFTCAP_PARAMS, WINDOW_PARAMS};
 pub use types::{AbiTy, Arg, ArgKind, TensorArgs};
@@ -87,6 +87,7 @@ pub fn params(pass: Pass) -> &'static [ParamDesc] {
         Pass::Bwd => &BWD_PARAMS,
         Pass::BwdDq => &BWD_DQ_PARAMS,
         Pass::BwdPost => &BWD_POST_PARAMS,
+        Pass::BwdKvSum => &BWD_KV_SUM_PARAMS,
         Pass::FwdSplit => &FWD_SPLIT_PARAMS,
         Pass::FwdCombine => &FWD_COMBINE_PARAMS,
         Pass::FwdPaged => &FWD_PAGED_PARAMS,
@@ -144,7 +145,16 @@ pub fn launch(plan: &KernelPlan) -> Launch {
         },
         Pass::Bwd => Launch {
             block: [t.threads(), 1, 1],
-            grid: ["ceil(seqlen_k / block_n)", "heads_k", "batch"],
+            grid: [
+                "ceil(seqlen_k / block_n)",
+                "heads_k << group_split_shift",
+                "batch",
+            ],
+            dynamic_smem_bytes: plan.smem.bytes,
+        },
+        Pass::BwdKvSum => Launch {
+            block: [t.threads(), 1, 1],
+            grid: ["ceil(seqlen_k / block_m)", "heads_k", "batch"],
             dynamic_smem_bytes: plan.smem.bytes,
         },
         Pass::FwdSplit | Pass::FwdPaged => Launch {
@@ -177,7 +187,8 @@ pub fn launch(plan: &KernelPlan) -> Launch {
 /// The grid of a pass for a problem (batch, seqlen_q, seqlen_k, heads, heads_k; for a
 /// varlen pass the longest sequences, `max_seqlen_q` and `max_seqlen_k`); `None` for the
 /// split-KV passes, whose grids also take the split count ([`decode::split_grid`],
-/// [`decode::combine_grid`]).
+/// [`decode::combine_grid`]). [`Pass::Bwd`]'s is the grid of one group split: with
+/// `1 << group_split_shift` of them its y is `heads_k << group_split_shift`.
 pub fn grid(
     spec: &KernelSpec,
     batch: u32,
@@ -189,6 +200,7 @@ pub fn grid(
     let t = spec.tiles();
     match spec.pass {
         Pass::Bwd | Pass::BwdVarlen => Some([seqlen_k.div_ceil(t.block_n()), heads_k, batch]),
+        Pass::BwdKvSum => Some([seqlen_k.div_ceil(t.block_m()), heads_k, batch]),
         Pass::FwdSplit | Pass::FwdCombine | Pass::FwdPaged => None,
         _ => Some([seqlen_q.div_ceil(t.block_m()), heads, batch]),
     }

@@ -16,6 +16,7 @@ fn handles() -> Vec<(&'static str, AbiTy)> {
         BLOCK_TABLE,
         CU_SEQLENS_Q,
         CU_SEQLENS_K,
+        DKV_PARTIAL,
     ];
     let b64 = b64.map(|a| (a.name(), a.ty()));
     let b32 = [
@@ -30,6 +31,7 @@ fn handles() -> Vec<(&'static str, AbiTy)> {
         NUM_PAGES,
         TOTAL_Q,
         TOTAL_K,
+        GROUP_SPLIT_SHIFT,
     ];
     let b32 = b32.map(|a| (a.name(), a.ty()));
     let f32 = [SCALE_LOG2, SOFTMAX_SCALE].map(|a| (a.name(), a.ty()));

@@ -3,6 +3,7 @@
 //! architecture's kernels (`sm80`: mma.sync, ldmatrix, cp.async).
 
 pub mod bwd_elementwise;
+pub mod bwd_kv_sum;
 pub mod combine;
 pub mod mask;
 pub mod params;

@@ -33,6 +33,9 @@ pub enum Pass {
     BwdDq,
     /// Backward postprocess: dQ = dq_accum * softmax_scale, converted to the element type.
     BwdPost,
+    /// The grouped-query backward's last step when [`Pass::Bwd`] splits a group's query
+    /// heads over several CTAs: dK and dV = the sum of their f32 partials, in split order.
+    BwdKvSum,
     /// Split-KV forward against a KV cache (decode, speculative verification, chunked
     /// prefill): the query heads of a KV group packed into one tile's rows, per-sequence
     /// key counts (`seqlens_k`), the key range split across `num_splits` CTAs, each writing
@@ -63,12 +66,13 @@ pub enum Pass {
 
 impl Pass {
     /// Every pass, in generation order.
-    pub const ALL: [Pass; 13] = [
+    pub const ALL: [Pass; 14] = [
         Pass::Fwd,
         Pass::BwdPre,
         Pass::Bwd,
         Pass::BwdDq,
         Pass::BwdPost,
+        Pass::BwdKvSum,
         Pass::FwdSplit,
         Pass::FwdCombine,
         Pass::FwdPaged,
@@ -79,7 +83,7 @@ impl Pass {
         Pass::BwdPostVarlen,
     ];
     /// The pass's part of a kernel name (`fwd`, `bwdpre`, `bwd`, `bwddq`, `bwdpost`,
-    /// `fwdsplit`, `fwdcombine`).
+    /// `bwdkvsum`, `fwdsplit`, `fwdcombine`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Pass::Fwd => "fwd",
@@ -87,6 +91,7 @@ impl Pass {
             Pass::Bwd => "bwd",
             Pass::BwdDq => "bwddq",
             Pass::BwdPost => "bwdpost",
+            Pass::BwdKvSum => "bwdkvsum",
             Pass::FwdSplit => "fwdsplit",
             Pass::FwdCombine => "fwdcombine",
             Pass::FwdPaged => "fwdpaged",

@@ -162,8 +162,9 @@ mod tests {
         // and fwdpaged 96 each, standard, long and compact: masks none and causal); the
         // backward's 254 compact ones within 99 KiB (bwd and bwdvarlen d96-d256, bwddq and
         // bwddqvarlen d224-d256, under every mask and modifier: 64 of them ALiBi's; not the
-        // windowed bwdvarlen d128, whose standard row is the compact one)
-        assert_eq!(KernelSpec::all().len(), 1984);
+        // windowed bwdvarlen d128, whose standard row is the compact one); the grouped-query
+        // split's 16 bwdkvsum (every head dim and dtype)
+        assert_eq!(KernelSpec::all().len(), 2000);
         let alibi: Vec<KernelSpec> = KernelSpec::all()
             .into_iter()
             .filter(|s| s.scores == Scores::Alibi)

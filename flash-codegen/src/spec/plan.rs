@@ -99,7 +99,7 @@ mod tests {
                 }
                 Pass::BwdDq => 2 * t.block_m * row + 2 * t.stages * t.block_n * row,
                 Pass::FwdCombine => t.warps * s.head_dim * 4,
-                Pass::BwdPre | Pass::BwdPost => 0,
+                Pass::BwdPre | Pass::BwdPost | Pass::BwdKvSum => 0,
                 p => unreachable!("{p:?}"),
             };
             assert_eq!(smem.bytes, want, "{s}");

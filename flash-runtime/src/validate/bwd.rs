@@ -16,6 +16,7 @@ use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::fwd::check_lse;
 use super::modifiers::{AlibiDesc, call_scores, check_window_lengths, modifier_param};
+use super::split_rule::GpuFill;
 use super::{
     BufDesc, LaunchPlan, ParamValue, TensorDesc, bind_spec_params, check_dtypes, check_grid,
     check_problem, contiguous_runs, launch, place, prod, shape_err, tensor_param, u32_of,
@@ -23,15 +24,19 @@ use super::{
 use crate::error::{FlashError, Result};
 use crate::params::{AttnParams, BwdOptions};
 
-/// The backward's scratch buffers: D (f32 `[batch, heads, seqlen_q]`) and, in atomic mode,
-/// the dQ accumulator (f32, `batch * heads * 16 ceil(seqlen_q / 16) * head_dim` elements in
-/// the kernels' fragment order: opaque scratch).
+/// The backward's scratch buffers: D (f32 `[batch, heads, seqlen_q]`), in atomic mode the
+/// dQ accumulator (f32, `batch * heads * 16 ceil(seqlen_q / 16) * head_dim` elements in
+/// the kernels' fragment order: opaque scratch) and, when the main pass splits a
+/// grouped-query group over several CTAs, their f32 partial dK and dV.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScratchDesc {
     /// D = rowsum(dO * O).
     pub dvec: BufDesc,
     /// The dQ accumulator; not used (may be `None`) in deterministic mode.
     pub dq_accum: Option<BufDesc>,
+    /// The group splits' partial dK and dV ([`ScratchNeed::dkv_partial`]); not used (may
+    /// be `None`) with one split.
+    pub dkv_partial: Option<BufDesc>,
 }
 
 /// Scratch a backward call needs, in f32 elements.
@@ -42,6 +47,10 @@ pub struct ScratchNeed {
     /// `batch * heads * 16 ceil(seqlen_q / 16) * head_dim` in atomic mode (whole 16-row tiles),
     /// 0 in deterministic mode.
     pub dq_accum: usize,
+    /// `splits * 2 * batch * seqlen_k * heads_k * head_dim` when the main pass splits each
+    /// grouped-query group over `splits > 1` CTAs ([`crate::BwdOptions::group_splits`]),
+    /// else 0.
+    pub dkv_partial: usize,
 }
 
 impl ScratchNeed {
@@ -56,12 +65,32 @@ impl ScratchNeed {
             } else {
                 prod(&[b, sq.div_ceil(16), 16, h, d])
             },
+            dkv_partial: 0,
+        }
+    }
+
+    /// [`ScratchNeed::of`] plus the partial dK and dV of `splits` group splits of a
+    /// problem with k of shape `k_shape` (`[batch, seqlen_k, heads_k, head_dim]`; none for
+    /// one split).
+    pub fn with_splits(self, k_shape: [usize; 4], splits: u32) -> Self {
+        let dkv_partial = match splits {
+            0 | 1 => 0,
+            s => prod(&[
+                s as usize, 2, k_shape[0], k_shape[1], k_shape[2], k_shape[3],
+            ]),
+        };
+        ScratchNeed {
+            dkv_partial,
+            ..self
         }
     }
 
     /// Bytes of device memory (f32 elements times 4, saturating).
     pub fn bytes(&self) -> usize {
-        self.dvec.saturating_add(self.dq_accum).saturating_mul(4)
+        self.dvec
+            .saturating_add(self.dq_accum)
+            .saturating_add(self.dkv_partial)
+            .saturating_mul(4)
     }
 }
 
@@ -111,8 +140,9 @@ pub struct ZeroFill {
 /// A checked backward call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BwdPlan {
-    /// Kernel launches in order: `BwdPre`, `Bwd`, then `BwdPost` (atomic mode) or `BwdDq`
-    /// (deterministic mode); empty when the problem is empty.
+    /// Kernel launches in order: `BwdPre`, `Bwd`, `BwdKvSum` (only with more than one
+    /// group split), then `BwdPost` (atomic mode) or `BwdDq` (deterministic mode); empty
+    /// when the problem is empty.
     pub launches: Vec<LaunchPlan>,
     /// Gradients to zero-fill instead (only when `launches` is empty).
     pub zero_fill: Vec<ZeroFill>,
@@ -146,6 +176,12 @@ fn same_shape(name: &str, t: &TensorDesc, like: &str, want: [usize; 4], dims: &s
 
 /// Scratch checks; returns the `dvec` and `dq_accum` pointers (0 where unused).
 pub(crate) fn check_scratch(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64)> {
+    check_scratch_all(s, need).map(|(dvec, acc, _)| (dvec, acc))
+}
+
+/// Scratch checks; returns the `dvec`, `dq_accum` and `dkv_partial` pointers (0 where
+/// unused).
+pub(crate) fn check_scratch_all(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64, u64)> {
     let check = |buffer: &'static str, b: &BufDesc, needed: usize| -> Result<u64> {
         if b.len < needed {
             return Err(FlashError::ScratchTooSmall {
@@ -163,19 +199,83 @@ pub(crate) fn check_scratch(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64,
         Ok(b.ptr)
     };
     let dvec = check("dvec", &s.dvec, need.dvec)?;
-    let acc = match (need.dq_accum, &s.dq_accum) {
-        (0, _) => 0, // deterministic mode: the kernels get 0
-        (needed, Some(b)) => check("dq_accum", b, needed)?,
-        (needed, None) => {
-            return Err(FlashError::ScratchTooSmall {
-                buffer: "dq_accum",
-                needed,
-                available: 0,
-            });
+    let optional = |buffer: &'static str, b: &Option<BufDesc>, needed: usize| match (needed, b) {
+        (0, _) => Ok(0), // not used: the kernels get 0
+        (needed, Some(b)) => check(buffer, b, needed),
+        (needed, None) => Err(FlashError::ScratchTooSmall {
+            buffer,
+            needed,
+            available: 0,
+        }),
+    };
+    let acc = optional("dq_accum", &s.dq_accum, need.dq_accum)?;
+    let partial = optional("dkv_partial", &s.dkv_partial, need.dkv_partial)?;
+    Ok((dvec, acc, partial))
+}
+
+/// The power of two of group splits the main pass runs with (its
+/// [`abi::GROUP_SPLIT_SHIFT`]): at most the group (`heads / heads_k`) and at most
+/// `opts.group_splits` when given. Automatic (`None`), with `sms` streaming
+/// multiprocessors (0: unknown, one split): the fewest splits that give the main pass
+/// [`SPLIT_TARGET_CTAS_PER_SM`] CTAs per SM, `ctas = ceil(seqlen_k / block_n) * heads_k *
+/// batch` of them unsplit.
+pub fn group_split_shift(
+    main: &KernelSpec,
+    k_shape: [usize; 4],
+    group: usize,
+    opts: &BwdOptions,
+    sms: u32,
+) -> u32 {
+    let cap = match opts.group_splits {
+        Some(n) => (n.max(1) as usize).min(group),
+        None if sms == 0 => 1,
+        None => {
+            let [b, sk, hk, _] = k_shape;
+            let ctas = sk
+                .div_ceil(main.tiles().block_n() as usize)
+                .saturating_mul(hk)
+                .saturating_mul(b);
+            let want = (sms as usize).saturating_mul(SPLIT_TARGET_CTAS_PER_SM);
+            let mut s = 1;
+            while s < group && ctas.saturating_mul(s) < want {
+                s *= 2;
+            }
+            s.min(group)
         }
     };
-    Ok((dvec, acc))
+    // the largest power of two at most the cap
+    usize::BITS - 1 - cap.max(1).leading_zeros()
 }
+
+/// The scratch of a backward call with q of shape `q_shape` and k of shape `k_shape` in
+/// `opts`' mode, its group split chosen as for the plain (unmasked, unmodified) kernels
+/// of `arch` on `gpu` ([`group_split_shift`]); `None` for a head dim without kernels.
+pub fn bwd_scratch_need(
+    (q_shape, k_shape): ([usize; 4], [usize; 4]),
+    opts: &BwdOptions,
+    arch: Arch,
+    gpu: GpuFill,
+) -> Option<ScratchNeed> {
+    let [_, sq, h, d] = q_shape;
+    let hk = k_shape[2].max(1);
+    let kernel_d = KernelSpec::kernel_head_dim(u32::try_from(d).ok()?)?;
+    let main = KernelSpec {
+        pass: Pass::Bwd,
+        head_dim: kernel_d,
+        dtype: flash_codegen::DType::Bf16,
+        mask: Mask::None,
+        scores: flash_codegen::Scores::Plain,
+        tiling: Tiling::Standard,
+        arch,
+    }
+    .for_seqlen(sq, !opts.deterministic)
+    .for_smem(gpu.smem_optin);
+    let shift = group_split_shift(&main, k_shape, h / hk, opts, gpu.sms);
+    Some(ScratchNeed::of(q_shape, opts.deterministic).with_splits(k_shape, 1 << shift))
+}
+
+/// CTAs per SM the automatic group split aims the backward main pass at.
+pub const SPLIT_TARGET_CTAS_PER_SM: usize = 8;
 
 /// Check a backward call and plan its launches (kernels of `arch`). The main pass runs
 /// on its long-sequence tiling where the rule of [`KernelSpec::for_seqlen`] picks it; a
@@ -197,6 +297,15 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
 /// row ([`KernelSpec::for_smem`]: d96 and up on RTX 30/40, L4, L40's 99 KiB), with its
 /// own tiles' grid.
 pub fn plan_bwd_on(a: &BwdArgs, arch: Arch, long_tiles: bool, smem_optin: u64) -> Result<BwdPlan> {
+    plan_bwd_fill(a, arch, long_tiles, GpuFill { sms: 0, smem_optin })
+}
+
+/// [`plan_bwd_on`] for a GPU of `gpu.sms` streaming multiprocessors, which the automatic
+/// grouped-query split needs ([`group_split_shift`]; with `sms` 0 a group is split only
+/// when [`BwdOptions::group_splits`] asks). With more than one split the launches are
+/// `BwdPre`, `Bwd`, `BwdKvSum`, then `BwdPost` or `BwdDq`.
+pub fn plan_bwd_fill(a: &BwdArgs, arch: Arch, long_tiles: bool, gpu: GpuFill) -> Result<BwdPlan> {
+    let smem_optin = gpu.smem_optin;
     let dtype = a.q.dtype;
     check_dtypes(
         dtype,
@@ -287,10 +396,12 @@ pub fn plan_bwd_on(a: &BwdArgs, arch: Arch, long_tiles: bool, smem_optin: u64) -
         (&abi::DV, place("dv", &a.dv, true)?),
     ];
     let lse = check_lse(&a.lse, b, h, sq)?;
-    let need = ScratchNeed::of(a.q.shape, det);
-    let (dvec, dq_accum) = match &a.scratch {
-        Some(s) => check_scratch(s, &need)?,
-        None => (0, 0),
+    let shift = group_split_shift(&main, a.k.shape, h / hk, &a.opts, gpu.sms);
+    let splits = 1u32 << shift;
+    let need = ScratchNeed::of(a.q.shape, det).with_splits(a.k.shape, splits);
+    let (dvec, dq_accum, dkv_partial) = match &a.scratch {
+        Some(s) => check_scratch_all(s, &need)?,
+        None => (0, 0, 0),
     };
 
     let value = |name: &str| {
@@ -303,6 +414,8 @@ pub fn plan_bwd_on(a: &BwdArgs, arch: Arch, long_tiles: bool, smem_optin: u64) -
             "lse" => U64(lse),
             "dvec" => U64(dvec),
             "dq_accum" => U64(dq_accum),
+            "dkv_partial" => U64(dkv_partial),
+            "group_split_shift" => U32(shift),
             "seqlen_q" => U32(sq32),
             "seqlen_k" => U32(sk32),
             "head_dim" => U32(d as u32),
@@ -313,10 +426,20 @@ pub fn plan_bwd_on(a: &BwdArgs, arch: Arch, long_tiles: bool, smem_optin: u64) -
             _ => return None,
         })
     };
-    let mut launches = Vec::with_capacity(3);
-    for s in [pre, main, last] {
-        let g = grid(&s, b32, sq32, sk32, h32, hk32)
+    // (with more than one group split the main pass's CTAs write partials that the sum
+    // pass adds into dk and dv)
+    let sum = (splits > 1).then(|| spec(Pass::BwdKvSum, Mask::None));
+    let mut launches = Vec::with_capacity(4);
+    for s in [Some(pre), Some(main), sum, Some(last)]
+        .into_iter()
+        .flatten()
+    {
+        let mut g = grid(&s, b32, sq32, sk32, h32, hk32)
             .ok_or_else(|| FlashError::Internal(format!("{s} has no backward grid")))?;
+        if s.pass == Pass::Bwd {
+            // heads_k * splits <= heads, which the grid check bounded
+            g[1] <<= shift;
+        }
         launches.push(launch(s, g, bind_spec_params(&s, value)?));
     }
     Ok(BwdPlan {

@@ -22,7 +22,8 @@ mod paged;
 mod split_rule;
 mod varlen;
 pub use bwd::{
-    BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_on, plan_bwd_with,
+    BwdArgs, BwdPlan, SPLIT_TARGET_CTAS_PER_SM, ScratchDesc, ScratchNeed, ZeroFill,
+    bwd_scratch_need, group_split_shift, plan_bwd, plan_bwd_fill, plan_bwd_on, plan_bwd_with,
 };
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
 pub use kvcache::{KvArgs, KvPlan, MAX_CAPACITY, plan_kvcache};

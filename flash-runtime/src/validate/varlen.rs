@@ -192,6 +192,7 @@ pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) ->
             true => 0,
             false => prod(&[h, accum_rows(total_q, batch), d]),
         },
+        dkv_partial: 0,
     }
 }
 
@@ -223,9 +224,11 @@ pub fn plan_bwd_varlen_on(
         batch,
         a.q.shape[2],
     )?;
+    // (one group split: the varlen main pass has none)
     let dry = BwdArgs {
         scratch: None,
         alibi,
+        opts: a.opts.with_group_splits(1),
         ..*a
     };
     let dense = plan_bwd_on(&dry, arch, false, smem_optin)?;

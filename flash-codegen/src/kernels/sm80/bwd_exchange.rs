@@ -221,17 +221,18 @@ impl Exchange {
     }
 
     /// First head-dim column of the warp's dV/dK (`group * d / groups`), the global
-    /// address of that column in row 0 of a `[rows][row_stride]` tensor at `base`, and
-    /// the head-dim columns left from there (0 when past the end).
+    /// address of that column in row 0 of a `[rows][row_stride]` tensor of
+    /// `elem_bytes`-byte elements at `base`, and the head-dim columns left from there (0
+    /// when past the end).
     pub fn cols_from(
         &self,
         b: &mut Builder,
-        d: u32,
+        (d, elem_bytes): (u32, u32),
         base: Reg<B64>,
         head_dim: Reg<B32>,
     ) -> (Reg<B64>, Reg<B32>) {
         let c0 = b.mul_lo_u32(self.group, d / self.groups);
-        let bytes = b.mul_wide_u32(c0, 2u32);
+        let bytes = b.mul_wide_u32(c0, elem_bytes);
         let at = b.add_s64(base, bytes);
         let hd = b.max_u32(head_dim, c0);
         (at, b.sub_u32(hd, c0))

@@ -16,7 +16,7 @@ pub mod stream;
 pub mod warp;
 pub mod warp_store;
 
-use crate::kernels::{bwd_elementwise, combine};
+use crate::kernels::{bwd_elementwise, bwd_kv_sum, combine};
 use crate::ptx::Module;
 use crate::spec::{KernelPlan, Pass};
 
@@ -28,6 +28,7 @@ pub fn module(plan: &KernelPlan) -> Module {
         Pass::Fwd => fwd::build(plan),
         Pass::BwdPre => bwd_elementwise::build_pre(plan),
         Pass::BwdPost => bwd_elementwise::build_post(plan),
+        Pass::BwdKvSum => bwd_kv_sum::build(plan),
         Pass::BwdDq => bwd_dq::build(plan),
         Pass::Bwd => bwd::build(plan),
         Pass::FwdSplit => fwd_split::build(plan),

@@ -212,6 +212,44 @@ impl Warp {
     }
 }
 
+impl Warp {
+    /// Stores accumulator rows as f32 to `base + row * row_bytes` for rows below
+    /// `valid_rows` and columns below `cols` (a partial sum's tile: 8-byte pairs).
+    pub fn store_rows_f32(
+        &self,
+        b: &mut Builder,
+        acc: &AccTile,
+        (base, row_bytes): (Reg<B64>, Reg<B32>),
+        cols: Reg<B32>,
+        valid_rows: Reg<B32>,
+    ) {
+        let col_bytes = b.shl_b32(self.t2, 2u32);
+        let col_bytes = b.cvt_u64_u32(col_bytes);
+        for r in 0..acc.rows() {
+            let row = match r {
+                0 => self.rows[0],
+                _ => b.add_u32(self.rows[0], AccTile::row_offset(r)),
+            };
+            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
+            let addr = b.mad_wide_u32(row, row_bytes, col_bytes);
+            let addr = b.add_s64(base, addr);
+            for dt in 0..acc.n_tiles() {
+                let col_ok = b.setp_u32(Cmp::Lt, 8 * dt as u32, cols);
+                let ok = b.and_pred(row_ok, col_ok);
+                let pair = acc.pair(r, dt);
+                b.when(ok, false, |b| {
+                    b.st(
+                        Space::Global,
+                        Ty::F32,
+                        Addr::Global(addr, 32 * dt as i32),
+                        &pair,
+                    )
+                });
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::tile::smem::{ROW_BYTES, SmemTile};

@@ -1,13 +1,13 @@
 //! Kernel layer, sm_80 backward main pass: one query block without the exchange layout,
 //! and the stores of dV and dK.
 
-use super::{KeyBlock, Sweep};
-use crate::abi::{DK, DV, SOFTMAX_SCALE};
+use super::{GroupSplit, KeyBlock, Sweep};
+use crate::abi::{DK, DKV_PARTIAL, DV, SOFTMAX_SCALE};
 use crate::kernels::scores::{AlibiBias, RowsOf, ScoreRule, TileRows};
 use crate::kernels::sm80::bwd_exchange::{ColStats, StepTiles};
 use crate::kernels::sm80::warp::AOperand;
 use crate::kernels::sm80::warp_store::Cols;
-use crate::ptx::{B32, B64, Builder, Reg, Special};
+use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
 use crate::spec::{Mask, Scores};
 use crate::tile::acc::AccTile;
 
@@ -108,35 +108,93 @@ impl KeyBlock<'_> {
     }
 
     /// The sweep's stores: dV, and dK scaled by softmax_scale (exchange: the warp's
-    /// share of the head dim's columns).
-    pub(super) fn store(&self, b: &mut Builder, sw: Sweep, dv: &mut AccTile, dk: &mut AccTile) {
+    /// share of the head dim's columns); with more than one group split, as the split's
+    /// f32 partials ([`KeyBlock::store_partials`]).
+    pub(super) fn store(&self, b: &mut Builder, sw: Sweep, dv: &AccTile, dk: &AccTile) {
         let (p, w, fmt) = (&self.p, &self.w, self.fmt);
         let (d, bn) = (self.plan.spec.head_dim, self.t.block_n);
         // the key block's ids and rows re-read here rather than kept live through the
         // loops (d128 on 128 keys: 12 spill bytes for sm_80 otherwise)
-        let (n_block, kv_head, batch) = (
-            b.special(Special::CtaIdX),
-            b.special(Special::CtaIdY),
-            b.special(Special::CtaIdZ),
-        );
+        let n_block = b.special(Special::CtaIdX);
+        let (kv_head, split) = Self::group_split(b, self.plan, p);
+        let batch = b.special(Special::CtaIdZ);
         let n0 = b.mul_lo_u32(n_block, bn);
         let k_rows = b.sub_u32(self.seqlen_k, n0);
-        // exchange: the warp's head-dim columns start at group * d / groups
-        let cols = |b: &mut Builder, base: Reg<B64>| match &self.exchange {
+        // dV, then dK scaled by softmax_scale, to dv and dk
+        let direct = |b: &mut Builder| {
+            if sw.dv {
+                let base = p.tensor(b, &DV, batch, n0, kv_head);
+                let (base, hd) = self.cols(b, (d, 2), base);
+                w.store_rows(b, fmt, dv, base, p.row_stride(&DV), hd, k_rows);
+            }
+            if sw.dk {
+                let mut dk = dk.clone();
+                dk.scale(b, p.get(SOFTMAX_SCALE));
+                let base = p.tensor(b, &DK, batch, n0, kv_head);
+                let (base, hd) = self.cols(b, (d, 2), base);
+                w.store_rows(b, fmt, &dk, base, p.row_stride(&DK), hd, k_rows);
+            }
+        };
+        let Some(split) = split else {
+            return direct(b);
+        };
+        let one = b.setp_u32(Cmp::Eq, split.count, 1u32);
+        let at = (batch, n0, kv_head, k_rows);
+        b.if_else_uniform(one, direct, |b| {
+            self.store_partials(b, sw, (dv, dk), at, split)
+        });
+    }
+
+    /// The exchange layout's head-dim columns of the warp (from `group * d / groups`)
+    /// in a tensor of `elem_bytes`-byte elements at `base`; all of them otherwise.
+    fn cols(&self, b: &mut Builder, d: (u32, u32), base: Reg<B64>) -> (Reg<B64>, Reg<B32>) {
+        match &self.exchange {
             Some(x) => x.cols_from(b, d, base, self.head_dim),
             None => (base, self.head_dim),
-        };
-        if sw.dv {
-            let base = p.tensor(b, &DV, batch, n0, kv_head);
-            let (base, hd) = cols(b, base);
-            w.store_rows(b, fmt, dv, base, p.row_stride(&DV), hd, k_rows);
         }
+    }
+
+    /// The split's dK (scaled) and dV as f32 partials: tensor `2 split + (0: dK, 1: dV)`
+    /// of [`crate::abi::DKV_PARTIAL`], each `[batch, seqlen_k, heads_k, head_dim]`.
+    fn store_partials(
+        &self,
+        b: &mut Builder,
+        sw: Sweep,
+        (dv, dk): (&AccTile, &AccTile),
+        (batch, n0, kv_head, k_rows): (Reg<B32>, Reg<B32>, Reg<B32>, Reg<B32>),
+        split: GroupSplit,
+    ) {
+        let (p, w, d) = (&self.p, &self.w, self.plan.spec.head_dim);
+        b.comment("-- the split's f32 partial dK (scaled) and dV --");
+        let mut dk = dk.clone();
         if sw.dk {
-            let scale = p.get(SOFTMAX_SCALE);
-            dk.scale(b, scale);
-            let base = p.tensor(b, &DK, batch, n0, kv_head);
-            let (base, hd) = cols(b, base);
-            w.store_rows(b, fmt, dk, base, p.row_stride(&DK), hd, k_rows);
+            dk.scale(b, p.get(SOFTMAX_SCALE));
+        }
+        let heads_k = b.special(Special::NCtaIdY);
+        let heads_k = b.div_u32(heads_k, split.count);
+        let batches = b.special(Special::NCtaIdZ);
+        let row_floats = b.mul_lo_u32(heads_k, self.head_dim);
+        let row_bytes = b.shl_b32(row_floats, 2u32);
+        let tensor_rows = b.mul_wide_u32(batches, self.seqlen_k);
+        let n0_64 = b.cvt_u64_u32(n0);
+        let row0 = b.mad_wide_u32(batch, self.seqlen_k, n0_64);
+        let col0 = b.mul_wide_u32(kv_head, self.head_dim);
+        let partial = b.cvta_global(p.get(DKV_PARTIAL));
+        for (which, on, acc) in [(0u32, sw.dk, &dk), (1, sw.dv, dv)] {
+            if !on {
+                continue;
+            }
+            let t = b.mad_lo_u32(split.index, 2u32, which);
+            let t = b.cvt_u64_u32(t);
+            let row = b.mul_lo_u64(t, tensor_rows);
+            let row = b.add_s64(row, row0);
+            let row_floats64 = b.cvt_u64_u32(row_floats);
+            let elem = b.mul_lo_u64(row, row_floats64);
+            let elem = b.add_s64(elem, col0);
+            let bytes = b.shl_b64(elem, 2);
+            let base = b.add_s64(partial, bytes);
+            let (base, cols) = self.cols(b, (d, 4), base);
+            w.store_rows_f32(b, acc, (base, row_bytes), cols, k_rows);
         }
     }
 }

@@ -93,7 +93,8 @@ struct KeyBlock<'a> {
     head_dim: Reg<B32>,
     group: Reg<B32>,
     scale_log2: Reg<F32>,
-    /// The CTA's kv head, batch, and the query heads in all.
+    /// The CTA's kv head (without group splits: `%ctaid.y`), batch, and the query heads in
+    /// all.
     kv_head: Reg<B32>,
     batch: Reg<B32>,
     heads: Reg<B32>,
@@ -118,9 +119,19 @@ struct KeyBlock<'a> {
 mod block;
 mod open;
 
+/// Which of a group's query heads the CTA takes: `index`, `index + count`, ... (the dense
+/// pass, [`crate::abi::GROUP_SPLIT_SHIFT`]): the CTA's `%ctaid.y` is `kv_head * count +
+/// index`; with more than one split the sweep stores f32 partials for [`Pass::BwdKvSum`]
+/// to add. A varlen pass has none: one CTA per (key block, kv head) runs the group.
+#[derive(Clone, Copy)]
+struct GroupSplit {
+    index: Reg<B32>,
+    count: Reg<B32>,
+}
+
 impl KeyBlock<'_> {
-    /// One sweep: the accumulators, every query head of the group (in order), then the
-    /// stores.
+    /// One sweep: the accumulators, the split's query heads of the group (in order), then
+    /// the stores.
     fn sweep(&self, b: &mut Builder, sw: Sweep) {
         let d = self.plan.spec.head_dim;
         b.comment(format!("== sweep {}: {} ==", sw.index, sw.what()));
@@ -128,16 +139,40 @@ impl KeyBlock<'_> {
         let acc_cols = self.exchange.as_ref().map_or(d, |x| d / x.groups);
         let mut dv = self.w.acc_zeros(b, if sw.dv { acc_cols } else { 0 });
         let mut dk = self.w.acc_zeros(b, if sw.dk { acc_cols } else { 0 });
-        let gh = b.mov(0u32);
-        let lp = b.loop_start();
-        let more = b.setp_u32(Cmp::Lt, gh, self.group);
-        b.loop_exit_unless(&lp, more);
-        let head = b.mad_lo_u32(self.kv_head, self.group, gh);
-        self.head(b, sw, head, (&mut dv, &mut dk));
-        let ngh = b.add_u32(gh, 1u32);
-        b.assign(gh, ngh);
-        b.loop_end(lp);
-        self.store(b, sw, &mut dv, &mut dk);
+        // (a pass without group splits reads no ids here: its kernels stay as they were)
+        let split = match Self::splits_group(self.plan) {
+            true => Self::group_split(b, self.plan, &self.p),
+            false => (self.kv_head, None),
+        };
+        match split {
+            (_, None) => {
+                // every head of the group
+                let gh = b.mov(0u32);
+                let lp = b.loop_start();
+                let more = b.setp_u32(Cmp::Lt, gh, self.group);
+                b.loop_exit_unless(&lp, more);
+                let head = b.mad_lo_u32(self.kv_head, self.group, gh);
+                self.head(b, sw, head, (&mut dv, &mut dk));
+                let ngh = b.add_u32(gh, 1u32);
+                b.assign(gh, ngh);
+                b.loop_end(lp);
+            }
+            (kv_head, Some(split)) => {
+                // the split's heads: kv_head * group + split, then every count-th (the
+                // CTA's ids re-read here rather than kept live through the sweeps)
+                let first = b.mad_lo_u32(kv_head, self.group, split.index);
+                let end = b.mad_lo_u32(kv_head, self.group, self.group);
+                let head = b.mov(first);
+                let lp = b.loop_start();
+                let more = b.setp_u32(Cmp::Lt, head, end);
+                b.loop_exit_unless(&lp, more);
+                self.head(b, sw, head, (&mut dv, &mut dk));
+                let next = b.add_u32(head, split.count);
+                b.assign(head, next);
+                b.loop_end(lp);
+            }
+        }
+        self.store(b, sw, &dv, &dk);
     }
 
     /// Query head `head`: its Q and dO streamed, the query blocks from the last down to

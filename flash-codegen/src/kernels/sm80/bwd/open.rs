@@ -1,8 +1,10 @@
 //! Kernel layer, sm_80 backward main pass: the kernel's opening ([`KeyBlock::open`]) and
 //! the helpers its phases share (the atomic dQ, the causal bound, the dS^T stages).
 
-use super::KeyBlock;
-use crate::abi::{DO, DQ_ACCUM, HEAD_DIM, HEADS_PER_KV, K, Q, SCALE_LOG2, V};
+use super::{GroupSplit, KeyBlock};
+use crate::abi::{
+    self, DO, DQ_ACCUM, GROUP_SPLIT_SHIFT, HEAD_DIM, HEADS, HEADS_PER_KV, K, Q, SCALE_LOG2, V,
+};
 use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyRule, QueryEdges, QueryMask};
 use crate::kernels::params::Params;
@@ -41,10 +43,16 @@ impl<'a> KeyBlock<'a> {
             Warp::new(b, (bn / t.warps / 16) as usize)
         };
         let n_block = b.special(Special::CtaIdX);
-        let kv_head = b.special(Special::CtaIdY);
+        let (kv_head, _) = Self::group_split(b, plan, &p);
         let batch = b.special(Special::CtaIdZ);
-        let heads_k = b.special(Special::NCtaIdY);
-        let heads = b.mul_lo_u32(heads_k, group);
+        // (a parameter where the pass has it: a quotient would stay live in a register)
+        let heads = match Self::splits_group(plan) {
+            true => p.get(HEADS),
+            false => {
+                let heads_k = b.special(Special::NCtaIdY);
+                b.mul_lo_u32(heads_k, group)
+            }
+        };
         let n0 = b.mul_lo_u32(n_block, bn);
         if p.packed().is_some() {
             Packed::exit_past(b, n0, seqlen_k);
@@ -153,6 +161,38 @@ impl<'a> KeyBlock<'a> {
             dq_on,
             dq_warp,
         }
+    }
+
+    /// The CTA's kv head and its [`GroupSplit`]: `%ctaid.y = kv_head * count + split`,
+    /// `count = 1 << group_split_shift`, where the pass has the parameter, else
+    /// `%ctaid.y` and one split. Called again where needed rather than kept live: shifts
+    /// of `%ctaid.y` by a parameter, which ptxas recomputes where a quotient would hold a
+    /// register through the loops (a division by the count spilled 8-24 bytes in the
+    /// d64 and d96 rows).
+    pub(super) fn group_split(
+        b: &mut Builder,
+        plan: &KernelPlan,
+        p: &Params,
+    ) -> (Reg<B32>, Option<GroupSplit>) {
+        let y = b.special(Special::CtaIdY);
+        if !Self::splits_group(plan) {
+            return (y, None);
+        }
+        let shift = p.get(GROUP_SPLIT_SHIFT);
+        let kv_head = b.shr_u32(y, shift);
+        let base = b.shl_b32(kv_head, shift);
+        let index = b.sub_u32(y, base);
+        let count = b.mov(1u32);
+        let count = b.shl_b32(count, shift);
+        (kv_head, Some(GroupSplit { index, count }))
+    }
+
+    /// Whether the pass may split a group's query heads ([`GROUP_SPLIT_SHIFT`]: the dense
+    /// pass; its parameters then also give [`HEADS`]).
+    pub(super) fn splits_group(plan: &KernelPlan) -> bool {
+        abi::params(plan.spec.pass)
+            .iter()
+            .any(|d| d.name == GROUP_SPLIT_SHIFT.name())
     }
 
     /// The atomic dQ of one query block.

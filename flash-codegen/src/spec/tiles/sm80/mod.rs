@@ -192,7 +192,9 @@ pub(crate) fn tiling_row(spec: &KernelSpec) -> Option<Sm80Tiles> {
             compact.filter(|c| Some(*c) != standard)
         }
         (Tiling::Compact, _) if spec.pass.is_varlen() => None,
-        (Tiling::Standard, Pass::BwdPre | Pass::BwdPost) => find(&ELEMENTWISE_TILES),
+        (Tiling::Standard, Pass::BwdPre | Pass::BwdPost | Pass::BwdKvSum) => {
+            find(&ELEMENTWISE_TILES)
+        }
         (Tiling::Standard, Pass::FwdSplit) => find(&FWD_SPLIT_TILES),
         (Tiling::Standard, Pass::FwdCombine) => find(&FWD_COMBINE_TILES),
         (Tiling::Standard, _) => None, // (not a tile pass)

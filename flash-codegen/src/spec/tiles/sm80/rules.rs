@@ -23,7 +23,7 @@ impl Sm80Tiles {
                 ),
             };
         }
-        if matches!(pass, Pass::BwdPre | Pass::BwdPost) {
+        if matches!(pass, Pass::BwdPre | Pass::BwdPost | Pass::BwdKvSum) {
             return match warps > 0 && bm % warps == 0 && t.layout == Streamed && t.sweeps == 1 {
                 true => Ok(()),
                 false => Err("elementwise passes: block_m rows, one per warp at a time".into()),

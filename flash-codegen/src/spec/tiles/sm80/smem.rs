@@ -56,7 +56,7 @@ pub(crate) fn layout(spec: &KernelSpec, t: &Sm80Tiles) -> SmemLayout {
             vec![tile(0, t.warps, 2 * spec.head_dim)],
             None,
         ),
-        Pass::BwdPre | Pass::BwdPost => (vec![], None, vec![], None),
+        Pass::BwdPre | Pass::BwdPost | Pass::BwdKvSum => (vec![], None, vec![], None),
         p => unreachable!("{p:?} is not a tile pass"),
     };
     let groups = t.warps / (t.block_m / 32).max(1);
