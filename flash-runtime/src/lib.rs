@@ -34,6 +34,7 @@
 
 mod attention;
 mod backward;
+mod bwd_scratch;
 mod embedded;
 pub mod error;
 mod forward;
@@ -52,7 +53,8 @@ pub mod validate;
 mod varlen;
 
 pub use attention::{FlashAttention, driver_present};
-pub use backward::{BwdInputs, BwdScratch, GradsMut};
+pub use backward::{BwdInputs, GradsMut};
+pub use bwd_scratch::BwdScratch;
 pub use embedded::EmbeddedKernel;
 pub use error::{FlashError, Result};
 pub use outputs::{Forward, Gradients};

@@ -21,7 +21,8 @@ use cudarc::driver::{CudaStream, CudaView, CudaViewMut, DevicePtr, DevicePtrMut,
 
 use crate::FlashAttention;
 use crate::attention::{alloc, prod_of};
-use crate::backward::{BwdInputs, BwdScratch, GradsMut};
+use crate::backward::{BwdInputs, GradsMut};
+use crate::bwd_scratch::BwdScratch;
 use crate::error::Result;
 use crate::forward::{alloc_outputs, lse_arg};
 use crate::outputs::{Forward, Gradients};

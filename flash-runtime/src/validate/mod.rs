@@ -14,6 +14,7 @@ use std::f64::consts::LOG2_E;
 use crate::error::{FlashError, Result};
 
 mod bwd;
+mod bwd_split;
 mod fwd;
 mod kvcache;
 mod layout;
@@ -22,9 +23,10 @@ mod paged;
 mod split_rule;
 mod varlen;
 pub use bwd::{
-    BwdArgs, BwdPlan, SPLIT_TARGET_CTAS_PER_SM, ScratchDesc, ScratchNeed, ZeroFill,
-    bwd_scratch_need, group_split_shift, plan_bwd, plan_bwd_fill, plan_bwd_on, plan_bwd_with,
+    BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_fill, plan_bwd_on,
+    plan_bwd_with,
 };
+pub use bwd_split::{SPLIT_TARGET_CTAS_PER_SM, bwd_scratch_need, group_split_shift};
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
 pub use kvcache::{KvArgs, KvPlan, MAX_CAPACITY, plan_kvcache};
 pub use layout::contiguous_runs;

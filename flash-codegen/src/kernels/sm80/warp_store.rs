@@ -3,7 +3,7 @@
 //! for 16-byte coalesced stores).
 
 use super::warp::Warp;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, HalfFmt, LdCache, Reg, Space, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, LdCache, Pred, Reg, Space, Ty};
 use crate::tile::acc::AccTile;
 use crate::tile::smem::{ROW_BYTES, SmemTile};
 
@@ -183,6 +183,62 @@ impl Warp {
     ) {
         let row_bytes = b.shl_b32(row_stride, 1u32);
         let col_bytes = b.shl_b32(self.t2, 1u32);
+        let at = (base, row_bytes, col_bytes);
+        self.store_pairs(
+            b,
+            acc,
+            at,
+            (head_dim, valid_rows),
+            |b, ok, addr, [lo, hi], dt| {
+                let packed = b.pack(fmt, lo, hi);
+                b.when(ok, false, |b| {
+                    b.st(
+                        Space::Global,
+                        Ty::B32,
+                        Addr::Global(addr, 16 * dt as i32),
+                        &[packed],
+                    )
+                });
+            },
+        );
+    }
+
+    /// Stores accumulator rows as f32 to `base + row * row_bytes` for rows below
+    /// `valid_rows` and columns below `cols` (a partial sum's tile: 8-byte pairs).
+    pub fn store_rows_f32(
+        &self,
+        b: &mut Builder,
+        acc: &AccTile,
+        (base, row_bytes): (Reg<B64>, Reg<B32>),
+        cols: Reg<B32>,
+        valid_rows: Reg<B32>,
+    ) {
+        let col_bytes = b.shl_b32(self.t2, 2u32);
+        let at = (base, row_bytes, col_bytes);
+        self.store_pairs(b, acc, at, (cols, valid_rows), |b, ok, addr, pair, dt| {
+            b.when(ok, false, |b| {
+                b.st(
+                    Space::Global,
+                    Ty::F32,
+                    Addr::Global(addr, 32 * dt as i32),
+                    &pair,
+                )
+            });
+        });
+    }
+
+    /// The rows of [`Warp::store_rows`] and [`Warp::store_rows_f32`]: for each of the
+    /// thread's accumulator rows and n-tiles, `st(b, ok, addr, pair, dt)` with the row's
+    /// address `base + row * row_bytes + col_bytes` and whether the row is below
+    /// `valid_rows` and the n-tile's columns below `cols`.
+    fn store_pairs(
+        &self,
+        b: &mut Builder,
+        acc: &AccTile,
+        (base, row_bytes, col_bytes): (Reg<B64>, Reg<B32>, Reg<B32>),
+        (cols, valid_rows): (Reg<B32>, Reg<B32>),
+        mut st: impl FnMut(&mut Builder, Reg<Pred>, Reg<B64>, [Reg<F32>; 2], usize),
+    ) {
         let col_bytes = b.cvt_u64_u32(col_bytes);
         // thread row r is its row 0 plus row_offset(r), computed here rather than kept
         // live through the caller's loops
@@ -195,56 +251,9 @@ impl Warp {
             let addr = b.mad_wide_u32(row, row_bytes, col_bytes);
             let addr = b.add_s64(base, addr);
             for dt in 0..acc.n_tiles() {
-                let col_ok = b.setp_u32(Cmp::Lt, 8 * dt as u32, head_dim);
-                let ok = b.and_pred(row_ok, col_ok);
-                let [lo, hi] = acc.pair(r, dt);
-                let packed = b.pack(fmt, lo, hi);
-                b.when(ok, false, |b| {
-                    b.st(
-                        Space::Global,
-                        Ty::B32,
-                        Addr::Global(addr, 16 * dt as i32),
-                        &[packed],
-                    )
-                });
-            }
-        }
-    }
-}
-
-impl Warp {
-    /// Stores accumulator rows as f32 to `base + row * row_bytes` for rows below
-    /// `valid_rows` and columns below `cols` (a partial sum's tile: 8-byte pairs).
-    pub fn store_rows_f32(
-        &self,
-        b: &mut Builder,
-        acc: &AccTile,
-        (base, row_bytes): (Reg<B64>, Reg<B32>),
-        cols: Reg<B32>,
-        valid_rows: Reg<B32>,
-    ) {
-        let col_bytes = b.shl_b32(self.t2, 2u32);
-        let col_bytes = b.cvt_u64_u32(col_bytes);
-        for r in 0..acc.rows() {
-            let row = match r {
-                0 => self.rows[0],
-                _ => b.add_u32(self.rows[0], AccTile::row_offset(r)),
-            };
-            let row_ok = b.setp_s32(Cmp::Lt, row, valid_rows);
-            let addr = b.mad_wide_u32(row, row_bytes, col_bytes);
-            let addr = b.add_s64(base, addr);
-            for dt in 0..acc.n_tiles() {
                 let col_ok = b.setp_u32(Cmp::Lt, 8 * dt as u32, cols);
                 let ok = b.and_pred(row_ok, col_ok);
-                let pair = acc.pair(r, dt);
-                b.when(ok, false, |b| {
-                    b.st(
-                        Space::Global,
-                        Ty::F32,
-                        Addr::Global(addr, 32 * dt as i32),
-                        &pair,
-                    )
-                });
+                st(b, ok, addr, acc.pair(r, dt), dt);
             }
         }
     }
