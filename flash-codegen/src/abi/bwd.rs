@@ -52,7 +52,7 @@ const BWD_HEAD: [ParamDesc; 15] = [
 ];
 
 const GROUP_SPLIT_SHIFT_DESC: ParamDesc = GROUP_SPLIT_SHIFT.desc(
-    "log2 of group_splits, the CTAs sharing the query heads of each (key block, kv head) (a power of two, at most heads_per_kv): split s takes heads s, s + group_splits, ... of the group; grid y = heads_k * group_splits, y = kv_head * group_splits + s. 0 (one split): dK and dV written directly; more: each split writes f32 partials to dkv_partial and bwdkvsum adds them",
+    "log2 of group_splits, the CTAs sharing the query heads of each (key block, kv head) (a power of two, at most heads_per_kv; the kernels read at most 16): split s takes heads s, s + group_splits, ... of the group; grid y = heads_k * group_splits, y = kv_head * group_splits + s. 0 (one split): dK and dV written directly; more: each split writes f32 partials to dkv_partial and bwdkvsum adds them",
 );
 const DKV_PARTIAL_DESC: ParamDesc = DKV_PARTIAL.desc(
     "f32 partial dK (scaled) and dV of each split, group_splits * 2 * batch * seqlen_k * heads_k * head_dim elements: [split, (dK, dV), batch, seqlen_k, heads_k, head_dim], contiguous (may be 0 when group_split_shift = 0)",

@@ -36,8 +36,10 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let heads_k = b.special(Special::NCtaIdY);
     let batches = b.special(Special::NCtaIdZ);
     let (seqlen_k, head_dim) = (p.get(SEQLEN_K), p.get(HEAD_DIM));
+    // (the main pass's clamp: at most 16)
+    let shift = b.min_u32(p.get(GROUP_SPLIT_SHIFT), 16u32);
     let one = b.mov(1u32);
-    let splits = b.shl_b32(one, p.get(GROUP_SPLIT_SHIFT));
+    let splits = b.shl_b32(one, shift);
     let n0 = b.mul_lo_u32(n_block, t.block_m());
     let rows_left = b.sub_u32(seqlen_k, n0);
     let col = b.shl_b32(lane, 3u32);

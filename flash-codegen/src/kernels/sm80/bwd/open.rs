@@ -178,7 +178,9 @@ impl<'a> KeyBlock<'a> {
         if !Self::splits_group(plan) {
             return (y, None);
         }
-        let shift = p.get(GROUP_SPLIT_SHIFT);
+        // (at most 16: heads fit 16 bits, and a count of 1 << 32 would be 0, a loop that
+        // never ends)
+        let shift = b.min_u32(p.get(GROUP_SPLIT_SHIFT), 16u32);
         let kv_head = b.shr_u32(y, shift);
         let base = b.shl_b32(kv_head, shift);
         let index = b.sub_u32(y, base);
