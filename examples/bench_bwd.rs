@@ -115,7 +115,8 @@ fn time_row<T: Element>(
         // poison: every call must overwrite the gradients
         stream.memcpy_dtod(&bu.nan.slice(..g.len()), g)?;
     }
-    let mut scratch = BwdScratch::new(stream, shape, opts.deterministic)?;
+    // (with room for the group split's partials: none allocated inside the timed calls)
+    let mut scratch = BwdScratch::for_shapes(rt, stream, (shape, kv_shape), &opts)?;
     let (q, k, v, o, d_o) = (c(&bu.q), ck(&bu.k), ck(&bu.v), c(&bu.o), c(&bu.d_o));
     let lse = bu.lse.as_view();
     let inputs = BwdInputs {
