@@ -171,10 +171,11 @@ impl KeyBlock<'_> {
             dk.scale(b, p.get(SOFTMAX_SCALE));
         }
         let heads_k = b.special(Special::NCtaIdY);
-        let heads_k = b.div_u32(heads_k, split.count);
+        let heads_k = b.shr_u32(heads_k, split.shift);
         let batches = b.special(Special::NCtaIdZ);
         let row_floats = b.mul_lo_u32(heads_k, self.head_dim);
         let row_bytes = b.shl_b32(row_floats, 2u32);
+        let row_floats64 = b.cvt_u64_u32(row_floats);
         let tensor_rows = b.mul_wide_u32(batches, self.seqlen_k);
         let n0_64 = b.cvt_u64_u32(n0);
         let row0 = b.mad_wide_u32(batch, self.seqlen_k, n0_64);
@@ -188,7 +189,6 @@ impl KeyBlock<'_> {
             let t = b.cvt_u64_u32(t);
             let row = b.mul_lo_u64(t, tensor_rows);
             let row = b.add_s64(row, row0);
-            let row_floats64 = b.cvt_u64_u32(row_floats);
             let elem = b.mul_lo_u64(row, row_floats64);
             let elem = b.add_s64(elem, col0);
             let bytes = b.shl_b64(elem, 2);

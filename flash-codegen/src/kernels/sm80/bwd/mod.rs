@@ -127,6 +127,8 @@ mod open;
 struct GroupSplit {
     index: Reg<B32>,
     count: Reg<B32>,
+    /// log2 of `count`.
+    shift: Reg<B32>,
 }
 
 impl KeyBlock<'_> {

@@ -186,7 +186,14 @@ impl<'a> KeyBlock<'a> {
         let index = b.sub_u32(y, base);
         let count = b.mov(1u32);
         let count = b.shl_b32(count, shift);
-        (kv_head, Some(GroupSplit { index, count }))
+        (
+            kv_head,
+            Some(GroupSplit {
+                index,
+                count,
+                shift,
+            }),
+        )
     }
 
     /// Whether the pass may split a group's query heads ([`GROUP_SPLIT_SHIFT`]: the dense
