@@ -19,7 +19,8 @@
 //! `32/8,28/4`: those heads instead of 2048 / d; k, v, dk, dv `[b, s, hk, d]`), BENCH_SPLITS
 //! (`with_group_splits`; 0 = automatic, the default; rows without GQA run once),
 //! BENCH_TOKENS (default 16384: batch = tokens / seqlen). FLOPs count the query heads. Each
-//! row records `heads_k` and `group_splits` (0 = automatic).
+//! row records `heads_k` and `group_splits` (0 = automatic). BENCH_TILING (standard, long,
+//! compact): the main pass on that row (`BwdOptions::with_tiling`), recorded as `tiling`.
 //! Run: `cargo run --release --features gpu --example bench_bwd`.
 
 use std::error::Error;
@@ -36,16 +37,20 @@ mod bench_common;
 use bench_common::{Flush, HIDDEN, Sweep, WARMUP, attn_params, env_flag, env_list, median};
 #[path = "bench_common/bwd_rows.rs"]
 mod bwd_rows;
-use bwd_rows::{BwdRows, Row, with_splits};
+use bwd_rows::{BwdRows, Row, tiling_from_env, with_splits};
 const GIB: f64 = (1u64 << 30) as f64;
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
-/// The backward's mode: deterministic, or atomic dQ.
+/// The backward's mode: deterministic, or atomic dQ; the main pass's row BENCH_TILING's.
 fn bwd_opts(deterministic: bool) -> BwdOptions {
-    match deterministic {
+    let o = match deterministic {
         true => BwdOptions::deterministic(),
         false => BwdOptions::default(),
+    };
+    match tiling_from_env() {
+        Ok(Some(t)) => o.with_tiling(t),
+        _ => o,
     }
 }
 
@@ -203,10 +208,15 @@ fn sweep<T: Element>(
             "backend": "flash_ptx", "dtype": T::DTYPE.name(), "d": r.d, "causal": r.causal,
             "n": r.n, "b": r.b, "h": r.h, "deterministic": deterministic,
             "bwd_ms": med, "bwd_ms_min": min, "bwd_tflops": tflops, "error": error,
-            "heads_k": r.hk, "group_splits": r.s,
+            "heads_k": r.hk, "group_splits": r.s, "tiling": opts_tiling(),
         }));
     }
     Ok(())
+}
+
+/// The main pass's row as BENCH_TILING fixes it, or "auto".
+fn opts_tiling() -> String {
+    std::env::var("BENCH_TILING").unwrap_or_else(|_| "auto".into())
 }
 
 /// Device bytes in use (total - free), after the stream's work is done.
@@ -329,6 +339,7 @@ fn run() -> Res<()> {
     let (maj, min) = ctx.compute_capability()?;
     let path = std::env::var("BENCH_OUT").unwrap_or_else(|_| "bench_bwd.json".into());
     let rs = BwdRows::from_env()?;
+    tiling_from_env()?; // (a bad BENCH_TILING: an error before any row)
     let mut report = serde_json::json!({
         "gpu": gpu, "compute_capability": format!("{maj}.{min}"),
         "tokens": rs.tokens, "hidden": HIDDEN, "warmup": WARMUP, "smem_limit": rt.smem_limit(),

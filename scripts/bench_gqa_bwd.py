@@ -25,7 +25,7 @@ import statistics
 import sys
 
 PEERS = (("fa2", "sdpa_flash_bwd_ms"), ("cudnn", "sdpa_cudnn_bwd_ms"))
-KEY = ("dtype", "d", "causal", "n", "b", "h", "heads_k", "group_splits", "deterministic")
+KEY = ("dtype", "d", "causal", "n", "b", "h", "heads_k", "group_splits", "deterministic", "tiling")
 
 
 def good(x):
@@ -55,6 +55,7 @@ def key_of(r):
     r.setdefault("heads_k", r["h"])
     r.setdefault("group_splits", 0)
     r.setdefault("deterministic", False)
+    r.setdefault("tiling", "auto")
     return tuple(r[k] for k in KEY)
 
 
@@ -116,6 +117,8 @@ def stats(sel, name):
 
 def label(r):
     mode = " det" if r["deterministic"] else ""
+    if r.get("tiling", "auto") != "auto":
+        mode += " " + r["tiling"]
     return (f"{r['dtype']} d{r['d']} {'causal' if r['causal'] else 'full'} n{r['n']} b{r['b']} "
             f"{r['h']}/{r['heads_k']}{mode}")
 

@@ -17,6 +17,7 @@ use validate_support::atomic_bwd_args as args;
 const H200: GpuFill = GpuFill {
     sms: 132,
     smem_optin: 227 * 1024,
+    smem_per_sm: 228 * 1024,
 };
 
 fn with_opts(a: &BwdArgs<'static>, opts: BwdOptions) -> BwdArgs<'static> {
@@ -92,6 +93,7 @@ fn the_automatic_split_fills_the_gpu() {
     let unknown = GpuFill {
         sms: 0,
         smem_optin: u64::MAX,
+        smem_per_sm: 0,
     };
     assert_eq!(plan_of(&args(1, 128, 128, 16, 1, 128), unknown).2, 0);
 }

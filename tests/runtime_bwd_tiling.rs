@@ -1,10 +1,12 @@
 //! Which tiling the backward's passes run on, through the pure validate layer (no GPU):
 //! the long row for long sequences in atomic mode, the compact rows where the GPU's
-//! shared memory per block is below the standard (or long) row's, each on the grid of its
-//! own tiles.
+//! shared memory per block is below the standard (or long) row's or where they keep more
+//! warps per SM (an A100), each on the grid of its own tiles; a tiling fixed by
+//! `BwdOptions::tiling`, checked.
 
-use flash_codegen::{Arch, KernelSpec, Pass};
-use flash_runtime::validate::{BwdArgs, plan_bwd_on, plan_bwd_with};
+use flash_codegen::{Arch, KernelSpec, Pass, Tiling};
+use flash_runtime::FlashError;
+use flash_runtime::validate::{BwdArgs, GpuFill, plan_bwd_fill, plan_bwd_on, plan_bwd_with};
 
 mod validate_support;
 use validate_support::atomic_bwd_args as args;
@@ -101,4 +103,93 @@ fn small_shared_memory_takes_the_compact_rows() {
     assert_eq!(name(RTX), "fa2_bwd_d128_bf16_compact_sm80");
     // an A100's 163 KiB fits the long row (161 KiB)
     assert_eq!(name(163 * 1024), "fa2_bwd_d128_bf16_long_sm80");
+}
+
+/// An A100: 108 SMs, 163 KiB per block, 164 KiB per SM.
+const A100: GpuFill = GpuFill {
+    sms: 108,
+    smem_optin: 163 * 1024,
+    smem_per_sm: 164 * 1024,
+};
+/// An H100/H200: 132 SMs, 227 KiB per block, 228 KiB per SM.
+const H100: GpuFill = GpuFill {
+    sms: 132,
+    smem_optin: 227 * 1024,
+    smem_per_sm: 228 * 1024,
+};
+
+fn main_of(a: &BwdArgs, speed_rows: bool, gpu: GpuFill) -> String {
+    let p = plan_bwd_fill(a, Arch::Sm80, speed_rows, gpu).unwrap();
+    p.launch(Pass::Bwd).unwrap().spec.name()
+}
+
+/// By shared memory per SM: on an A100 the d64-d128 backward runs its compact row (two
+/// CTAs of 4 warps per SM, not one), on its own grid; the long row (8 warps) stays; an
+/// H100 keeps every standard row; a runtime without the speed-only rows' PTX too.
+#[test]
+fn a100_takes_the_rows_that_fill_its_sms() {
+    for d in [64, 96, 128] {
+        let a = args(1, 1000, 1000, 2, 2, d);
+        let compact = format!("fa2_bwd_d{d}_bf16_compact_sm80");
+        assert_eq!(main_of(&a, true, A100), compact);
+        assert_eq!(main_of(&a, true, H100), format!("fa2_bwd_d{d}_bf16_sm80"));
+        assert_eq!(main_of(&a, false, A100), format!("fa2_bwd_d{d}_bf16_sm80"));
+        let p = plan_bwd_fill(&a, Arch::Sm80, true, A100).unwrap();
+        let main = p.launch(Pass::Bwd).unwrap();
+        let block_n = main.spec.tiles().block_n();
+        assert_eq!(main.grid, [1000u32.div_ceil(block_n), 2, 1], "{compact}");
+        let mut det = a;
+        det.opts.deterministic = true;
+        det.scratch.as_mut().unwrap().dq_accum = None;
+        assert_eq!(main_of(&det, true, A100), compact);
+    }
+    let long = args(1, 8192, 1000, 2, 2, 128);
+    assert_eq!(main_of(&long, true, A100), "fa2_bwd_d128_bf16_long_sm80");
+    for (d, tiling) in [(32, ""), (160, ""), (192, ""), (224, "_compact"), (256, "_compact")] {
+        let a = args(1, 1000, 1000, 2, 2, d);
+        assert_eq!(main_of(&a, true, A100), format!("fa2_bwd_d{d}_bf16{tiling}_sm80"));
+    }
+}
+
+/// `BwdOptions::tiling` fixes the main pass's row where the pass has it and it fits;
+/// otherwise the call fails with a typed error that names the rows there are.
+#[test]
+fn fixed_tiling_is_checked() {
+    let fixed = |d: usize, sq: usize, t: Tiling, det: bool, gpu: GpuFill| {
+        let mut a = args(1, sq, 1000, 2, 2, d);
+        a.opts = a.opts.with_tiling(t);
+        if det {
+            a.opts.deterministic = true;
+            a.scratch.as_mut().unwrap().dq_accum = None;
+        }
+        plan_bwd_fill(&a, Arch::Sm80, true, gpu).map(|p| p.launch(Pass::Bwd).unwrap().spec.name())
+    };
+    assert_eq!(
+        fixed(128, 1000, Tiling::Compact, false, H100).unwrap(),
+        "fa2_bwd_d128_bf16_compact_sm80"
+    );
+    assert_eq!(
+        fixed(128, 1000, Tiling::Long, false, H100).unwrap(),
+        "fa2_bwd_d128_bf16_long_sm80"
+    );
+    assert_eq!(
+        fixed(64, 1000, Tiling::Standard, false, A100).unwrap(),
+        "fa2_bwd_d64_bf16_sm80"
+    );
+    let err = |r: Result<String, FlashError>| match r {
+        Err(FlashError::InvalidParam(m)) => m,
+        other => panic!("expected InvalidParam, got {other:?}"),
+    };
+    let m = err(fixed(64, 1000, Tiling::Long, false, H100));
+    assert!(m.contains("no Long row") && m.contains("Standard, Compact"), "{m}");
+    let m = err(fixed(128, 9000, Tiling::Long, true, H100));
+    assert!(m.contains("atomic mode"), "{m}");
+    let rtx = GpuFill {
+        smem_optin: 99 * 1024,
+        smem_per_sm: 100 * 1024,
+        ..H100
+    };
+    let m = err(fixed(256, 1000, Tiling::Standard, false, rtx));
+    assert!(m.contains("shared memory per block"), "{m}");
+    assert!(fixed(256, 1000, Tiling::Wide, false, H100).is_err());
 }

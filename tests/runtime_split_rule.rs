@@ -65,6 +65,7 @@ fn the_split_rule_fills_the_gpu() {
     let huge = GpuFill {
         sms: 100_000,
         smem_optin: H200.smem_optin,
+        smem_per_sm: H200.smem_per_sm,
     };
     let spec = split_spec(128, KMask::None);
     let n = num_splits_for(&spec, [1000, 1, 1, 128], [1000, 1 << 16, 1, 128], huge);

@@ -5,7 +5,8 @@
 //! Env: BENCH_TOKENS (default 16384: batch = tokens / seqlen), BENCH_HEADS (comma list of
 //! `h/hk` pairs, e.g. `32/32,32/8,28/4`; unset: the paper's heads = 2048 / d, heads_k =
 //! heads), BENCH_SPLITS (comma list; 0 = automatic, n > 0 = `with_group_splits(n)`;
-//! default 0; a row without GQA ignores it and runs once, recorded as 0).
+//! default 0; a row without GQA ignores it and runs once, recorded as 0), BENCH_TILING
+//! (the main pass's row, fixed: `tiling_from_env`).
 
 use flash_runtime::BwdOptions;
 
@@ -157,6 +158,19 @@ impl BwdRows {
                 )
             }
         }
+    }
+}
+
+/// BENCH_TILING (`standard`, `long`, `compact`, `wide`, `prefill`): the main pass's row,
+/// fixed (`BwdOptions::with_tiling`); unset or `auto`: the runtime's choice.
+pub fn tiling_from_env() -> Result<Option<flash_runtime::flash_codegen::Tiling>, String> {
+    match std::env::var("BENCH_TILING") {
+        Ok(s) if !s.trim().is_empty() && s.trim() != "auto" => {
+            serde_json::from_value(serde_json::json!(s.trim()))
+                .map(Some)
+                .map_err(|e| format!("BENCH_TILING `{s}`: {e}"))
+        }
+        _ => Ok(None),
     }
 }
 

@@ -61,8 +61,10 @@ fn lists_make_the_product_and_bwd_brings_every_backward_kernel() {
     .unwrap();
     let names: Vec<String> = input.specs.iter().map(|s| s.name()).collect();
     // Per head dim and dtype: fwd x2, bwdpre, bwd x2, bwddq x2, bwdpost, bwdkvsum; d128's
-    // bwd also in its long and its compact tiling (x2 causal each).
-    assert_eq!(names.len(), 2 * 2 * 9 + 2 * 2 * 2);
+    // bwd also in its long and its compact tiling, d64's in its compact one (x2 causal
+    // each: the rows for less shared memory per block or per SM).
+    assert_eq!(names.len(), 2 * 2 * 9 + 2 * 2 * 2 + 2 * 2);
+    assert!(names.contains(&"fa2_bwd_d64_bf16_causal_compact_sm80".to_string()));
     assert!(names.contains(&"fa2_bwd_d128_f16_causal_long_sm80".to_string()));
     assert!(names.contains(&"fa2_bwd_d128_bf16_compact_sm80".to_string()));
     assert!(
@@ -214,6 +216,7 @@ fn alibi_brings_its_kernels_and_the_plain_helpers() {
             "fa2_fwd_d64_bf16_causal_alibi_sm80",
             "fa2_bwdpre_d64_bf16_sm80",
             "fa2_bwd_d64_bf16_causal_alibi_sm80",
+            "fa2_bwd_d64_bf16_causal_alibi_compact_sm80",
             "fa2_bwddq_d64_bf16_causal_alibi_sm80",
             "fa2_bwdpost_d64_bf16_sm80",
             "fa2_bwdkvsum_d64_bf16_sm80",

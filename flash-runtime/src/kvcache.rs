@@ -50,6 +50,7 @@ impl FlashAttention {
         GpuFill {
             sms: self.sms,
             smem_optin: self.smem_optin,
+            smem_per_sm: self.smem_per_sm(),
         }
     }
 

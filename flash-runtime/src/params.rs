@@ -280,6 +280,14 @@ pub struct BwdOptions {
     /// (default): chosen from the problem's size and the grid's fill; `Some(1)`: one CTA
     /// walks the whole group. Clamped to `1..=heads / heads_k`; ignored without GQA.
     pub group_splits: Option<u32>,
+    /// The main pass's tile row, fixed: for tuning on a GPU whose rule was never measured
+    /// (the runtime's choice is by sequence length, shared memory per block and per SM:
+    /// [`flash_codegen::KernelSpec::for_seqlen`], `for_smem`, `for_smem_per_sm`). It must be
+    /// a row the pass has at the call's head dim, mask and scores, fitting the GPU's shared
+    /// memory per block, and `Long` only in atomic mode; else the call returns
+    /// [`FlashError::InvalidParam`](crate::FlashError::InvalidParam) naming the rows there
+    /// are. `None` (default): the runtime's choice.
+    pub tiling: Option<flash_codegen::Tiling>,
 }
 
 impl BwdOptions {
@@ -288,6 +296,7 @@ impl BwdOptions {
         BwdOptions {
             deterministic: false,
             group_splits: None,
+            tiling: None,
         }
     }
 
@@ -296,6 +305,7 @@ impl BwdOptions {
         BwdOptions {
             deterministic: true,
             group_splits: None,
+            tiling: None,
         }
     }
 
@@ -303,6 +313,13 @@ impl BwdOptions {
     /// head) (see [`BwdOptions::group_splits`]; 0 counts as 1).
     pub const fn with_group_splits(mut self, n: u32) -> Self {
         self.group_splits = Some(n);
+        self
+    }
+
+    /// These options with the main pass fixed on `tiling`'s row (see
+    /// [`BwdOptions::tiling`]).
+    pub const fn with_tiling(mut self, tiling: flash_codegen::Tiling) -> Self {
+        self.tiling = Some(tiling);
         self
     }
 }

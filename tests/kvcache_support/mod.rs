@@ -16,6 +16,7 @@ pub const SEQLENS: u64 = 0x9000_0000;
 pub const H200: GpuFill = GpuFill {
     sms: 132,
     smem_optin: 227 * 1024,
+    smem_per_sm: 228 * 1024,
 };
 
 /// A contiguous tensor of `shape` at `ptr`, its buffer exactly its size.

@@ -16,7 +16,7 @@ pub use plan::KernelPlan;
 pub use scores::Scores;
 pub use smem::{SmemLayout, StreamRegion, TileRegion};
 pub use tiles::{Sm80Layout, Sm80Tiles, TileConfig, Tuning, check, parse_override};
-pub use tiling::Tiling;
+pub use tiling::{TUNED_SMEM_PER_SM, Tiling};
 
 /// Which FlashAttention-2 pass a kernel computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

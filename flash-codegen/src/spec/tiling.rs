@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use super::tiles::sm80;
 use super::{Arch, KernelSpec};
 
+/// Shared memory per SM of the GPUs the tile rows were tuned on (H100, H200: 228 KiB):
+/// the occupancy [`KernelSpec::for_smem_per_sm`] keeps.
+pub const TUNED_SMEM_PER_SM: u64 = 228 * 1024;
+
 /// Which row of the tile table a kernel is built from.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
@@ -110,6 +114,36 @@ impl KernelSpec {
         } else {
             self
         }
+    }
+
+    /// The warps of this kernel resident per SM on a GPU with `smem_per_sm` bytes of
+    /// shared memory per SM (1 KiB of it reserved per CTA, as on sm_80-sm_90) and a 64K
+    /// register file at 255 registers per thread: CTAs per SM (at least 1) times warps.
+    pub fn resident_warps(&self, smem_per_sm: u64) -> u32 {
+        let tiles = self.tiles();
+        let by_smem = smem_per_sm / (u64::from(self.smem_bytes()) + 1024);
+        let by_regs = u64::from(65536 / (tiles.threads() * 256));
+        (by_smem.min(by_regs).max(1) as u32) * tiles.warps()
+    }
+
+    /// This spec (as [`KernelSpec::for_smem`] left it) on a GPU with `smem_per_sm` bytes
+    /// of shared memory per SM: its compact row where this row keeps fewer warps resident
+    /// there than on the H100/H200 the rows were tuned on ([`TUNED_SMEM_PER_SM`]) and the
+    /// compact row (fitting `smem_optin`) keeps more; otherwise unchanged (a row that
+    /// keeps its occupancy keeps its larger blocks, which move fewer bytes per FLOP). An
+    /// A100 (164 KiB per SM) holds one CTA of the d64-d128 backward's standard rows
+    /// (97-113 KiB, 4 warps) where an H100 holds two, and two of their compact rows. 0
+    /// (unknown): unchanged.
+    pub fn for_smem_per_sm(self, smem_per_sm: u64, smem_optin: u64) -> KernelSpec {
+        let compact = self.with_tiling(Tiling::Compact);
+        let here = self.resident_warps(smem_per_sm);
+        let better = smem_per_sm > 0
+            && self.tiling != Tiling::Compact
+            && here < self.resident_warps(TUNED_SMEM_PER_SM)
+            && compact.is_supported()
+            && u64::from(compact.smem_bytes()) <= smem_optin
+            && compact.resident_warps(smem_per_sm) > here;
+        if better { compact } else { self }
     }
 
     /// This spec with the tiling a GPU of compute capability `(major, minor)` runs: the
@@ -261,7 +295,7 @@ mod tests {
         let bwd: KernelSpec = "fa2_bwd_d64_bf16_sm80".parse().unwrap();
         assert_eq!(bwd.for_smem(99 * 1024), bwd);
         assert!(
-            "fa2_bwd_d64_bf16_compact_sm80"
+            "fa2_bwd_d32_bf16_compact_sm80"
                 .parse::<KernelSpec>()
                 .is_err()
         );
@@ -270,5 +304,50 @@ mod tests {
                 .parse::<KernelSpec>()
                 .is_err()
         );
+    }
+
+    /// By shared memory per SM: the A100's 164 KiB moves the d64-d128 backward to its
+    /// compact rows (two CTAs of 4 warps instead of one), and nothing else; the H100's
+    /// 228 KiB and an RTX's 100 KiB keep every row (a tie keeps the larger blocks).
+    #[test]
+    fn compact_tiling_is_chosen_by_shared_memory_per_sm() {
+        let (a100, a100_block) = (164 * 1024, 163 * 1024);
+        let spec = |n: &str| n.parse::<KernelSpec>().unwrap();
+        let tiling = |n: &str, per_sm: u64, block: u64| {
+            spec(n).for_smem(block).for_smem_per_sm(per_sm, block).tiling
+        };
+        for d in [64, 96, 128] {
+            for name in [
+                format!("fa2_bwd_d{d}_bf16_sm80"),
+                format!("fa2_bwd_d{d}_f16_causal_softcap_sm80"),
+            ] {
+                assert_eq!(tiling(&name, a100, a100_block), Tiling::Compact, "{name}");
+                assert_eq!(spec(&name).resident_warps(a100), 4, "{name}");
+                let c = spec(&name).with_tiling(Tiling::Compact);
+                assert_eq!(c.resident_warps(a100), 8, "{name}");
+                assert_eq!(tiling(&name, 228 * 1024, 227 * 1024), Tiling::Standard, "{name}");
+            }
+        }
+        // d64 on an RTX (100 KiB per SM): one CTA of either row
+        assert_eq!(tiling("fa2_bwd_d64_bf16_sm80", 100 * 1024, 99 * 1024), Tiling::Standard);
+        // 8 warps in one CTA already: the long row stays
+        assert_eq!(tiling("fa2_bwd_d128_bf16_long_sm80", a100, a100_block), Tiling::Long);
+        // the same warps either way, or the compact row as the only one that fits
+        // an H100's d224: the compact row would keep 6 warps to the standard's 4, but 4 is
+        // what the standard row was tuned to
+        assert_eq!(tiling("fa2_bwd_d224_bf16_sm80", 228 * 1024, 227 * 1024), Tiling::Standard);
+        for (name, want) in [
+            ("fa2_bwd_d160_bf16_sm80", Tiling::Standard),
+            ("fa2_bwd_d192_bf16_causal_sm80", Tiling::Standard),
+            ("fa2_bwd_d256_bf16_sm80", Tiling::Compact),
+            ("fa2_bwd_d32_bf16_sm80", Tiling::Standard),
+            ("fa2_fwd_d256_bf16_sm80", Tiling::Standard),
+            ("fa2_fwd_d128_bf16_sm80", Tiling::Standard),
+        ] {
+            assert_eq!(tiling(name, a100, a100_block), want, "{name}");
+        }
+        // unknown per-SM memory: unchanged
+        let s = spec("fa2_bwd_d64_bf16_sm80");
+        assert_eq!(s.for_smem_per_sm(0, a100_block), s);
     }
 }

@@ -14,7 +14,7 @@
 use flash_codegen::abi::{self, grid};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
-use super::bwd_split::group_split_shift;
+use super::bwd_split::{group_split_shift, main_spec};
 use super::fwd::check_lse;
 use super::modifiers::{AlibiDesc, call_scores, check_window_lengths, modifier_param};
 use super::split_rule::GpuFill;
@@ -234,13 +234,21 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
 /// row ([`KernelSpec::for_smem`]: d96 and up on RTX 30/40, L4, L40's 99 KiB), with its
 /// own tiles' grid.
 pub fn plan_bwd_on(a: &BwdArgs, arch: Arch, long_tiles: bool, smem_optin: u64) -> Result<BwdPlan> {
-    plan_bwd_fill(a, arch, long_tiles, GpuFill { sms: 0, smem_optin })
+    plan_bwd_fill(a, arch, long_tiles, GpuFill {
+            sms: 0,
+            smem_optin,
+            smem_per_sm: 0,
+        },
+    )
 }
 
 /// [`plan_bwd_on`] for a GPU of `gpu.sms` streaming multiprocessors, which the automatic
 /// grouped-query split needs ([`group_split_shift`]; with `sms` 0 a group is split only
-/// when [`BwdOptions::group_splits`] asks). With more than one split the launches are
-/// `BwdPre`, `Bwd`, `BwdKvSum`, then `BwdPost` or `BwdDq`.
+/// when [`BwdOptions::group_splits`] asks), and `gpu.smem_per_sm` bytes of shared memory
+/// per SM, by which the main pass may take its compact row where that keeps more warps
+/// per SM (with `long_tiles`, which allows the rows chosen for speed alone:
+/// [`KernelSpec::for_smem_per_sm`]; an A100 at d64-d128). With more than one split the
+/// launches are `BwdPre`, `Bwd`, `BwdKvSum`, then `BwdPost` or `BwdDq`.
 pub fn plan_bwd_fill(a: &BwdArgs, arch: Arch, long_tiles: bool, gpu: GpuFill) -> Result<BwdPlan> {
     let smem_optin = gpu.smem_optin;
     let dtype = a.q.dtype;
@@ -310,9 +318,7 @@ pub fn plan_bwd_fill(a: &BwdArgs, arch: Arch, long_tiles: bool, gpu: GpuFill) ->
     }
 
     let pre = spec(Pass::BwdPre, Mask::None);
-    let main = spec(Pass::Bwd, main_mask)
-        .for_seqlen(sq, long_tiles && !det)
-        .for_smem(smem_optin);
+    let main = main_spec(spec(Pass::Bwd, main_mask), sq, long_tiles, &a.opts, gpu)?;
     let last = match det {
         false => spec(Pass::BwdPost, Mask::None),
         true => spec(Pass::BwdDq, p.kernel_mask()).for_smem(smem_optin),

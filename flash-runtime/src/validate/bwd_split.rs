@@ -1,12 +1,58 @@
-//! The grouped-query backward's split: how many CTAs share each (key block, kv head)'s
-//! query heads in the main pass ([`group_split_shift`]), and the scratch a call needs with
-//! it ([`bwd_scratch_need`]).
+//! The backward main pass's row ([`main_spec`]), the grouped-query split: how many CTAs
+//! share each (key block, kv head)'s query heads in the main pass ([`group_split_shift`]),
+//! and the scratch a call needs with it ([`bwd_scratch_need`]).
 
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::ScratchNeed;
 use super::split_rule::GpuFill;
+use crate::error::{FlashError, Result};
 use crate::params::BwdOptions;
+
+/// The main pass (`base`: its standard row) of a call with `seqlen_q` query rows in
+/// `opts`' mode on `gpu`: on [`BwdOptions::tiling`] where that is given (checked: a row
+/// of this pass, fitting `gpu.smem_optin`, the long one in atomic mode only); else the
+/// runtime's rule: with `speed_rows` (the rows chosen for speed alone, which a runtime
+/// without their PTX skips) the long row from its threshold in atomic mode
+/// ([`KernelSpec::for_seqlen`]), the compact row where the shared memory per block needs
+/// it ([`KernelSpec::for_smem`]), then with `speed_rows` the compact row where it keeps
+/// more warps per SM ([`KernelSpec::for_smem_per_sm`]).
+pub(crate) fn main_spec(
+    base: KernelSpec,
+    seqlen_q: usize,
+    speed_rows: bool,
+    opts: &BwdOptions,
+    gpu: GpuFill,
+) -> Result<KernelSpec> {
+    let Some(tiling) = opts.tiling else {
+        let spec = base
+            .for_seqlen(seqlen_q, speed_rows && !opts.deterministic)
+            .for_smem(gpu.smem_optin);
+        return Ok(match speed_rows {
+            true => spec.for_smem_per_sm(gpu.smem_per_sm, gpu.smem_optin),
+            false => spec,
+        });
+    };
+    let spec = base.with_tiling(tiling);
+    let rows = || {
+        let names: Vec<String> = base.tilings().map(|s| format!("{:?}", s.tiling)).collect();
+        names.join(", ")
+    };
+    let why = if !spec.is_supported() {
+        format!("{base} has no {tiling:?} row (it has: {})", rows())
+    } else if u64::from(spec.smem_bytes()) > gpu.smem_optin {
+        format!(
+            "{spec} needs {} bytes of shared memory per block, this GPU allows {}",
+            spec.smem_bytes(),
+            gpu.smem_optin
+        )
+    } else if tiling == Tiling::Long && opts.deterministic {
+        "the long row runs in atomic mode only (its dQ goes through dq_accum)".to_string()
+    } else {
+        return Ok(spec);
+    };
+    Err(FlashError::InvalidParam(format!("BwdOptions::tiling: {why}")))
+}
 
 /// The power of two of group splits the main pass runs with (its
 /// [`flash_codegen::abi::GROUP_SPLIT_SHIFT`]): at most the group (`heads / heads_k`) and at most
@@ -63,8 +109,11 @@ pub fn bwd_scratch_need(
         tiling: Tiling::Standard,
         arch,
     }
-    .for_seqlen(sq, !opts.deterministic)
-    .for_smem(gpu.smem_optin);
+    ;
+    // (a tiling the call rejects: the rule's, for the size)
+    let main = main_spec(main, sq, true, opts, gpu)
+        .or_else(|_| main_spec(main, sq, true, &BwdOptions { tiling: None, ..*opts }, gpu))
+        .ok()?;
     let shift = group_split_shift(&main, k_shape, h / hk, opts, gpu.sms);
     Some(ScratchNeed::of(q_shape, opts.deterministic).with_splits(k_shape, 1 << shift))
 }

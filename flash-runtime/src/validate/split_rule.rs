@@ -18,6 +18,10 @@ pub struct GpuFill {
     pub sms: u32,
     /// Dynamic shared memory bytes allowed per block (the opt-in limit).
     pub smem_optin: u64,
+    /// Shared memory bytes per SM (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR`;
+    /// 0: unknown). The backward plans its rows by it
+    /// ([`flash_codegen::KernelSpec::for_smem_per_sm`]).
+    pub smem_per_sm: u64,
 }
 
 /// The most splits the rule picks (explicit counts go to [`MAX_SPLITS`]): on the H200,

@@ -224,6 +224,12 @@ pub fn plan_bwd_varlen_on(
         batch,
         a.q.shape[2],
     )?;
+    if let Some(t) = a.opts.tiling {
+        return Err(FlashError::InvalidParam(format!(
+            "BwdOptions::tiling ({t:?}) fixes the dense backward's row; the varlen backward \
+             takes its rows by compute capability and shared memory (leave it None)"
+        )));
+    }
     // (one group split: the varlen main pass has none)
     let dry = BwdArgs {
         scratch: None,

@@ -162,9 +162,14 @@ pub(crate) const BWD_LONG_TILES: [(u32, u32, Sm80Tiles); 1] = [
 /// queries (80.5 KiB, the windowed varlen d128's row), d160 and d192 on 32 x 32 with two
 /// warps in two sweeps (80.5 KiB), d224 and d256 on 16 queries x 32 keys in two sweeps
 /// (72.3 KiB). Smaller blocks mean more CTAs and more dQ atomics per FLOP: slower than the
-/// standard rows, but a backward where there was none (0 spills, ptxas -v).
+/// standard rows, but a backward where there was none (0 spills, ptxas -v). d64's row (64
+/// keys, resident Q fragments: the standard row before 128 keys) fits 99 KiB like the
+/// standard one; it is there for shared memory per SM
+/// ([`crate::KernelSpec::for_smem_per_sm`]): an A100's 164 KiB holds one CTA of the
+/// standard row (97 KiB) but two of this one, as it does two of d96's and d128's compact rows.
 #[rustfmt::skip]
-pub(crate) const BWD_COMPACT_TILES: [(u32, Sm80Tiles); 6] = [
+pub(crate) const BWD_COMPACT_TILES: [(u32, Sm80Tiles); 7] = [
+    (64, tc(64, 64, 4, 2, 1).with(Resident)),
     (96, tc(32, 64, 4, 2, 1)),
     (128, tc(32, 64, 4, 2, 1)),
     (160, tc(32, 32, 2, 2, 2)),
