@@ -193,3 +193,40 @@ fn fixed_tiling_is_checked() {
     assert!(m.contains("shared memory per block"), "{m}");
     assert!(fixed(256, 1000, Tiling::Wide, false, H100).is_err());
 }
+
+/// The varlen backward by shared memory per SM: on an A100 (compute capability 8.0) d96
+/// and d128 take their compact rows, d64 (66 KiB, two CTAs already) its standard one; on
+/// an H100 (9.0) the wide rows stay; a fixed tiling is refused (it names dense rows).
+#[test]
+fn varlen_takes_the_rows_that_fill_its_sms() {
+    use flash_runtime::validate::{BufDesc, VarlenDesc, plan_bwd_varlen_fill};
+    let v = VarlenDesc {
+        cu_seqlens_q: BufDesc {
+            ptr: 0xd000_0000,
+            len: 3,
+        },
+        cu_seqlens_k: BufDesc {
+            ptr: 0xe000_0000,
+            len: 3,
+        },
+        max_seqlen_q: 200,
+        max_seqlen_k: 200,
+    };
+    let main = |d: usize, cc: (u32, u32), gpu: GpuFill| {
+        let mut a = args(1, 300, 400, 2, 2, d);
+        a.scratch = None;
+        let p = plan_bwd_varlen_fill(&a, &v, Arch::Sm80, cc, gpu).unwrap();
+        p.launch(Pass::BwdVarlen).unwrap().spec.name()
+    };
+    assert_eq!(main(64, (8, 0), A100), "fa2_bwdvarlen_d64_bf16_sm80");
+    for d in [96, 128] {
+        assert_eq!(main(d, (8, 0), A100), format!("fa2_bwdvarlen_d{d}_bf16_compact_sm80"));
+        assert_eq!(main(d, (8, 0), H100), format!("fa2_bwdvarlen_d{d}_bf16_sm80"));
+        assert_eq!(main(d, (9, 0), H100), format!("fa2_bwdvarlen_d{d}_bf16_wide_sm80"));
+    }
+    let mut a = args(1, 300, 400, 2, 2, 128);
+    a.scratch = None;
+    a.opts = a.opts.with_tiling(Tiling::Compact);
+    let err = plan_bwd_varlen_fill(&a, &v, Arch::Sm80, (9, 0), H100).unwrap_err();
+    assert!(matches!(err, FlashError::InvalidParam(_)), "{err:?}");
+}

@@ -28,7 +28,7 @@ use crate::forward::{alloc_outputs, lse_arg};
 use crate::outputs::{Forward, Gradients};
 use crate::params::{AttnParams, BwdOptions};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{BufDesc, BwdArgs, FwdArgs, VarlenDesc, plan_bwd_varlen_on, plan_fwd_varlen};
+use crate::validate::{BufDesc, BwdArgs, FwdArgs, VarlenDesc, plan_bwd_varlen_fill, plan_fwd_varlen};
 
 /// The offsets of a packed batch: `cu_seqlens_q` and `cu_seqlens_k`, i32 `[batch + 1]` on
 /// the device, and the longest sequences (at least every sequence's length).
@@ -261,7 +261,7 @@ impl FlashAttention {
                 alibi,
                 opts: *opts,
             };
-            let dry = plan_bwd_varlen_on(&args, &vd, self.arch, self.cc, self.smem_optin)?;
+            let dry = plan_bwd_varlen_fill(&args, &vd, self.arch, self.cc, self.gpu_fill())?;
             if !dry.launches.is_empty() {
                 let mut s = BwdScratch::with_need(stream, dry.scratch)?;
                 let (desc, _guards) = s.bind(stream);
@@ -271,7 +271,7 @@ impl FlashAttention {
                 // 1 of total rows) and the varlen scratch (D [heads, total_q], dq_accum
                 // heads * 16 ceil((total_q + 16 batch) / 16) * head_dim); the kernels clamp
                 // the offsets to the totals. `s` is freed stream-ordered after the launches.
-                let plan = plan_bwd_varlen_on(&args, &vd, self.arch, self.cc, self.smem_optin)?;
+                let plan = plan_bwd_varlen_fill(&args, &vd, self.arch, self.cc, self.gpu_fill())?;
                 return self.launch_bwd(stream, &plan);
             }
             dry

@@ -35,7 +35,8 @@ pub(crate) use modifiers::check_alibi_kernels;
 pub use paged::PagedDesc;
 pub use split_rule::{GpuFill, kvcache_splits, num_splits_for, num_splits_for_paged};
 pub use varlen::{
-    VarlenDesc, plan_bwd_varlen, plan_bwd_varlen_on, plan_fwd_varlen, varlen_scratch,
+    VarlenDesc, plan_bwd_varlen, plan_bwd_varlen_fill, plan_bwd_varlen_on, plan_fwd_varlen,
+    varlen_scratch,
 };
 
 /// Largest grid x dimension.

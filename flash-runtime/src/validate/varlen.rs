@@ -10,6 +10,7 @@ use flash_codegen::abi::{grid, varlen::accum_rows};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::bwd::check_scratch;
+use super::split_rule::GpuFill;
 use super::modifiers::{AlibiDesc, call_scores};
 use super::{
     BufDesc, BwdArgs, BwdPlan, FwdArgs, LaunchPlan, MAX_GRID_YZ, ParamValue, ScratchNeed,
@@ -95,13 +96,15 @@ fn varlen_value(
     })
 }
 
-/// `dense` as its varlen kernel on the packed batch's grid.
+/// `dense` as its varlen kernel on the packed batch's grid, on the row of a GPU of
+/// compute capability `cc` with `smem` = (bytes per block, bytes per SM: 0 unknown); the
+/// backward main pass by shared memory per SM too ([`KernelSpec::for_smem_per_sm`]).
 fn to_varlen(
     dense: &LaunchPlan,
     v: &VarlenDesc,
     (batch, h, hk): (usize, usize, usize),
     scratch: (u64, u64),
-    (cc, smem_optin): ((u32, u32), u64),
+    (cc, (smem_optin, smem_per_sm)): ((u32, u32), (u64, u64)),
 ) -> Result<LaunchPlan> {
     let pass = dense.spec.pass.varlen().ok_or_else(|| {
         FlashError::Internal(format!("{} has no varlen pass", dense.spec.pass.name()))
@@ -113,6 +116,10 @@ fn to_varlen(
     }
     .for_compute_capability(cc)
     .for_smem(smem_optin);
+    let spec = match pass {
+        Pass::BwdVarlen => spec.for_smem_per_sm(smem_per_sm, smem_optin),
+        _ => spec,
+    };
     // (sizes checked by the dense plan and `check_varlen`: each fits u32)
     let (mq, mk) = (v.max_seqlen_q as u32, v.max_seqlen_k as u32);
     let g = grid(&spec, batch as u32, mq, mk, h as u32, hk as u32)
@@ -178,7 +185,7 @@ pub fn plan_fwd_varlen(
         v,
         heads,
         (0, 0),
-        (arch.min_compute_capability(), u64::MAX),
+        (arch.min_compute_capability(), (u64::MAX, 0)),
     )
 }
 
@@ -215,6 +222,26 @@ pub fn plan_bwd_varlen_on(
     cc: (u32, u32),
     smem_optin: u64,
 ) -> Result<BwdPlan> {
+    let gpu = GpuFill {
+        sms: 0,
+        smem_optin,
+        smem_per_sm: 0,
+    };
+    plan_bwd_varlen_fill(a, v, arch, cc, gpu)
+}
+
+/// [`plan_bwd_varlen_on`] for a GPU with `gpu.smem_per_sm` bytes of shared memory per SM:
+/// the main pass on its compact row where that keeps more warps per SM
+/// ([`KernelSpec::for_smem_per_sm`]: an A100 at d96 and d128). (`gpu.sms` is not read:
+/// the varlen backward does not split groups.)
+pub fn plan_bwd_varlen_fill(
+    a: &BwdArgs,
+    v: &VarlenDesc,
+    arch: Arch,
+    cc: (u32, u32),
+    gpu: GpuFill,
+) -> Result<BwdPlan> {
+    let smem_optin = gpu.smem_optin;
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
     let mask = a.params.kernel_mask_for(Pass::BwdVarlen)?;
     let alibi = packed_alibi(
@@ -253,7 +280,7 @@ pub fn plan_bwd_varlen_on(
             // others then read nothing it would have written)
             let l = dense.launches.iter();
             let heads = (batch, a.q.shape[2], a.k.shape[2]);
-            let l = l.map(|l| to_varlen(l, v, heads, scratch, (cc, smem_optin)));
+            let l = l.map(|l| to_varlen(l, v, heads, scratch, (cc, (smem_optin, gpu.smem_per_sm))));
             let l: Vec<LaunchPlan> = l.collect::<Result<_>>()?;
             l.into_iter().filter(|l| !l.is_noop()).collect()
         }
