@@ -31,9 +31,9 @@ mod tests;
 ///
 /// // 2 head dims x 2 causal: 4 forward kernels; per head dim, bwd and bwddq (x 2 causal)
 /// // and bwdpre, bwdpost, bwdkvsum (no causal variant): 14 backward kernels; d128's bwd
-/// // also in its long-sequence tiling and its compact one for 99 KiB GPUs (x 2 causal
-/// // each).
-/// assert_eq!(attn::KERNELS.len(), 22);
+/// // also in its long-sequence tiling and its compact one for 99 KiB GPUs, d64's in its
+/// // compact one for the A100's shared memory per SM (x 2 causal each).
+/// assert_eq!(attn::KERNELS.len(), 24);
 /// assert_eq!(
 ///     attn::FA2_BWD_D128_BF16_CAUSAL_LONG_SM80.spec().tiling,
 ///     flash_ptx::codegen::Tiling::Long
