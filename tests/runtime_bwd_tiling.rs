@@ -145,9 +145,18 @@ fn a100_takes_the_rows_that_fill_its_sms() {
     }
     let long = args(1, 8192, 1000, 2, 2, 128);
     assert_eq!(main_of(&long, true, A100), "fa2_bwd_d128_bf16_long_sm80");
-    for (d, tiling) in [(32, ""), (160, ""), (192, ""), (224, "_compact"), (256, "_compact")] {
+    for (d, tiling) in [
+        (32, ""),
+        (160, ""),
+        (192, ""),
+        (224, "_compact"),
+        (256, "_compact"),
+    ] {
         let a = args(1, 1000, 1000, 2, 2, d);
-        assert_eq!(main_of(&a, true, A100), format!("fa2_bwd_d{d}_bf16{tiling}_sm80"));
+        assert_eq!(
+            main_of(&a, true, A100),
+            format!("fa2_bwd_d{d}_bf16{tiling}_sm80")
+        );
     }
 }
 
@@ -181,7 +190,10 @@ fn fixed_tiling_is_checked() {
         other => panic!("expected InvalidParam, got {other:?}"),
     };
     let m = err(fixed(64, 1000, Tiling::Long, false, H100));
-    assert!(m.contains("no Long row") && m.contains("Standard, Compact"), "{m}");
+    assert!(
+        m.contains("no Long row") && m.contains("Standard, Compact"),
+        "{m}"
+    );
     let m = err(fixed(128, 9000, Tiling::Long, true, H100));
     assert!(m.contains("atomic mode"), "{m}");
     let rtx = GpuFill {
@@ -220,9 +232,18 @@ fn varlen_takes_the_rows_that_fill_its_sms() {
     };
     assert_eq!(main(64, (8, 0), A100), "fa2_bwdvarlen_d64_bf16_sm80");
     for d in [96, 128] {
-        assert_eq!(main(d, (8, 0), A100), format!("fa2_bwdvarlen_d{d}_bf16_compact_sm80"));
-        assert_eq!(main(d, (8, 0), H100), format!("fa2_bwdvarlen_d{d}_bf16_sm80"));
-        assert_eq!(main(d, (9, 0), H100), format!("fa2_bwdvarlen_d{d}_bf16_wide_sm80"));
+        assert_eq!(
+            main(d, (8, 0), A100),
+            format!("fa2_bwdvarlen_d{d}_bf16_compact_sm80")
+        );
+        assert_eq!(
+            main(d, (8, 0), H100),
+            format!("fa2_bwdvarlen_d{d}_bf16_sm80")
+        );
+        assert_eq!(
+            main(d, (9, 0), H100),
+            format!("fa2_bwdvarlen_d{d}_bf16_wide_sm80")
+        );
     }
     let mut a = args(1, 300, 400, 2, 2, 128);
     a.scratch = None;

@@ -28,7 +28,9 @@ use crate::forward::{alloc_outputs, lse_arg};
 use crate::outputs::{Forward, Gradients};
 use crate::params::{AttnParams, BwdOptions};
 use crate::tensor::{Element, Tensor4, Tensor4Mut};
-use crate::validate::{BufDesc, BwdArgs, FwdArgs, VarlenDesc, plan_bwd_varlen_fill, plan_fwd_varlen};
+use crate::validate::{
+    BufDesc, BwdArgs, FwdArgs, VarlenDesc, plan_bwd_varlen_fill, plan_fwd_varlen,
+};
 
 /// The offsets of a packed batch: `cu_seqlens_q` and `cu_seqlens_k`, i32 `[batch + 1]` on
 /// the device, and the longest sequences (at least every sequence's length).

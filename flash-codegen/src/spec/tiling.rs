@@ -314,7 +314,10 @@ mod tests {
         let (a100, a100_block) = (164 * 1024, 163 * 1024);
         let spec = |n: &str| n.parse::<KernelSpec>().unwrap();
         let tiling = |n: &str, per_sm: u64, block: u64| {
-            spec(n).for_smem(block).for_smem_per_sm(per_sm, block).tiling
+            spec(n)
+                .for_smem(block)
+                .for_smem_per_sm(per_sm, block)
+                .tiling
         };
         for d in [64, 96, 128] {
             for name in [
@@ -325,17 +328,30 @@ mod tests {
                 assert_eq!(spec(&name).resident_warps(a100), 4, "{name}");
                 let c = spec(&name).with_tiling(Tiling::Compact);
                 assert_eq!(c.resident_warps(a100), 8, "{name}");
-                assert_eq!(tiling(&name, 228 * 1024, 227 * 1024), Tiling::Standard, "{name}");
+                assert_eq!(
+                    tiling(&name, 228 * 1024, 227 * 1024),
+                    Tiling::Standard,
+                    "{name}"
+                );
             }
         }
         // d64 on an RTX (100 KiB per SM): one CTA of either row
-        assert_eq!(tiling("fa2_bwd_d64_bf16_sm80", 100 * 1024, 99 * 1024), Tiling::Standard);
+        assert_eq!(
+            tiling("fa2_bwd_d64_bf16_sm80", 100 * 1024, 99 * 1024),
+            Tiling::Standard
+        );
         // 8 warps in one CTA already: the long row stays
-        assert_eq!(tiling("fa2_bwd_d128_bf16_long_sm80", a100, a100_block), Tiling::Long);
+        assert_eq!(
+            tiling("fa2_bwd_d128_bf16_long_sm80", a100, a100_block),
+            Tiling::Long
+        );
         // the same warps either way, or the compact row as the only one that fits
         // an H100's d224: the compact row would keep 6 warps to the standard's 4, but 4 is
         // what the standard row was tuned to
-        assert_eq!(tiling("fa2_bwd_d224_bf16_sm80", 228 * 1024, 227 * 1024), Tiling::Standard);
+        assert_eq!(
+            tiling("fa2_bwd_d224_bf16_sm80", 228 * 1024, 227 * 1024),
+            Tiling::Standard
+        );
         for (name, want) in [
             ("fa2_bwd_d160_bf16_sm80", Tiling::Standard),
             ("fa2_bwd_d192_bf16_causal_sm80", Tiling::Standard),

@@ -51,7 +51,9 @@ pub(crate) fn main_spec(
     } else {
         return Ok(spec);
     };
-    Err(FlashError::InvalidParam(format!("BwdOptions::tiling: {why}")))
+    Err(FlashError::InvalidParam(format!(
+        "BwdOptions::tiling: {why}"
+    )))
 }
 
 /// The power of two of group splits the main pass runs with (its
@@ -108,11 +110,21 @@ pub fn bwd_scratch_need(
         scores: flash_codegen::Scores::Plain,
         tiling: Tiling::Standard,
         arch,
-    }
-    ;
+    };
     // (a tiling the call rejects: the rule's, for the size)
     let main = main_spec(main, sq, true, opts, gpu)
-        .or_else(|_| main_spec(main, sq, true, &BwdOptions { tiling: None, ..*opts }, gpu))
+        .or_else(|_| {
+            main_spec(
+                main,
+                sq,
+                true,
+                &BwdOptions {
+                    tiling: None,
+                    ..*opts
+                },
+                gpu,
+            )
+        })
         .ok()?;
     let shift = group_split_shift(&main, k_shape, h / hk, opts, gpu.sms);
     Some(ScratchNeed::of(q_shape, opts.deterministic).with_splits(k_shape, 1 << shift))

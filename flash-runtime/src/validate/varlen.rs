@@ -10,8 +10,8 @@ use flash_codegen::abi::{grid, varlen::accum_rows};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
 use super::bwd::check_scratch;
-use super::split_rule::GpuFill;
 use super::modifiers::{AlibiDesc, call_scores};
+use super::split_rule::GpuFill;
 use super::{
     BufDesc, BwdArgs, BwdPlan, FwdArgs, LaunchPlan, MAX_GRID_YZ, ParamValue, ScratchNeed,
     bind_spec_params, check_grid, launch, plan_bwd_on, plan_fwd_on, prod, shape_err, u32_of,
