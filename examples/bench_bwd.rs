@@ -214,9 +214,12 @@ fn sweep<T: Element>(
     Ok(())
 }
 
-/// The main pass's row as BENCH_TILING fixes it, or "auto".
-fn opts_tiling() -> String {
-    std::env::var("BENCH_TILING").unwrap_or_else(|_| "auto".into())
+/// The main pass's row as BENCH_TILING fixes it (its serde name), or "auto".
+fn opts_tiling() -> serde_json::Value {
+    match tiling_from_env() {
+        Ok(Some(t)) => serde_json::json!(t),
+        _ => "auto".into(),
+    }
 }
 
 /// Device bytes in use (total - free), after the stream's work is done.

@@ -5,8 +5,8 @@
 
 use flash_codegen::{Arch, Pass};
 use flash_runtime::validate::{
-    BufDesc, BwdArgs, GpuFill, ParamValue, SPLIT_TARGET_CTAS_PER_SM, ScratchDesc, VarlenDesc,
-    plan_bwd_fill, plan_bwd_varlen,
+    BufDesc, BwdArgs, GpuFill, ParamValue, SPLIT_TARGET_CTAS_PER_SM, ScratchDesc, plan_bwd_fill,
+    plan_bwd_varlen,
 };
 use flash_runtime::{AttnParams, BwdOptions, FlashError};
 
@@ -90,11 +90,7 @@ fn the_automatic_split_fills_the_gpu() {
     assert_eq!(plan_of(&args(1, 4096, 4096, 28, 4, 128), H200).2, 2);
     // MQA 16 / 1, 128 keys: 2 CTAs; the whole group, 16 splits
     assert_eq!(plan_of(&args(1, 128, 128, 16, 1, 128), H200).2, 4);
-    let unknown = GpuFill {
-        sms: 0,
-        smem_optin: u64::MAX,
-        smem_per_sm: 0,
-    };
+    let unknown = GpuFill::per_block(u64::MAX);
     assert_eq!(plan_of(&args(1, 128, 128, 16, 1, 128), unknown).2, 0);
 }
 
@@ -186,18 +182,7 @@ fn varlen_never_splits() {
         params: AttnParams::new(),
         ..with_opts(&a, BwdOptions::new().with_group_splits(8))
     };
-    let v = VarlenDesc {
-        cu_seqlens_q: BufDesc {
-            ptr: 0xd000_0000,
-            len: 3,
-        },
-        cu_seqlens_k: BufDesc {
-            ptr: 0xe000_0000,
-            len: 3,
-        },
-        max_seqlen_q: 200,
-        max_seqlen_k: 200,
-    };
+    let v = validate_support::two_sequences();
     let p = plan_bwd_varlen(&a, &v, Arch::Sm80, (9, 0)).unwrap();
     assert!(p.launch(Pass::BwdKvSum).is_none());
     assert_eq!(p.scratch.dkv_partial, 0);

@@ -211,19 +211,8 @@ fn fixed_tiling_is_checked() {
 /// an H100 (9.0) the wide rows stay; a fixed tiling is refused (it names dense rows).
 #[test]
 fn varlen_takes_the_rows_that_fill_its_sms() {
-    use flash_runtime::validate::{BufDesc, VarlenDesc, plan_bwd_varlen_fill};
-    let v = VarlenDesc {
-        cu_seqlens_q: BufDesc {
-            ptr: 0xd000_0000,
-            len: 3,
-        },
-        cu_seqlens_k: BufDesc {
-            ptr: 0xe000_0000,
-            len: 3,
-        },
-        max_seqlen_q: 200,
-        max_seqlen_k: 200,
-    };
+    use flash_runtime::validate::plan_bwd_varlen_fill;
+    let v = validate_support::two_sequences();
     let main = |d: usize, cc: (u32, u32), gpu: GpuFill| {
         let mut a = args(1, 300, 400, 2, 2, d);
         a.scratch = None;

@@ -3,7 +3,9 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use flash_codegen::DType;
-use flash_runtime::validate::{AlibiDesc, BufDesc, BwdArgs, FwdArgs, ScratchDesc, TensorDesc};
+use flash_runtime::validate::{
+    AlibiDesc, BufDesc, BwdArgs, FwdArgs, ScratchDesc, TensorDesc, VarlenDesc,
+};
 use flash_runtime::{AttnParams, BwdOptions, tensor::contiguous_strides};
 
 /// A contiguous bf16 tensor of `shape` at `ptr`, exactly sized.
@@ -97,5 +99,22 @@ pub fn fwd_args(
         }),
         params,
         alibi,
+    }
+}
+
+/// A packed batch of two sequences (offsets `[3]` at distinct pointers), each at most 200
+/// queries and 200 keys.
+pub fn two_sequences() -> VarlenDesc {
+    VarlenDesc {
+        cu_seqlens_q: BufDesc {
+            ptr: 0xd000_0000,
+            len: 3,
+        },
+        cu_seqlens_k: BufDesc {
+            ptr: 0xe000_0000,
+            len: 3,
+        },
+        max_seqlen_q: 200,
+        max_seqlen_k: 200,
     }
 }

@@ -4,6 +4,7 @@
 use super::KernelSpec;
 use super::smem::SmemLayout;
 use super::tiles::{TileConfig, Tuning, check};
+use super::tiling::TUNED_SMEM_PER_SM;
 
 /// Everything the kernel builders read about one variant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,15 +41,24 @@ impl KernelSpec {
 }
 
 impl KernelPlan {
-    /// The CTAs per SM the kernel is planned for: as many as shared memory allows on an
-    /// H100/H200 (228 KiB per SM, 1 KiB of it reserved per CTA) and registers allow at the
-    /// full 255 per thread, at least 1. Emitted as `.minnctapersm`, so that ptxas does not
-    /// trade spills for an occupancy the plan does not count on.
+    /// The CTAs per SM the kernel is planned for: [`KernelPlan::ctas_per_sm`] on the
+    /// H100/H200 the rows were tuned on ([`TUNED_SMEM_PER_SM`]). Emitted as
+    /// `.minnctapersm`, so that ptxas does not trade spills for an occupancy the plan does
+    /// not count on.
     #[must_use]
     pub fn ctas_per_sm_hint(&self) -> u32 {
-        let by_smem = 228 * 1024 / (self.smem.bytes + 1024);
-        let by_regs = 65536 / (self.tiles.threads() * 256);
-        by_smem.min(by_regs).max(1)
+        self.ctas_per_sm(TUNED_SMEM_PER_SM)
+    }
+
+    /// The CTAs of this kernel resident per SM on a GPU with `smem_per_sm` bytes of
+    /// shared memory per SM: as many as shared memory allows (1 KiB of it reserved per
+    /// CTA, as on sm_80-sm_90) and a 64K register file allows at the full 255 registers
+    /// per thread, at least 1.
+    #[must_use]
+    pub fn ctas_per_sm(&self, smem_per_sm: u64) -> u32 {
+        let by_smem = smem_per_sm / (u64::from(self.smem.bytes) + 1024);
+        let by_regs = u64::from(65536 / (self.tiles.threads() * 256));
+        by_smem.min(by_regs).max(1) as u32
     }
 }
 

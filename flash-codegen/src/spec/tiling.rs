@@ -116,14 +116,14 @@ impl KernelSpec {
         }
     }
 
-    /// The warps of this kernel resident per SM on a GPU with `smem_per_sm` bytes of
-    /// shared memory per SM (1 KiB of it reserved per CTA, as on sm_80-sm_90) and a 64K
-    /// register file at 255 registers per thread: CTAs per SM (at least 1) times warps.
+    /// The warps of this kernel (on its table row) resident per SM on a GPU with
+    /// `smem_per_sm` bytes of shared memory per SM: [`KernelPlan::ctas_per_sm`] times its
+    /// warps.
+    ///
+    /// [`KernelPlan::ctas_per_sm`]: super::KernelPlan::ctas_per_sm
     pub fn resident_warps(&self, smem_per_sm: u64) -> u32 {
-        let tiles = self.tiles();
-        let by_smem = smem_per_sm / (u64::from(self.smem_bytes()) + 1024);
-        let by_regs = u64::from(65536 / (tiles.threads() * 256));
-        (by_smem.min(by_regs).max(1) as u32) * tiles.warps()
+        let plan = self.plan(&super::Tuning::NONE);
+        plan.ctas_per_sm(smem_per_sm) * plan.tiles.warps()
     }
 
     /// This spec (as [`KernelSpec::for_smem`] left it) on a GPU with `smem_per_sm` bytes

@@ -234,16 +234,7 @@ pub fn plan_bwd_with(a: &BwdArgs, arch: Arch, long_tiles: bool) -> Result<BwdPla
 /// row ([`KernelSpec::for_smem`]: d96 and up on RTX 30/40, L4, L40's 99 KiB), with its
 /// own tiles' grid.
 pub fn plan_bwd_on(a: &BwdArgs, arch: Arch, long_tiles: bool, smem_optin: u64) -> Result<BwdPlan> {
-    plan_bwd_fill(
-        a,
-        arch,
-        long_tiles,
-        GpuFill {
-            sms: 0,
-            smem_optin,
-            smem_per_sm: 0,
-        },
-    )
+    plan_bwd_fill(a, arch, long_tiles, GpuFill::per_block(smem_optin))
 }
 
 /// [`plan_bwd_on`] for a GPU of `gpu.sms` streaming multiprocessors, which the automatic

@@ -24,6 +24,18 @@ pub struct GpuFill {
     pub smem_per_sm: u64,
 }
 
+impl GpuFill {
+    /// A GPU known only by its dynamic shared memory per block (`smem_optin`): SMs and
+    /// shared memory per SM unknown (0), so no rule that reads them applies.
+    pub const fn per_block(smem_optin: u64) -> Self {
+        GpuFill {
+            sms: 0,
+            smem_optin,
+            smem_per_sm: 0,
+        }
+    }
+}
+
 /// The most splits the rule picks (explicit counts go to [`MAX_SPLITS`]): on the H200,
 /// batch 1 with one KV head runs fastest at 64 splits from 32K keys on (17.3 us at 32K
 /// against 18.5 at 109, 34.0 at 128K against 34.9; docs/performance.md).

@@ -97,14 +97,14 @@ fn varlen_value(
 }
 
 /// `dense` as its varlen kernel on the packed batch's grid, on the row of a GPU of
-/// compute capability `cc` with `smem` = (bytes per block, bytes per SM: 0 unknown); the
-/// backward main pass by shared memory per SM too ([`KernelSpec::for_smem_per_sm`]).
+/// compute capability `cc` and `gpu`'s shared memory per block; the backward main pass
+/// by shared memory per SM too ([`KernelSpec::for_smem_per_sm`]).
 fn to_varlen(
     dense: &LaunchPlan,
     v: &VarlenDesc,
     (batch, h, hk): (usize, usize, usize),
     scratch: (u64, u64),
-    (cc, (smem_optin, smem_per_sm)): ((u32, u32), (u64, u64)),
+    (cc, gpu): ((u32, u32), GpuFill),
 ) -> Result<LaunchPlan> {
     let pass = dense.spec.pass.varlen().ok_or_else(|| {
         FlashError::Internal(format!("{} has no varlen pass", dense.spec.pass.name()))
@@ -115,9 +115,9 @@ fn to_varlen(
         ..dense.spec
     }
     .for_compute_capability(cc)
-    .for_smem(smem_optin);
+    .for_smem(gpu.smem_optin);
     let spec = match pass {
-        Pass::BwdVarlen => spec.for_smem_per_sm(smem_per_sm, smem_optin),
+        Pass::BwdVarlen => spec.for_smem_per_sm(gpu.smem_per_sm, gpu.smem_optin),
         _ => spec,
     };
     // (sizes checked by the dense plan and `check_varlen`: each fits u32)
@@ -185,7 +185,7 @@ pub fn plan_fwd_varlen(
         v,
         heads,
         (0, 0),
-        (arch.min_compute_capability(), (u64::MAX, 0)),
+        (arch.min_compute_capability(), GpuFill::per_block(u64::MAX)),
     )
 }
 
@@ -222,12 +222,7 @@ pub fn plan_bwd_varlen_on(
     cc: (u32, u32),
     smem_optin: u64,
 ) -> Result<BwdPlan> {
-    let gpu = GpuFill {
-        sms: 0,
-        smem_optin,
-        smem_per_sm: 0,
-    };
-    plan_bwd_varlen_fill(a, v, arch, cc, gpu)
+    plan_bwd_varlen_fill(a, v, arch, cc, GpuFill::per_block(smem_optin))
 }
 
 /// [`plan_bwd_varlen_on`] for a GPU with `gpu.smem_per_sm` bytes of shared memory per SM:
@@ -241,7 +236,6 @@ pub fn plan_bwd_varlen_fill(
     cc: (u32, u32),
     gpu: GpuFill,
 ) -> Result<BwdPlan> {
-    let smem_optin = gpu.smem_optin;
     let batch = check_varlen(v, a.q.shape[0], a.k.shape[0])?;
     let mask = a.params.kernel_mask_for(Pass::BwdVarlen)?;
     let alibi = packed_alibi(
@@ -264,7 +258,7 @@ pub fn plan_bwd_varlen_fill(
         opts: a.opts.with_group_splits(1),
         ..*a
     };
-    let dense = plan_bwd_on(&dry, arch, false, smem_optin)?;
+    let dense = plan_bwd_on(&dry, arch, false, gpu.smem_optin)?;
     if dense.launches.is_empty() {
         return Ok(dense);
     }
@@ -280,7 +274,7 @@ pub fn plan_bwd_varlen_fill(
             // others then read nothing it would have written)
             let l = dense.launches.iter();
             let heads = (batch, a.q.shape[2], a.k.shape[2]);
-            let l = l.map(|l| to_varlen(l, v, heads, scratch, (cc, (smem_optin, gpu.smem_per_sm))));
+            let l = l.map(|l| to_varlen(l, v, heads, scratch, (cc, gpu)));
             let l: Vec<LaunchPlan> = l.collect::<Result<_>>()?;
             l.into_iter().filter(|l| !l.is_noop()).collect()
         }
