@@ -6,6 +6,8 @@
 
 pub use super::modifiers::*;
 pub use super::operand::*;
+pub use super::regs::regs_of;
+pub use super::sm90::*;
 use super::types::{Addr, B16, B32, B64, F32, Guard, Label, Operand, Pred, Reg};
 
 /// One instruction. Its guard (if any) lives in [`Stmt::Inst`].
@@ -244,6 +246,41 @@ pub enum Inst {
         /// The value added.
         v: Reg<F32>,
     },
+    /// `bar.arrive id, threads`: arrives at named barrier `id` without waiting (the
+    /// other side `bar.sync`s on it with the same thread count).
+    BarArrive {
+        /// The barrier number (1-15), an immediate or a register.
+        id: Operand<B32>,
+        /// Threads the barrier waits for (a multiple of 32).
+        threads: u32,
+    },
+    /// `wgmma.*` (sm_90a): warpgroup MMA and its fences and groups.
+    Wgmma(WgmmaOp),
+    /// `mbarrier.*` (sm_90): transaction barriers in shared memory.
+    Mbarrier(MbarrierOp),
+    /// `cp.async.bulk.*` and `prefetch.tensormap` (sm_90): TMA.
+    Bulk(BulkOp),
+    /// `fence.proxy.async` / `fence.mbarrier_init` (sm_90).
+    Fence(Fence),
+    /// `setmaxnreg` (sm_90a): the warpgroup's register cap.
+    SetMaxNReg(SetMaxNReg),
+    /// `elect.sync _|p, 0xffffffff` (sm_90): `p` true in exactly one lane of the warp.
+    Elect {
+        /// Destination predicate.
+        p: Reg<Pred>,
+    },
+    /// `stmatrix.sync.aligned.m8n8.xN[.trans].shared.b16` (sm_90): the inverse of
+    /// `ldmatrix`, same lane addressing and fragments.
+    Stmatrix {
+        /// Number of matrices.
+        num: LdmNum,
+        /// Transpose each matrix while storing.
+        trans: bool,
+        /// Sources, one register per matrix.
+        src: Vec<Reg<B32>>,
+        /// This lane's row address (lanes 8i..8i+8 address matrix i).
+        addr: Addr,
+    },
     /// `bra[.uni] target`.
     Bra {
         /// The label jumped to.
@@ -271,89 +308,19 @@ pub enum Stmt {
     Comment(String),
 }
 
-/// Registers an instruction reads and writes (for checks such as "every register used
-/// is declared").
-pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
-    fn ops(v: &[AnyOperand]) -> impl Iterator<Item = AnyReg> + '_ {
-        v.iter().filter_map(|o| match o {
-            AnyOperand::Reg(r) => Some(*r),
-            _ => None,
-        })
+impl Inst {
+    /// Whether the instruction needs an sm_90 target or newer (every Hopper family and
+    /// `stmatrix`); an sm_80 module holding one is a generator bug.
+    pub fn needs_sm90(&self) -> bool {
+        matches!(
+            self,
+            Inst::Wgmma(_)
+                | Inst::Mbarrier(_)
+                | Inst::Bulk(_)
+                | Inst::Fence(_)
+                | Inst::SetMaxNReg(_)
+                | Inst::Elect { .. }
+                | Inst::Stmatrix { .. }
+        )
     }
-    fn addr(a: &Addr) -> AnyReg {
-        match a {
-            Addr::Global(r, _) => (*r).into(),
-            Addr::Shared(r, _) => (*r).into(),
-        }
-    }
-    let mut out: Vec<AnyReg> = Vec::new();
-    match inst {
-        Inst::Alu { d, src, .. } => {
-            out.push(*d);
-            out.extend(ops(src));
-        }
-        Inst::Setp { p, a, b, .. } => {
-            out.push(AnyReg::from(*p));
-            out.extend(ops(&[*a, *b]));
-        }
-        Inst::Selp { d, a, b, p, .. } => {
-            out.extend::<[AnyReg; 2]>([*d, (*p).into()]);
-            out.extend(ops(&[*a, *b]));
-        }
-        Inst::PredLogic { d, a, b, .. } => {
-            out.extend::<[AnyReg; 3]>([(*d).into(), (*a).into(), (*b).into()])
-        }
-        Inst::VoteAny { d, a } => out.extend::<[AnyReg; 2]>([(*d).into(), (*a).into()]),
-        Inst::Mov { d, a, .. } => {
-            out.push(*d);
-            out.extend(ops(&[*a]));
-        }
-        Inst::MovSpecial { d, .. } | Inst::MovSmemBase { d } => out.push((*d).into()),
-        Inst::Cvt { d, a, .. } => out.extend([*d, *a]),
-        Inst::CvtPack { d, hi, lo, .. } => {
-            out.extend::<[AnyReg; 3]>([(*d).into(), (*hi).into(), (*lo).into()])
-        }
-        Inst::Unpack { lo, hi, a } => {
-            out.extend::<[AnyReg; 3]>([(*lo).into(), (*hi).into(), (*a).into()])
-        }
-        Inst::CvtaGlobal { d, a } | Inst::CvtaParam { d, a } => {
-            out.extend::<[AnyReg; 2]>([(*d).into(), (*a).into()])
-        }
-        Inst::MovParamAddr { d, .. } => out.push((*d).into()),
-        Inst::LdParam { d, .. } => out.push(*d),
-        Inst::Ld { d, addr: a, .. } => {
-            out.extend(d.iter().copied());
-            out.push(addr(a));
-        }
-        Inst::St { src, addr: a, .. } => {
-            out.extend(src.iter().copied());
-            out.push(addr(a));
-        }
-        Inst::CpAsync {
-            dst, src, src_size, ..
-        } => {
-            out.extend([addr(dst), addr(src)]);
-            if let Some(Operand::Reg(r)) = src_size {
-                out.push((*r).into());
-            }
-        }
-        Inst::Ldmatrix { d, addr: a, .. } => {
-            out.extend(d.iter().map(|r| AnyReg::from(*r)));
-            out.push(addr(a));
-        }
-        Inst::Mma(m) => {
-            out.extend(m.d.iter().chain(&m.c).map(|r| AnyReg::from(*r)));
-            out.extend(m.a.iter().chain(&m.b).map(|r| AnyReg::from(*r)));
-        }
-        Inst::Shfl { d, a, .. } => out.extend([*d, *a]),
-        Inst::RedAddF32 { addr: a, v } => out.extend::<[AnyReg; 2]>([addr(a), (*v).into()]),
-        Inst::BarSync { id, .. } => {
-            if let Operand::Reg(r) = id {
-                out.push((*r).into());
-            }
-        }
-        Inst::CpAsyncCommit | Inst::CpAsyncWait { .. } | Inst::BarWarpSync { .. } => {}
-        Inst::Bra { .. } | Inst::Ret => {}
-    }
-    out
 }

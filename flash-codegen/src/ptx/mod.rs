@@ -6,6 +6,8 @@ pub mod modifiers;
 pub mod module;
 pub mod operand;
 pub mod print;
+pub mod regs;
+pub mod sm90;
 pub mod types;
 
 pub use builder::{Builder, Loop};

@@ -10,6 +10,8 @@ use super::types::RegClass;
 pub enum Target {
     /// mma.sync, ldmatrix, cp.async: JIT-compiled by the driver for sm_80 and every later GPU.
     Sm80,
+    /// wgmma, setmaxnreg (the `a` features), TMA, mbarrier: compute capability 9.0 only.
+    Sm90a,
 }
 
 impl Target {
@@ -17,13 +19,23 @@ impl Target {
     pub fn name(self) -> &'static str {
         match self {
             Target::Sm80 => "sm_80",
+            Target::Sm90a => "sm_90a",
         }
     }
     /// The PTX ISA version (major, minor) the module declares.
     pub fn ptx_version(self) -> (u32, u32) {
         match self {
             Target::Sm80 => (7, 0),
+            // wgmma, setmaxnreg, elect.sync, fence.proxy.async, expect_tx: 8.0; driver
+            // r525 (CUDA 12.0) and newer load it (ptx-reference.md section 1.1).
+            Target::Sm90a => (8, 0),
         }
+    }
+    /// Whether the target takes the sm_90 instruction families ([`Inst::needs_sm90`]).
+    ///
+    /// [`Inst::needs_sm90`]: super::inst::Inst::needs_sm90
+    pub fn has_sm90(self) -> bool {
+        matches!(self, Target::Sm90a)
     }
 }
 

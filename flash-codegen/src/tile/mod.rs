@@ -3,5 +3,6 @@
 pub mod acc;
 pub mod convert;
 pub mod copy;
+pub mod desc;
 pub mod frag;
 pub mod smem;

@@ -53,6 +53,8 @@ impl Builder {
         shr_u32(a, b) -> B32 = Shr.U32;
         /// `add.s64`: a + b.
         add_s64(a, b) -> B64 = Add.S64;
+        /// `or.b64`.
+        or_b64(a, b) -> B64 = Or.B64;
         /// `sub.s64`: a - b.
         sub_s64(a, b) -> B64 = Sub.S64;
         /// `mul.lo.u64`: the low 64 bits of a * b.

@@ -27,6 +27,7 @@ fn slot(c: RegClass) -> usize {
 mod alu;
 mod control;
 mod mem;
+mod sm90;
 
 pub use control::Loop;
 

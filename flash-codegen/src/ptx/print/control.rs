@@ -1,5 +1,5 @@
 //! PTX printer layer: control flow and synchronization (`bra`, `ret`, `bar.sync`,
-//! `bar.warp.sync`) and the statements around instructions: guards, labels, comments.
+//! `bar.arrive`, `bar.warp.sync`) and the statements around instructions: guards, labels, comments.
 
 use std::fmt::{self, Write};
 
@@ -19,6 +19,9 @@ pub(super) fn write<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
             None => write!(w, "bar.sync {};", O((*id).into())),
             Some(n) => write!(w, "bar.sync {}, {n};", O((*id).into())),
         },
+        Inst::BarArrive { id, threads } => {
+            write!(w, "bar.arrive {}, {threads};", O((*id).into()))
+        }
         Inst::BarWarpSync { mask } => write!(w, "bar.warp.sync {mask:#010x};"),
         other => unreachable!("generator bug: {other:?} routed to the control writer"),
     }

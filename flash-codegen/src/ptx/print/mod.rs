@@ -10,6 +10,8 @@
 //! - `mem.rs`: parameters, `cvta`, `ld`, `st`, `cp.async`, `red`;
 //! - `warp.rs`: `ldmatrix`, `mma.sync`, `shfl.sync`, `vote.sync`;
 //! - `control.rs`: `bra`, `ret`, barriers; guards, labels and comments;
+//! - `sm90.rs`: the Hopper families (`wgmma`, `mbarrier`, TMA, fences, `setmaxnreg`,
+//!   `elect.sync`, `stmatrix`);
 //! - `syntax.rs`: operands (registers, immediates, addresses, labels) and shared modifiers.
 
 use std::fmt::{self, Write};
@@ -21,6 +23,7 @@ use super::types::{F32, Kind, Operand, Reg, RegClass};
 mod alu;
 mod control;
 mod mem;
+mod sm90;
 mod syntax;
 mod warp;
 
@@ -69,9 +72,18 @@ pub fn write_inst<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
         Inst::Ldmatrix { .. } | Inst::Mma(_) | Inst::Shfl { .. } | Inst::VoteAny { .. } => {
             warp::write(w, i)
         }
-        Inst::Bra { .. } | Inst::Ret | Inst::BarSync { .. } | Inst::BarWarpSync { .. } => {
-            control::write(w, i)
-        }
+        Inst::Bra { .. }
+        | Inst::Ret
+        | Inst::BarSync { .. }
+        | Inst::BarArrive { .. }
+        | Inst::BarWarpSync { .. } => control::write(w, i),
+        Inst::Wgmma(_)
+        | Inst::Mbarrier(_)
+        | Inst::Bulk(_)
+        | Inst::Fence(_)
+        | Inst::SetMaxNReg(_)
+        | Inst::Elect { .. }
+        | Inst::Stmatrix { .. } => sm90::write(w, i),
     }
 }
 
@@ -137,6 +149,21 @@ pub fn write_entry<W: Write>(w: &mut W, e: &Entry) -> fmt::Result {
 
 /// Writes a module: header, the dynamic shared memory symbol, entries.
 pub fn write_module<W: Write>(w: &mut W, m: &Module) -> fmt::Result {
+    if !m.target.has_sm90() {
+        for e in &m.entries {
+            let sm90 = e.body.iter().find_map(|s| match s {
+                Stmt::Inst { inst, .. } if inst.needs_sm90() => Some(inst),
+                _ => None,
+            });
+            if let Some(i) = sm90 {
+                panic!(
+                    "generator bug: {} holds {i:?}, which needs an sm_90 target, in an {} module",
+                    e.name,
+                    m.target.name()
+                );
+            }
+        }
+    }
     let (major, minor) = m.target.ptx_version();
     writeln!(
         w,
