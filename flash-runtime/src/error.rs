@@ -136,6 +136,14 @@ pub enum FlashError {
     #[error("invalid parameter: {0}")]
     InvalidParam(String),
 
+    /// A TMA tensor map cannot describe this tensor (sm_90a kernels; the sm_80 ones take
+    /// any tensor the other checks accept).
+    #[error(
+        "tensor map: {0} (TMA needs 16-byte aligned base pointers, strides that are non-zero \
+         multiples of 16 bytes, and boxes of at most 256 elements a side)"
+    )]
+    TensorMap(String),
+
     /// A tensor or stream belongs to another CUDA context than this runtime.
     #[error(
         "`{what}` belongs to a different CUDA context than this FlashAttention instance; \

@@ -48,6 +48,7 @@ pub mod reference;
 #[doc(hidden)]
 pub mod rng;
 pub mod tensor;
+pub mod tensor_map;
 #[doc(hidden)]
 pub mod validate;
 mod varlen;
