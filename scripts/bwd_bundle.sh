@@ -2,13 +2,14 @@
 # A small GPU bundle for the backward's device commands (target/gpu-bundle, with every
 # kernel's PTX, is over the device tool's 64 MiB): builds the backward GPU tests and
 # bench_bwd and copies them with scripts/ into target/gb (about 12 MiB). Then, on the
-# GPU machine, from target/gb: `bash scripts/gqa_bwd_all.sh OUT` (the grouped-query bar
+# GPU machine, from target/gb: `tests/gpu_probe_sm90` (the Hopper probe; issue 22),
+# `bash scripts/gqa_bwd_all.sh OUT` (the grouped-query bar
 # beside FA2/cuDNN) and `bash scripts/bwd_emulation_all.sh OUT` (the A100 and RTX rows).
 #
 #   bash scripts/bwd_bundle.sh
 set -eu
 cd "$(dirname "$0")/.."
-TESTS=(gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi)
+TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90})
 cargo build --release --features gpu --example bench_bwd
 args=(); for t in "${TESTS[@]}"; do args+=(--test "$t"); done
 cargo test --release --features gpu --no-run "${args[@]}" 2> target/bwd_bundle.log

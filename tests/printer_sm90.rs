@@ -369,3 +369,30 @@ fn the_probe_uses_the_descriptor_tiles() {
     assert!(ptx.contains(&format!("0x{high:X}")), "{ptx}");
     assert_eq!(ptx.matches("wgmma.mma_async").count(), 5);
 }
+
+/// The Hopper probe kernel (`kernels::sm90::probe`, run by tests/gpu_probe_sm90.rs)
+/// assembles for sm_90a with 0 spills and no stack, for both dtypes.
+#[test]
+fn the_sm90_probe_assembles_for_both_dtypes() {
+    use flash_codegen::DType;
+    use flash_codegen::kernels::sm90::probe;
+    let Some(ptxas) = common::ptxas_or_skip("the_sm90_probe_assembles_for_both_dtypes") else {
+        return;
+    };
+    for dtype in [DType::F16, DType::Bf16] {
+        let ptx = print::module(&probe::module(dtype));
+        assert_eq!(ptx.matches("wgmma.mma_async").count(), 8, "{ptx}");
+        assert_eq!(ptx.matches("cp.async.bulk.tensor").count(), 5, "{ptx}");
+        match common::assemble(&ptxas, &probe::entry_name(dtype), "sm_90a", &ptx) {
+            Ok(r) => {
+                println!("{}: {r:?}", probe::entry_name(dtype));
+                assert_eq!(
+                    (r.spill_stores, r.spill_loads, r.stack_frame),
+                    (0, 0, 0),
+                    "{r:?}"
+                );
+            }
+            Err(log) => panic!("ptxas -arch=sm_90a rejected the probe:\n{log}\n{ptx}"),
+        }
+    }
+}

@@ -44,6 +44,7 @@ mod outputs;
 mod paged;
 mod params;
 mod probe;
+mod probe_sm90;
 pub mod reference;
 #[doc(hidden)]
 pub mod rng;
@@ -61,6 +62,8 @@ pub use error::{FlashError, Result};
 pub use outputs::{Forward, Gradients};
 pub use paged::PagedKv;
 pub use params::{Alibi, AttnParams, BwdOptions, KvOptions, MAX_SPLITS, Mask};
+#[doc(hidden)]
+pub use probe_sm90::ProbeSm90At;
 pub use tensor::{Element, IntoDeviceView, IntoDeviceViewMut, Tensor4, Tensor4Mut, bhsd_layout};
 #[doc(hidden)]
 pub use validate::{

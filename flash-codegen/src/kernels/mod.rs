@@ -10,6 +10,7 @@ pub mod params;
 pub mod schedule;
 pub mod scores;
 pub mod sm80;
+pub mod sm90;
 pub mod softmax;
 pub mod varlen;
 
