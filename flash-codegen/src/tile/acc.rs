@@ -109,6 +109,43 @@ impl AccTile {
         AccTile { frags }
     }
 
+    /// A warpgroup `wgmma` accumulator of `n_cols` columns, this warp's 16 rows as one
+    /// m-tile, in fresh registers with no value: the product's first k-step writes them
+    /// (`scale-d` 0).
+    pub fn for_wgmma(b: &mut Builder, n_cols: u32) -> Self {
+        assert!(
+            n_cols % N_TILE_COLS == 0 && (8..=256).contains(&n_cols),
+            "generator bug: wgmma accumulator of {n_cols} columns"
+        );
+        let n_tiles = (n_cols / N_TILE_COLS) as usize;
+        let frags = vec![
+            (0..n_tiles)
+                .map(|_| std::array::from_fn(|_| b.reg()))
+                .collect(),
+        ];
+        AccTile { frags }
+    }
+
+    /// The registers in `wgmma`'s `d[0..N/2]` order ([`AccLayout::wgmma_reg`]: n-tile, then
+    /// register) of a one-m-tile accumulator.
+    pub fn wgmma_regs(&self) -> Vec<Reg<F32>> {
+        assert_eq!(
+            self.m_tiles(),
+            1,
+            "generator bug: a wgmma accumulator has one m-tile"
+        );
+        let n = self.n_tiles();
+        let mut d = vec![None; n * REGS];
+        for nt in 0..n {
+            for reg in 0..REGS {
+                d[AccLayout::wgmma_reg(nt, reg)] = Some(self.frags[0][nt][reg]);
+            }
+        }
+        d.into_iter()
+            .map(|r| r.expect("every d[v] is a register"))
+            .collect()
+    }
+
     /// M16 tiles.
     pub fn m_tiles(&self) -> usize {
         self.frags.len()

@@ -17,12 +17,14 @@
 
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{
-    Addr, AnyReg, B32, Builder, Cmp, Entry, F32, LaunchBounds, LdCache, Module, Operand, Param,
-    ParamTy, Reg, Space, Special, Target, Ty,
+    Addr, AnyReg, B32, Builder, Cmp, Entry, LaunchBounds, LdCache, Module, Operand, Param, ParamTy,
+    Reg, Space, Special, Target, Ty,
 };
 use crate::spec::DType;
+use crate::tile::acc::AccTile;
 use crate::tile::desc::{Major, WgmmaDesc};
-use crate::tile::smem::SmemTile;
+use crate::tile::frag::LDM_A;
+use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};
 
 /// Entry name of the probe for `dtype`.
 pub fn entry_name(dtype: DType) -> String {
@@ -116,7 +118,8 @@ pub fn module(dtype: DType) -> Module {
         WgmmaDesc::new(tile(1), Major::K),
     );
     let (q0, k0) = (q.emit(&mut b, smem), k.emit(&mut b, smem));
-    let s: Vec<Reg<F32>> = (0..BOX / 2).map(|_| b.reg()).collect();
+    let s_acc = AccTile::for_wgmma(&mut b, BOX);
+    let s = s_acc.wgmma_regs();
     b.wgmma_fence();
     for kk in 0..q.k_steps() {
         let (qd, kd) = (q.emit_kstep(&mut b, q0, kk), k.emit_kstep(&mut b, k0, kk));
@@ -124,31 +127,33 @@ pub fn module(dtype: DType) -> Module {
     }
     b.wgmma_commit();
     b.wgmma_wait(0);
-    // thread (warp w, lane 4g + t) holds d[4j + r] = S[16w + g + 8(r >> 1)][8j + 2t + (r & 1)]
+    // this warp's rows 16w.. of S: thread row r, n-tile nt -> (16w + g + 8r, 8nt + 2t)
     let lane = b.special(Special::LaneId);
     let w = b.shr_u32(tid, 5);
-    let g = b.shr_u32(lane, 2);
-    let t = b.and_b32(lane, 3);
+    let g = AccTile::lane_row(&mut b, lane);
+    let col = AccTile::lane_col(&mut b, lane);
     let row = b.mad_lo_u32(w, 16u32, g);
-    let col = b.shl_b32(t, 1u32);
     let idx = b.mad_lo_u32(row, BOX, col);
     let off = b.mul_wide_u32(idx, 4);
     let base = b.add_s64(s_out, off);
-    for j in 0..(BOX / 8) as usize {
-        for half in 0..2 {
-            let pair = [s[4 * j + 2 * half], s[4 * j + 2 * half + 1]];
-            let o = 4 * (8 * j as i32 + 8 * BOX as i32 * half as i32);
-            b.st(Space::Global, Ty::F32, Addr::Global(base, o), &pair);
+    for nt in 0..s_acc.n_tiles() {
+        for r in 0..s_acc.rows() {
+            let o = 4 * (8 * nt as i32 + 8 * BOX as i32 * r as i32);
+            b.st(
+                Space::Global,
+                Ty::F32,
+                Addr::Global(base, o),
+                &s_acc.pair(r, nt),
+            );
         }
     }
 
     b.comment("-- 4: O = P V (RS, V MN-major) --");
     let v = WgmmaDesc::new(tile(2), Major::Mn);
     let v0 = v.emit(&mut b, smem);
-    let o: Vec<Reg<F32>> = (0..BOX / 2).map(|_| b.reg()).collect();
-    let p: Vec<[Reg<B32>; 4]> = (0..v.k_steps() as usize)
-        .map(|kk| std::array::from_fn(|i| b.pack(fmt, s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1])))
-        .collect();
+    let o_acc = AccTile::for_wgmma(&mut b, BOX);
+    let o = o_acc.wgmma_regs();
+    let p = s_acc.as_a(&mut b, fmt, 0);
     b.wgmma_fence();
     for (kk, a) in p.iter().enumerate() {
         let vd = v.emit_kstep(&mut b, v0, kk as u32);
@@ -158,22 +163,13 @@ pub fn module(dtype: DType) -> Module {
     b.wgmma_wait(0);
 
     b.comment("-- 5: O -> stmatrix into the swizzled tile -> TMA store --");
-    // matrix i = lane / 8 of an x4: rows 16w + lane % 8 + 8 (i & 1), chunk j + (i >> 1)
-    let rr = b.and_b32(lane, 7);
-    let mi = b.shr_u32(lane, 3);
-    let odd = b.and_b32(mi, 1);
-    let r8 = b.shl_b32(odd, 3u32);
-    let orow = b.mad_lo_u32(w, 16u32, rr);
-    let orow = b.add_u32(orow, r8);
-    let hi = b.shr_u32(mi, 1);
-    let rowb = b.mad_lo_u32(orow, 128u32, smem);
-    for j in (0..(BOX / 8) as usize).step_by(2) {
-        let chunk = b.add_u32(hi, j as u32);
-        let x = b.xor_b32(chunk, rr);
-        let addr = b.mad_lo_u32(x, 16u32, rowb);
-        let regs: [Reg<B32>; 4] =
-            std::array::from_fn(|i| b.pack(fmt, o[4 * j + 2 * i], o[4 * j + 2 * i + 1]));
-        b.stmatrix(false, Addr::Shared(addr, TILES[3] as i32), regs);
+    // stmatrix is ldmatrix's inverse: O's A fragments (as P's) go where ldmatrix would
+    // read them, this warp's 16 rows at 16w of the tile.
+    let lanes = LdmLanes::new(&mut b, &LDM_A, lane);
+    let smem_w = b.mad_lo_u32(w, 16 * ROW_BYTES, smem);
+    for (kk, f) in o_acc.as_a(&mut b, fmt, 0).into_iter().enumerate() {
+        let addr = lanes.addr(&mut b, smem_w, &tile(3), 0, 2 * kk as u32);
+        b.stmatrix(false, addr, f);
     }
     b.fence_proxy_async();
     b.bar_sync();
