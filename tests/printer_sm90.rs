@@ -290,7 +290,7 @@ fn probe_entry() -> Entry {
         },
         |b| {
             b.setmaxnreg(true, 232);
-            b.mbarrier_wait(bar, 0u32);
+            b.mbarrier_wait(bar, 0u32, "tiles");
             let (q, k) = (WgmmaDesc::new(qt, Major::K), WgmmaDesc::new(kt, Major::K));
             let (q0, k0) = (q.emit(b, smem), k.emit(b, smem));
             let acc: Vec<Reg<F32>> = (0..32).map(|_| b.reg()).collect();
@@ -393,6 +393,49 @@ fn the_sm90_probe_assembles_for_both_dtypes() {
                 );
             }
             Err(log) => panic!("ptxas -arch=sm_90a rejected the probe:\n{log}\n{ptx}"),
+        }
+    }
+}
+
+/// `trap` and `__assertfail` (what a debug build's bounded mbarrier wait fails with): the
+/// message is a module-scope string declared once however many entries use it, and the
+/// bounded wait counts its spins before failing.
+#[test]
+fn bounded_waits_fail_naming_the_barrier() {
+    let entry = |name: &str| {
+        let mut b = Builder::new();
+        b.bound_waits(64);
+        let smem = b.smem_base();
+        b.mbarrier_wait(Addr::Shared(smem, 0), 0u32, "K_full[0]");
+        b.finish(name, Vec::<Param>::new(), LaunchBounds::default())
+    };
+    let m = Module {
+        target: Target::Sm90a,
+        entries: vec![entry("one"), entry("two")],
+    };
+    let ptx = print::module(&m);
+    let text = "flash-ptx: mbarrier `K_full[0]` timed out (64 waits)";
+    assert_eq!(m.entries[0].strings.len(), 1);
+    assert_eq!(m.entries[0].strings[0].1, text);
+    assert_eq!(
+        ptx.matches(".extern .func __assertfail(").count(),
+        1,
+        "{ptx}"
+    );
+    assert_eq!(
+        ptx.matches(".global .align 1 .b8 flash_msg_").count(),
+        1,
+        "{ptx}"
+    );
+    let bytes: Vec<String> = text.bytes().chain([0]).map(|c| c.to_string()).collect();
+    assert!(ptx.contains(&bytes.join(", ")), "{ptx}");
+    assert_eq!(ptx.matches("call.uni __assertfail").count(), 2, "{ptx}");
+    assert_eq!(ptx.matches("trap;").count(), 2, "{ptx}");
+    assert!(ptx.contains("setp.lt.u32") && ptx.contains("64;"), "{ptx}");
+    assert_eq!(print::inst(&Inst::Trap), "trap;");
+    if let Some(ptxas) = common::ptxas_or_skip("bounded_waits_fail_naming_the_barrier") {
+        if let Err(log) = common::assemble(&ptxas, "bounded_waits", "sm_90a", &ptx) {
+            panic!("ptxas -arch=sm_90a rejected the bounded waits:\n{log}\n{ptx}");
         }
     }
 }

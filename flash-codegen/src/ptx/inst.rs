@@ -290,6 +290,15 @@ pub enum Inst {
     },
     /// `ret`: the thread exits.
     Ret,
+    /// `trap`: aborts the kernel (the launch fails, the context is lost).
+    Trap,
+    /// A call of the driver's `__assertfail` (what device `assert` compiles to): the
+    /// driver prints `message` with the failing block and thread at the next
+    /// synchronisation. `message` is the symbol of a module-scope string of the entry.
+    AssertFail {
+        /// The string's symbol (`Entry::strings`).
+        message: String,
+    },
 }
 
 /// One line of a kernel body.

@@ -138,6 +138,9 @@ pub struct Entry {
     pub reg_counts: [u32; 5],
     /// The instructions, labels and comments of the body, in order.
     pub body: Vec<Stmt>,
+    /// Module-scope NUL-terminated strings the body names (the messages of
+    /// [`Inst::AssertFail`](super::inst::Inst::AssertFail)), by symbol.
+    pub strings: Vec<(String, String)>,
 }
 
 impl Entry {

@@ -122,7 +122,7 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         }
         Inst::Fence(_) | Inst::SetMaxNReg(_) => {}
         Inst::CpAsyncCommit | Inst::CpAsyncWait { .. } | Inst::BarWarpSync { .. } => {}
-        Inst::Bra { .. } | Inst::Ret => {}
+        Inst::Bra { .. } | Inst::Ret | Inst::Trap | Inst::AssertFail { .. } => {}
     }
     out
 }

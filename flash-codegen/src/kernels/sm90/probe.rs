@@ -66,6 +66,10 @@ const TILES: [u32; 5] = [
 /// Dynamic shared memory bytes the probe needs.
 pub const SMEM_BYTES: u32 = 1024 + 5 * BOX_BYTES;
 
+/// Spins of each mbarrier wait before the probe fails naming it (a wrong byte count or
+/// parity fails the test instead of hanging the GPU).
+pub const WAIT_SPINS: u32 = 1 << 20;
+
 /// Threads: one warpgroup.
 pub const THREADS: u32 = 128;
 
@@ -77,6 +81,7 @@ fn tile(i: usize) -> SmemTile {
 pub fn module(dtype: DType) -> Module {
     let fmt = crate::kernels::half_fmt(dtype);
     let mut b = Builder::new();
+    b.bound_waits(WAIT_SPINS);
     let maps: Vec<Param<ParamTy>> = MAPS.iter().map(|n| Param::bytes(*n, 64, 128)).collect();
     let scalars: Vec<Param> = SCALARS.iter().map(|(n, t)| Param::scalar(*n, *t)).collect();
     let tm: Vec<_> = maps.iter().map(|p| b.param_addr(p)).collect();
@@ -110,7 +115,7 @@ pub fn module(dtype: DType) -> Module {
         b.tma_load(at(1), tm[1], coords(sk0), bar);
         b.tma_load(at(2), tm[2], coords(sk0), bar);
     });
-    b.mbarrier_wait(bar, 0u32);
+    b.mbarrier_wait(bar, 0u32, "qkv");
 
     b.comment("-- 3: S = Q K^T (SS, K-major) --");
     let (q, k) = (
@@ -182,7 +187,7 @@ pub fn module(dtype: DType) -> Module {
         b.mbarrier_arrive_expect_tx(bar, BOX_BYTES);
         b.tma_load(at(4), tm[0], coords(s1), bar);
     });
-    b.mbarrier_wait(bar, 1u32);
+    b.mbarrier_wait(bar, 1u32, "second load");
     let chunk0 = b.shl_b32(tid, 4u32);
     let src = b.add_u32(smem, chunk0);
     let gofs = b.mul_wide_u32(tid, 16);

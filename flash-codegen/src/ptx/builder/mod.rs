@@ -15,6 +15,10 @@ pub struct Builder {
     labels: u32,
     body: Vec<Stmt>,
     guard: Option<Guard>,
+    /// Module-scope strings (symbol, text) the body names.
+    strings: Vec<(String, String)>,
+    /// Spins an mbarrier wait may take before it fails (debug builds), or `None`.
+    wait_bound: Option<u32>,
 }
 
 fn slot(c: RegClass) -> usize {
@@ -120,6 +124,37 @@ impl Builder {
         d
     }
 
+    /// `trap`: aborts the kernel.
+    pub fn trap(&mut self) {
+        self.push(Inst::Trap);
+    }
+
+    /// Fails like device `assert`: the driver prints `text` (with the block and thread) at
+    /// the next synchronisation, then the kernel traps. The text becomes a module-scope
+    /// string named by its hash, so equal texts share one symbol.
+    pub fn assert_fail(&mut self, text: &str) {
+        assert!(
+            text.is_ascii() && !text.contains('\0'),
+            "generator bug: assert message {text:?}"
+        );
+        let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, c| {
+            (h ^ u64::from(c)).wrapping_mul(0x1b3)
+        });
+        let message = format!("flash_msg_{hash:016x}");
+        if !self.strings.iter().any(|(s, _)| *s == message) {
+            self.strings.push((message.clone(), text.to_string()));
+        }
+        self.push(Inst::AssertFail { message });
+        self.trap();
+    }
+
+    /// Debug builds: every later mbarrier wait fails with its barrier's name after `spins`
+    /// unsuccessful `try_wait`s (each blocks for a bounded time) instead of hanging.
+    pub fn bound_waits(&mut self, spins: u32) {
+        assert!(spins > 0, "generator bug: a wait bound of 0 spins");
+        self.wait_bound = Some(spins);
+    }
+
     /// Ends the kernel: appends `ret` and declares every register family used.
     /// `params` are scalar ([`Param`]) or any ([`Param<ParamTy>`]) parameters.
     pub fn finish<T: Into<ParamTy>>(
@@ -142,6 +177,7 @@ impl Builder {
             bounds,
             reg_counts: self.counts,
             body: self.body,
+            strings: self.strings,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! ([`Target::Sm90a`](crate::ptx::Target)); the printer refuses it otherwise.
 
 use super::Builder;
-use crate::ptx::inst::{HalfFmt, Inst, LdmNum};
+use crate::ptx::inst::{Cmp, HalfFmt, Inst, LdmNum};
 use crate::ptx::sm90::{
     BulkOp, Fence, MbarrierOp, ScaleD, SetMaxNReg, TensorCoords, Wgmma, WgmmaA, WgmmaOp,
 };
@@ -102,21 +102,42 @@ impl Builder {
         }));
     }
 
-    /// Waits until the phase of parity `parity` of `bar` completes:
+    /// Waits until the phase of parity `parity` of `bar` (called `name` in messages)
+    /// completes:
     ///
     /// ```text
     /// WAIT:
     ///     mbarrier.try_wait.parity.shared::cta.b64 %p, [bar], parity;
     ///     @!%p bra WAIT;
     /// ```
-    pub fn mbarrier_wait(&mut self, bar: Addr, parity: impl Into<Operand<B32>>) {
+    ///
+    /// Under [`Builder::bound_waits`] the loop counts its spins and, past the bound, fails
+    /// with "flash-ptx: mbarrier `name` timed out" (`__assertfail`, then `trap`).
+    pub fn mbarrier_wait(&mut self, bar: Addr, parity: impl Into<Operand<B32>>, name: &str) {
         let bar = shared(bar, "mbarrier", 8);
         let parity = parity.into();
         let top = self.label();
+        let Some(bound) = self.wait_bound else {
+            self.place(top);
+            let p = self.reg::<Pred>();
+            self.push(Inst::Mbarrier(MbarrierOp::TryWaitParity { p, bar, parity }));
+            self.bra_if(p, true, top, false);
+            return;
+        };
+        let done = self.label();
+        let spins = self.mov(0u32);
         self.place(top);
         let p = self.reg::<Pred>();
         self.push(Inst::Mbarrier(MbarrierOp::TryWaitParity { p, bar, parity }));
-        self.bra_if(p, true, top, false);
+        self.bra_if(p, false, done, false);
+        let n = self.add_u32(spins, 1u32);
+        self.assign(spins, n);
+        let more = self.setp_u32(Cmp::Lt, spins, bound);
+        self.bra_if(more, false, top, false);
+        self.assert_fail(&format!(
+            "flash-ptx: mbarrier `{name}` timed out ({bound} waits)"
+        ));
+        self.place(done);
     }
 
     /// One TMA box load into `dst` completing on `bar` (issued by one thread; its bytes

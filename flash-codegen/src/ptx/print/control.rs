@@ -5,6 +5,7 @@ use std::fmt::{self, Write};
 
 use super::syntax::{L, O, R};
 use crate::ptx::inst::Inst;
+use crate::ptx::module::Entry;
 use crate::ptx::types::{Guard, Label};
 
 /// Writes a branch, return or barrier.
@@ -15,6 +16,8 @@ pub(super) fn write<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
             write!(w, "bra{uni} {};", L(*target))
         }
         Inst::Ret => w.write_str("ret;"),
+        Inst::Trap => w.write_str("trap;"),
+        Inst::AssertFail { message } => write_assert_fail(w, message),
         Inst::BarSync { id, threads } => match threads {
             None => write!(w, "bar.sync {};", O((*id).into())),
             Some(n) => write!(w, "bar.sync {}, {n};", O((*id).into())),
@@ -43,4 +46,43 @@ pub(super) fn write_label<W: Write>(w: &mut W, l: Label) -> fmt::Result {
 /// A comment line (`    // text`).
 pub(super) fn write_comment<W: Write>(w: &mut W, text: &str) -> fmt::Result {
     writeln!(w, "    // {text}")
+}
+
+/// `__assertfail(message, file, line, function, char size)` in a scope of its own: the
+/// message serves as file and function too (the driver prints all three); line 0.
+fn write_assert_fail<W: Write>(w: &mut W, message: &str) -> fmt::Result {
+    w.write_str("{ .reg .b64 %af<1>; ")?;
+    write!(w, "mov.u64 %af0, {message}; cvta.global.u64 %af0, %af0; ")?;
+    for (i, ty) in ["b64", "b64", "b32", "b64", "b64"].iter().enumerate() {
+        write!(w, ".param .{ty} af{i}; ")?;
+    }
+    w.write_str("st.param.b64 [af0], %af0; st.param.b64 [af1], %af0; st.param.b32 [af2], 0; ")?;
+    w.write_str("st.param.b64 [af3], %af0; st.param.b64 [af4], 1; ")?;
+    w.write_str("call.uni __assertfail, (af0, af1, af2, af3, af4); }")
+}
+
+/// The module-scope declarations the entries' [`Inst::AssertFail`]s need: `__assertfail`
+/// and each string once (a symbol names one text: see `Builder::assert_fail`).
+pub(super) fn write_strings<W: Write>(w: &mut W, entries: &[Entry]) -> fmt::Result {
+    let mut strings: Vec<&(String, String)> = entries.iter().flat_map(|e| &e.strings).collect();
+    strings.sort();
+    strings.dedup();
+    if strings.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        w,
+        ".extern .func __assertfail(.param .b64 message, .param .b64 file, .param .b32 line, \
+         .param .b64 function, .param .b64 charsize);"
+    )?;
+    for (sym, text) in strings {
+        let bytes: Vec<String> = text.bytes().chain([0]).map(|c| c.to_string()).collect();
+        writeln!(
+            w,
+            ".global .align 1 .b8 {sym}[{}] = {{{}}};",
+            bytes.len(),
+            bytes.join(", ")
+        )?;
+    }
+    Ok(())
 }

@@ -74,6 +74,8 @@ pub fn write_inst<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
         }
         Inst::Bra { .. }
         | Inst::Ret
+        | Inst::Trap
+        | Inst::AssertFail { .. }
         | Inst::BarSync { .. }
         | Inst::BarArrive { .. }
         | Inst::BarWarpSync { .. } => control::write(w, i),
@@ -175,6 +177,7 @@ pub fn write_module<W: Write>(w: &mut W, m: &Module) -> fmt::Result {
     writeln!(w, ".address_size 64")?;
     writeln!(w)?;
     writeln!(w, ".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];")?;
+    control::write_strings(w, &m.entries)?;
     for e in &m.entries {
         writeln!(w)?;
         write_entry(w, e)?;
