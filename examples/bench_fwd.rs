@@ -5,7 +5,9 @@
 //! TFLOP/s from 4 * b * h * n^2 * d (half if causal).
 //!
 //! Env: BENCH_OUT (JSON path, default bench_fwd.json), BENCH_D, BENCH_SEQ (comma lists),
-//! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_FLUSH=0.
+//! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_FLUSH=0,
+//! BENCH_PATH (sm80, the default: `forward_into`; sm90: the first sm_90a forward,
+//! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; recorded as `path`).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, Tensor4, Tensor4Mut};
+use flash_runtime::{Element, FlashAttention, Sm90FwdShape, Tensor4, Tensor4Mut};
 
 mod bench_common;
 use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, attn_params, median};
@@ -39,6 +41,7 @@ impl Row {
             "backend": "flash_ptx", "dtype": self.dtype, "d": self.d, "causal": self.causal,
             "n": self.n, "b": self.b, "h": self.h, "fwd_ms": self.ms_median,
             "fwd_ms_min": self.ms_min, "fwd_tflops": self.tflops, "error": self.error,
+            "path": if sm90() { "sm90" } else { "sm80" },
         })
     }
 }
@@ -88,7 +91,6 @@ fn time_row<T: Element>(
         Tensor4::contiguous(&bu.k, shape),
         Tensor4::contiguous(&bu.v, shape),
     );
-    let mut o = Tensor4Mut::contiguous(&mut bu.o, shape);
     let ctx = rt.context();
     let (start, end) = (
         ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?,
@@ -99,15 +101,38 @@ fn time_row<T: Element>(
         flush.run(stream)?;
         start.record(stream)?;
         // preallocated outputs: no allocation inside the events
-        rt.forward_into(
-            stream,
-            &q,
-            &k,
-            &v,
-            &mut o,
-            Some(bu.lse.as_view_mut()),
-            &params,
-        )?;
+        if sm90() {
+            let sh = Sm90FwdShape {
+                batch: b,
+                seqlen_q: n,
+                seqlen_k: n,
+                heads: h,
+                heads_k: h,
+                head_dim: d,
+                causal,
+                debug: false,
+            };
+            rt.launch_fwd_sm90(
+                stream,
+                sh,
+                &bu.q,
+                &bu.k,
+                &bu.v,
+                &mut bu.o,
+                Some(&mut bu.lse),
+            )?;
+        } else {
+            let mut o = Tensor4Mut::contiguous(&mut bu.o, shape);
+            rt.forward_into(
+                stream,
+                &q,
+                &k,
+                &v,
+                &mut o,
+                Some(bu.lse.as_view_mut()),
+                &params,
+            )?;
+        }
         end.record(stream)?;
         let ms = start.elapsed_ms(&end)? as f64;
         if i >= WARMUP {
@@ -181,6 +206,11 @@ fn sweep<T: Element>(
         }
     }
     Ok(())
+}
+
+/// BENCH_PATH=sm90: time the sm_90a forward instead of the sm80 one.
+fn sm90() -> bool {
+    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90")
 }
 
 fn main() {

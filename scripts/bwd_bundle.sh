@@ -2,19 +2,20 @@
 # A small GPU bundle for the backward's device commands (target/gpu-bundle, with every
 # kernel's PTX, is over the device tool's 64 MiB): builds the backward GPU tests and
 # bench_bwd and copies them with scripts/ into target/gb (about 12 MiB). Then, on the
-# GPU machine, from target/gb: `tests/gpu_probe_sm90` (the Hopper probe; issue 22),
+# GPU machine, from target/gb: `tests/gpu_probe_sm90` and `tests/gpu_fwd_sm90` (the
+# Hopper probe and first forward; issue 22), `BENCH_PATH=sm90 examples/bench_fwd`,
 # `bash scripts/gqa_bwd_all.sh OUT` (the grouped-query bar
 # beside FA2/cuDNN) and `bash scripts/bwd_emulation_all.sh OUT` (the A100 and RTX rows).
 #
 #   bash scripts/bwd_bundle.sh
 set -eu
 cd "$(dirname "$0")/.."
-TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90})
-cargo build --release --features gpu --example bench_bwd
+TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90})
+cargo build --release --features gpu --example bench_bwd --example bench_fwd
 args=(); for t in "${TESTS[@]}"; do args+=(--test "$t"); done
 cargo test --release --features gpu --no-run "${args[@]}" 2> target/bwd_bundle.log
 rm -rf target/gb; mkdir -p target/gb/tests target/gb/examples target/gb/scripts
-cp target/release/examples/bench_bwd target/gb/examples/
+cp target/release/examples/bench_bwd target/release/examples/bench_fwd target/gb/examples/
 for t in "${TESTS[@]}"; do
   exe=$(grep -o "tests/$t.rs (target/release/deps/[^)]*)" target/bwd_bundle.log | sed 's/.*(\(.*\))/\1/')
   cp "$exe" "target/gb/tests/$t"

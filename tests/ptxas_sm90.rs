@@ -21,7 +21,7 @@ fn every_sm90_forward_assembles_with_no_spills() {
         for d in fwd::HEAD_DIMS {
             for causal in [false, true] {
                 for debug in [false, true] {
-                    let name = fwd::entry_name(dtype, d, causal);
+                    let name = fwd::entry_name(dtype, d, causal, debug);
                     let ptx = print::module(&fwd::module(dtype, d, causal, debug));
                     match common::assemble(&ptxas, &name, "sm_90a", &ptx) {
                         Ok(r) => {

@@ -38,6 +38,7 @@ mod bwd_scratch;
 mod embedded;
 pub mod error;
 mod forward;
+mod fwd_sm90;
 mod jit;
 mod kvcache;
 mod outputs;
@@ -59,6 +60,8 @@ pub use backward::{BwdInputs, GradsMut};
 pub use bwd_scratch::BwdScratch;
 pub use embedded::EmbeddedKernel;
 pub use error::{FlashError, Result};
+#[doc(hidden)]
+pub use fwd_sm90::Sm90FwdShape;
 pub use outputs::{Forward, Gradients};
 pub use paged::PagedKv;
 pub use params::{Alibi, AttnParams, BwdOptions, KvOptions, MAX_SPLITS, Mask};

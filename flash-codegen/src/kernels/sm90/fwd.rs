@@ -96,10 +96,11 @@ pub fn smem_bytes(d: u32) -> u32 {
     Layout::new(d).bytes()
 }
 
-/// Entry name.
-pub fn entry_name(dtype: DType, d: u32, causal: bool) -> String {
+/// Entry name (`_debug` for the build with bounded waits).
+pub fn entry_name(dtype: DType, d: u32, causal: bool, debug: bool) -> String {
     let mask = if causal { "_causal" } else { "" };
-    format!("fa3_fwd_d{d}_{}{mask}_sm90a", dtype.name())
+    let dbg = if debug { "_debug" } else { "" };
+    format!("fa3_fwd_d{d}_{}{mask}_sm90a{dbg}", dtype.name())
 }
 
 /// The scalars as named parameters.
@@ -200,7 +201,7 @@ pub fn module(dtype: DType, d: u32, causal: bool, debug: bool) -> Module {
     let mut params = maps;
     params.extend(sc.into_iter().map(Param::<ParamTy>::from));
     let entry: Entry = b.finish(
-        entry_name(dtype, d, causal),
+        entry_name(dtype, d, causal, debug),
         params,
         LaunchBounds {
             max_threads: Some(THREADS),
