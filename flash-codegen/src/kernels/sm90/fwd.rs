@@ -14,12 +14,13 @@
 //! Parameters: the q, k, v tensor maps (4D `[b, s, h, d]`, boxes `{64, 1, 128, 1}`, the
 //! 128-byte swizzle), then [`SCALARS`].
 
+use super::EntryParams;
 use crate::kernels::half_fmt;
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{
-    Addr, AnyReg, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, Module, Operand, Param,
-    ParamTy, Reg, Space, Special, Target, Ty,
+    Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, Module, Operand, Reg, Space, Special,
+    Target, Ty,
 };
 use crate::spec::DType;
 use crate::tile::acc::AccTile;
@@ -103,11 +104,6 @@ pub fn entry_name(dtype: DType, d: u32, causal: bool, debug: bool) -> String {
     format!("fa3_fwd_d{d}_{}{mask}_sm90a{dbg}", dtype.name())
 }
 
-/// The scalars as named parameters.
-fn scalars() -> Vec<Param> {
-    SCALARS.iter().map(|(n, t)| Param::scalar(*n, *t)).collect()
-}
-
 /// The module (one entry). `debug` bounds every mbarrier wait ([`Builder::bound_waits`]).
 pub fn module(dtype: DType, d: u32, causal: bool, debug: bool) -> Module {
     assert!(HEAD_DIMS.contains(&d), "generator bug: sm90 forward d{d}");
@@ -116,23 +112,11 @@ pub fn module(dtype: DType, d: u32, causal: bool, debug: bool) -> Module {
     if debug {
         b.bound_waits(1 << 22);
     }
-    let maps: Vec<Param<ParamTy>> = MAPS.iter().map(|n| Param::bytes(*n, 64, 128)).collect();
-    let sc = scalars();
-    let tm: Vec<Reg<B64>> = maps.iter().map(|p| b.param_addr(p)).collect();
-    let v: Vec<AnyReg> = sc.iter().map(|p| b.ld_param(p)).collect();
-    let r32 = |i: usize| match v[i] {
-        AnyReg::B32(r) => r,
-        _ => unreachable!("u32 parameter"),
-    };
-    let r64 = |i: usize| match v[i] {
-        AnyReg::B64(r) => r,
-        _ => unreachable!("u64 parameter"),
-    };
-    let AnyReg::F32(scale_log2) = v[9] else {
-        unreachable!("f32 parameter")
-    };
-    let (o_ptr, lse_ptr, sq, sk) = (r64(0), r64(1), r32(2), r32(3));
-    let (group, heads, o_row, o_head, o_batch) = (r32(4), r32(5), r32(6), r32(7), r64(8));
+    let ep = EntryParams::load(&mut b, &MAPS, &SCALARS);
+    let tm = ep.maps.clone();
+    let (o_ptr, lse_ptr, sq, sk) = (ep.u64(0), ep.u64(1), ep.u32(2), ep.u32(3));
+    let (group, heads, o_row, o_head) = (ep.u32(4), ep.u32(5), ep.u32(6), ep.u32(7));
+    let (o_batch, scale_log2) = (ep.u64(8), ep.f32(9));
 
     let tid = b.special(Special::TidX);
     let smem = b.smem_base();
@@ -198,11 +182,9 @@ pub fn module(dtype: DType, d: u32, causal: bool, debug: bool) -> Module {
             c.epilogue(b, &ctx, &out, &o, &lse, row);
         },
     );
-    let mut params = maps;
-    params.extend(sc.into_iter().map(Param::<ParamTy>::from));
     let entry: Entry = b.finish(
         entry_name(dtype, d, causal, debug),
-        params,
+        ep.params,
         LaunchBounds {
             max_threads: Some(THREADS),
             min_ctas_per_sm: Some(1),

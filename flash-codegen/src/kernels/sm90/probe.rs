@@ -15,10 +15,11 @@
 //!    come back zero-filled while the barrier still counts the whole box; its raw
 //!    shared-memory image is copied out (8 KiB) so the host checks the 128-byte swizzle.
 
+use super::EntryParams;
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{
-    Addr, AnyReg, B32, Builder, Cmp, Entry, LaunchBounds, LdCache, Module, Operand, Param, ParamTy,
-    Reg, Space, Special, Target, Ty,
+    Addr, B32, Builder, Cmp, Entry, LaunchBounds, LdCache, Module, Operand, Reg, Space, Special,
+    Target, Ty,
 };
 use crate::spec::DType;
 use crate::tile::acc::AccTile;
@@ -82,19 +83,10 @@ pub fn module(dtype: DType) -> Module {
     let fmt = crate::kernels::half_fmt(dtype);
     let mut b = Builder::new();
     b.bound_waits(WAIT_SPINS);
-    let maps: Vec<Param<ParamTy>> = MAPS.iter().map(|n| Param::bytes(*n, 64, 128)).collect();
-    let scalars: Vec<Param> = SCALARS.iter().map(|(n, t)| Param::scalar(*n, *t)).collect();
-    let tm: Vec<_> = maps.iter().map(|p| b.param_addr(p)).collect();
-    let reg = |b: &mut Builder, i: usize| b.ld_param(&scalars[i]);
-    let (AnyReg::B64(s_out), AnyReg::B64(img_out)) = (reg(&mut b, 0), reg(&mut b, 1)) else {
-        unreachable!("u64 parameters")
-    };
-    let u: Vec<Reg<B32>> = (2..7)
-        .map(|i| match reg(&mut b, i) {
-            AnyReg::B32(r) => r,
-            _ => unreachable!("u32 parameters"),
-        })
-        .collect();
+    let ep = EntryParams::load(&mut b, &MAPS, &SCALARS);
+    let tm = ep.maps.clone();
+    let (s_out, img_out) = (ep.u64(0), ep.u64(1));
+    let u: Vec<Reg<B32>> = (2..7).map(|i| ep.u32(i)).collect();
     let (h, bi, sq0, sk0, s1) = (u[0], u[1], u[2], u[3], u[4]);
     let (s_out, img_out) = (b.cvta_global(s_out), b.cvta_global(img_out));
     let smem = b.smem_base();
@@ -207,11 +199,9 @@ pub fn module(dtype: DType) -> Module {
         );
     }
 
-    let mut params: Vec<Param<ParamTy>> = maps;
-    params.extend(scalars.into_iter().map(Param::<ParamTy>::from));
     let entry: Entry = b.finish(
         entry_name(dtype),
-        params,
+        ep.params,
         LaunchBounds {
             max_threads: Some(THREADS),
             min_ctas_per_sm: Some(1),
