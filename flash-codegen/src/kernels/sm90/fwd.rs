@@ -15,17 +15,13 @@
 //! 128-byte swizzle), then [`SCALARS`].
 
 use super::EntryParams;
+use super::fwd_consumer::{Consumer, Out};
 use crate::kernels::half_fmt;
-use crate::kernels::softmax::OnlineSoftmax;
-use crate::ptx::inst::ScaleD;
 use crate::ptx::{
-    Addr, B32, B64, Builder, Cmp, Entry, F32, LaunchBounds, Module, Operand, Reg, Space, Special,
-    Target, Ty,
+    Addr, B32, B64, Builder, Cmp, Entry, LaunchBounds, Module, Operand, Reg, Special, Target, Ty,
 };
 use crate::spec::DType;
-use crate::tile::acc::AccTile;
-use crate::tile::desc::{Major, WgmmaDesc};
-use crate::tile::smem::{ROW_BYTES, SmemTile};
+use crate::tile::smem::ROW_BYTES;
 
 /// Query rows per CTA (64 per consumer warpgroup).
 pub const BLOCK_M: u32 = 128;
@@ -36,7 +32,7 @@ pub const THREADS: u32 = 384;
 /// Buffers of the K and V rings.
 const STAGES: u32 = 2;
 /// Rows of a consumer warpgroup.
-const WG_ROWS: u32 = 64;
+pub(super) const WG_ROWS: u32 = 64;
 
 /// Tensor-map parameters, in order.
 pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
@@ -61,19 +57,19 @@ pub const SCALARS: [(&str, Ty); 10] = [
 pub const HEAD_DIMS: [u32; 2] = [64, 128];
 
 /// Shared memory: 9 mbarriers, then Q, the K stages, the V stages (1024-byte aligned).
-struct Layout {
-    tile_bytes: u32,
-    q: u32,
-    k: u32,
-    v: u32,
+pub(super) struct Layout {
+    pub(super) tile_bytes: u32,
+    pub(super) q: u32,
+    pub(super) k: u32,
+    pub(super) v: u32,
 }
 
 /// Barrier offsets: Q full; K full, K empty, V full, V empty per stage.
-const Q_FULL: i32 = 0;
-const K_FULL: i32 = 8;
-const K_EMPTY: i32 = 24;
-const V_FULL: i32 = 40;
-const V_EMPTY: i32 = 56;
+pub(super) const Q_FULL: i32 = 0;
+pub(super) const K_FULL: i32 = 8;
+pub(super) const K_EMPTY: i32 = 24;
+pub(super) const V_FULL: i32 = 40;
+pub(super) const V_EMPTY: i32 = 56;
 
 impl Layout {
     fn new(d: u32) -> Self {
@@ -214,20 +210,20 @@ fn key_blocks(b: &mut Builder, causal: bool, m0: Reg<B32>, sq: Reg<B32>, sk: Reg
 }
 
 /// What both roles share.
-struct Ctx {
-    d: u32,
-    lay: Layout,
-    smem: Reg<B32>,
-    n_blocks: Reg<B32>,
-    head: Reg<B32>,
-    kv_head: Reg<B32>,
-    batch: Reg<B32>,
+pub(super) struct Ctx {
+    pub(super) d: u32,
+    pub(super) lay: Layout,
+    pub(super) smem: Reg<B32>,
+    pub(super) n_blocks: Reg<B32>,
+    pub(super) head: Reg<B32>,
+    pub(super) kv_head: Reg<B32>,
+    pub(super) batch: Reg<B32>,
 }
 
 impl Ctx {
     /// Stage `s` (0, 1) and phase parity `(n / 2) & 1` of key block `n`, and the stage's
     /// byte offset `s * tile_bytes`.
-    fn stage(&self, b: &mut Builder, n: Reg<B32>) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
+    pub(super) fn stage(&self, b: &mut Builder, n: Reg<B32>) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
         let s = b.and_b32(n, 1u32);
         let ph = b.shr_u32(n, 1u32);
         let ph = b.and_b32(ph, 1u32);
@@ -236,7 +232,7 @@ impl Ctx {
     }
 
     /// The barrier at `base + 8 s`.
-    fn bar(&self, b: &mut Builder, s: Reg<B32>, base: i32) -> Addr {
+    pub(super) fn bar(&self, b: &mut Builder, s: Reg<B32>, base: i32) -> Addr {
         let a = b.mad_lo_u32(s, 8u32, self.smem);
         Addr::Shared(a, base)
     }
@@ -297,173 +293,5 @@ impl Ctx {
             let v_empty = self.bar(b, s, V_EMPTY);
             b.mbarrier_wait(v_empty, ph, "V empty (drain)");
         });
-    }
-}
-
-/// A consumer warpgroup's constants.
-struct Consumer {
-    fmt: crate::ptx::HalfFmt,
-    causal: bool,
-    scale_log2: Reg<F32>,
-    sq: Reg<B32>,
-    sk: Reg<B32>,
-}
-
-/// Where the epilogue writes.
-struct Out {
-    o_ptr: Reg<B64>,
-    lse_ptr: Reg<B64>,
-    o_row: Reg<B32>,
-    o_head: Reg<B32>,
-    o_batch: Reg<B64>,
-    heads: Reg<B32>,
-}
-
-impl Consumer {
-    /// The key-block loop; returns O (unnormalised), the rows' LSE and the thread's first
-    /// query row.
-    fn consume(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        tid: Reg<B32>,
-        wg: Reg<B32>,
-        m0: Reg<B32>,
-    ) -> (AccTile, Vec<Reg<F32>>, Reg<B32>) {
-        let (d, lay, smem) = (ctx.d, &ctx.lay, ctx.smem);
-        let cw = b.sub_u32(wg, 1u32);
-        let lane = b.special(Special::LaneId);
-        let warp = b.shr_u32(tid, 5u32);
-        let warp = b.and_b32(warp, 3u32);
-        let g = AccTile::lane_row(b, lane);
-        let t2 = AccTile::lane_col(b, lane);
-        let row = b.mad_lo_u32(cw, WG_ROWS, m0);
-        let row = b.mad_lo_u32(warp, 16u32, row);
-        let row = b.add_u32(row, g);
-        let wg_lead = {
-            let x = b.and_b32(tid, 127u32);
-            b.setp_u32(Cmp::Eq, x, 0u32)
-        };
-        b.mbarrier_wait(Addr::Shared(smem, Q_FULL), 0u32, "Q full");
-        let q = WgmmaDesc::new(SmemTile::new(lay.q, BLOCK_M, d), Major::K);
-        let q_rows = b.mad_lo_u32(cw, WG_ROWS * ROW_BYTES, smem);
-        let q0 = q.emit(b, q_rows);
-        let k = WgmmaDesc::new(SmemTile::new(lay.k, BLOCK_N, d), Major::K);
-        let v = WgmmaDesc::new(SmemTile::new(lay.v, BLOCK_N, d), Major::Mn);
-        let mut o = AccTile::zeros(b, 1, d);
-        let mut softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
-        let diag = b.sub_s32(self.sk, self.sq);
-        let n = b.mov(0u32);
-        let lp = b.loop_start();
-        let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
-        b.loop_exit_unless(&lp, more);
-        let (st, ph, off) = ctx.stage(b, n);
-        let stage_smem = b.add_u32(smem, off);
-        let k_full = ctx.bar(b, st, K_FULL);
-        b.mbarrier_wait(k_full, ph, "K full");
-        b.comment("-- S = Q K^T --");
-        let mut s = AccTile::for_wgmma(b, BLOCK_N);
-        let s_regs = s.wgmma_regs();
-        let k0 = k.emit(b, stage_smem);
-        b.wgmma_fence();
-        for kk in 0..q.k_steps() {
-            let (qd, kd) = (q.emit_kstep(b, q0, kk), k.emit_kstep(b, k0, kk));
-            b.wgmma_ss(self.fmt, &s_regs, qd, false, kd, false, ScaleD::Imm(kk > 0));
-        }
-        b.wgmma_commit();
-        b.wgmma_wait(0);
-        let k_empty = ctx.bar(b, st, K_EMPTY);
-        b.when(wg_lead, false, |b| b.mbarrier_arrive(k_empty));
-        b.comment("-- mask: keys past the end, and past each row's diagonal --");
-        let n0 = b.mul_lo_u32(n, BLOCK_N);
-        s.mask(b, Cmp::Gt, |b, r| {
-            let limit = if self.causal {
-                let rr = b.add_u32(row, AccTile::row_offset(r));
-                let lim = b.add_s32(rr, diag);
-                let lim = b.add_s32(lim, 1i32);
-                b.min_s32(lim, self.sk)
-            } else {
-                self.sk
-            };
-            let rel = b.sub_s32(limit, t2);
-            b.sub_s32(rel, n0)
-        });
-        softmax.step(b, &mut s, &mut o);
-        let p = s.as_a(b, self.fmt, 0);
-        b.comment("-- O += P V --");
-        let v_full = ctx.bar(b, st, V_FULL);
-        b.mbarrier_wait(v_full, ph, "V full");
-        let v0 = v.emit(b, stage_smem);
-        let o_regs = o.wgmma_regs();
-        b.wgmma_fence();
-        for (kk, a) in p.iter().enumerate() {
-            let vd = v.emit_kstep(b, v0, kk as u32);
-            b.wgmma_rs(self.fmt, &o_regs, *a, vd, true, ScaleD::Imm(true));
-        }
-        b.wgmma_commit();
-        b.wgmma_wait(0);
-        let v_empty = ctx.bar(b, st, V_EMPTY);
-        b.when(wg_lead, false, |b| b.mbarrier_arrive(v_empty));
-        let n1 = b.add_u32(n, 1u32);
-        b.assign(n, n1);
-        b.loop_end(lp);
-        let lse = softmax.finish(b, &mut o);
-        (o, lse, row)
-    }
-
-    /// O (normalised) to the dtype, stored pair by pair for rows below `seqlen_q`; the
-    /// LSE by lane t = 0 of each quad when `lse` is not null.
-    fn epilogue(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        out: &Out,
-        o: &AccTile,
-        lse: &[Reg<F32>],
-        row: Reg<B32>,
-    ) {
-        b.comment("-- epilogue: O and the LSE --");
-        let lane = b.special(Special::LaneId);
-        let t2 = AccTile::lane_col(b, lane);
-        let bo = b.cvt_u64_u32(ctx.batch);
-        let bo = b.mul_lo_u64(bo, out.o_batch);
-        let ho = b.mul_wide_u32(ctx.head, out.o_head);
-        let base = b.add_s64(bo, ho);
-        let base = b.shl_b64(base, 1);
-        let base = b.add_s64(out.o_ptr, base);
-        let base = b.cvta_global(base);
-        let col = b.mul_wide_u32(t2, 2u32);
-        let base = b.add_s64(base, col);
-        let no_lse = b.setp_u64(Cmp::Eq, out.lse_ptr, 0i64);
-        let other = b.setp_u32(Cmp::Ne, t2, 0u32);
-        let skip_lse = b.or_pred(no_lse, other);
-        let lse_row0 = b.mad_lo_u32(ctx.batch, out.heads, ctx.head);
-        let lse_row0 = b.mul_lo_u32(lse_row0, self.sq);
-        for r in 0..o.rows() {
-            let rr = b.add_u32(row, AccTile::row_offset(r));
-            let out_of = b.setp_u32(Cmp::Ge, rr, self.sq);
-            let off = b.mul_wide_u32(rr, out.o_row);
-            let off = b.shl_b64(off, 1);
-            let at = b.add_s64(base, off);
-            b.unless(out_of, |b| {
-                for nt in 0..o.n_tiles() {
-                    let [lo, hi] = o.pair(r, nt);
-                    let w = b.pack(self.fmt, lo, hi);
-                    b.st(
-                        Space::Global,
-                        Ty::B32,
-                        Addr::Global(at, 16 * nt as i32),
-                        &[w],
-                    );
-                }
-            });
-            let skip = b.or_pred(skip_lse, out_of);
-            b.unless(skip, |b| {
-                let i = b.add_u32(lse_row0, rr);
-                let a = b.mad_wide_u32(i, 4u32, out.lse_ptr);
-                let a = b.cvta_global(a);
-                b.st(Space::Global, Ty::F32, Addr::Global(a, 0), &[lse[r]]);
-            });
-        }
     }
 }

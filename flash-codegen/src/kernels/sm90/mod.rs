@@ -3,6 +3,7 @@
 //! the first forward (`fwd`), not yet in the spec key.
 
 pub mod fwd;
+mod fwd_consumer;
 pub mod probe;
 
 use crate::ptx::{AnyReg, B32, B64, Builder, F32, Param, ParamTy, Reg, Ty};
