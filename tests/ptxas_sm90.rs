@@ -102,7 +102,7 @@ fn bounded_waits_fail_naming_the_barrier() {
     );
     let bytes: Vec<String> = text.bytes().chain([0]).map(|c| c.to_string()).collect();
     assert!(ptx.contains(&bytes.join(", ")), "{ptx}");
-    assert_eq!(ptx.matches("call.uni __assertfail").count(), 2, "{ptx}");
+    assert_eq!(ptx.matches("call __assertfail").count(), 2, "{ptx}");
     assert_eq!(ptx.matches("trap;").count(), 2, "{ptx}");
     assert!(ptx.contains("setp.lt.u32") && ptx.contains("64;"), "{ptx}");
     assert_eq!(print::inst(&Inst::Trap), "trap;");

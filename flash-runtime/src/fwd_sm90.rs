@@ -74,6 +74,12 @@ impl FlashAttention {
                 heads_k: hk,
             });
         }
+        // TMA coordinates and the kernel's block arithmetic are signed 32-bit
+        if sq.max(sk) >= (1 << 31) - 256 {
+            return Err(FlashError::ShapeMismatch(format!(
+                "{sh:?}: sequence lengths must stay below 2^31 - 256"
+            )));
+        }
         if sk == 0 {
             return Err(FlashError::ShapeMismatch(
                 "the sm_90a forward needs at least one key".into(),
@@ -92,19 +98,18 @@ impl FlashAttention {
         if b == 0 || sq == 0 || h == 0 {
             return Ok(());
         }
-        let box_rows = fwd::BLOCK_N;
         let q_map = TensorMapLayout::bhsd(
             T::DTYPE,
             [b, sq, h, d],
             [sq * h * d, h * d, d],
-            box_rows,
+            fwd::BLOCK_M,
             64,
         );
         let kv_map = TensorMapLayout::bhsd(
             T::DTYPE,
             [b, sk, hk, d],
             [sk * hk * d, hk * d, d],
-            box_rows,
+            fwd::BLOCK_N,
             64,
         );
         let f = self.fwd_sm90_function(T::DTYPE, sh)?;

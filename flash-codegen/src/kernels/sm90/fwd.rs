@@ -237,20 +237,21 @@ impl Ctx {
         Addr::Shared(a, base)
     }
 
-    /// TMA loads of a 128-row tile (one box per 64 columns) at shared offset `dst`
-    /// (`stage` bytes further), rows from `row`, head `h`, completing on `full`.
+    /// TMA loads of a `rows`-row tile (one box per 64 columns; the map's box is `rows`
+    /// tall) at shared offset `dst` (`stage` bytes further), sequence rows from `row`,
+    /// head `h`, completing on `full`.
     #[allow(clippy::too_many_arguments)]
     fn load(
         &self,
         b: &mut Builder,
-        tm: Reg<B64>,
+        (tm, rows): (Reg<B64>, u32),
         dst: u32,
         stage: Reg<B32>,
         row: Reg<B32>,
         h: Reg<B32>,
         full: Addr,
     ) {
-        b.mbarrier_arrive_expect_tx(full, BLOCK_N * self.d * 2);
+        b.mbarrier_arrive_expect_tx(full, rows * self.d * 2);
         let at = b.add_u32(self.smem, stage);
         for p in 0..self.d / 64 {
             let coords = vec![
@@ -259,7 +260,7 @@ impl Ctx {
                 row.into(),
                 self.batch.into(),
             ];
-            let off = dst + p * BLOCK_N * ROW_BYTES;
+            let off = dst + p * rows * ROW_BYTES;
             b.tma_load(Addr::Shared(at, off as i32), tm, coords, full);
         }
     }
@@ -269,7 +270,7 @@ impl Ctx {
     fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>) {
         let zero = b.mov(0u32);
         let q_full = Addr::Shared(self.smem, Q_FULL);
-        self.load(b, tm[0], self.lay.q, zero, m0, self.head, q_full);
+        self.load(b, (tm[0], BLOCK_M), self.lay.q, zero, m0, self.head, q_full);
         let n = b.mov(0u32);
         let lp = b.loop_start_divergent();
         let more = b.setp_u32(Cmp::Lt, n, self.n_blocks);
@@ -279,10 +280,26 @@ impl Ctx {
         let row = b.mul_lo_u32(n, BLOCK_N);
         let (k_empty, k_full) = (self.bar(b, s, K_EMPTY), self.bar(b, s, K_FULL));
         b.mbarrier_wait(k_empty, free, "K empty");
-        self.load(b, tm[1], self.lay.k, off, row, self.kv_head, k_full);
+        self.load(
+            b,
+            (tm[1], BLOCK_N),
+            self.lay.k,
+            off,
+            row,
+            self.kv_head,
+            k_full,
+        );
         let (v_empty, v_full) = (self.bar(b, s, V_EMPTY), self.bar(b, s, V_FULL));
         b.mbarrier_wait(v_empty, free, "V empty");
-        self.load(b, tm[2], self.lay.v, off, row, self.kv_head, v_full);
+        self.load(
+            b,
+            (tm[2], BLOCK_N),
+            self.lay.v,
+            off,
+            row,
+            self.kv_head,
+            v_full,
+        );
         let n1 = b.add_u32(n, 1u32);
         b.assign(n, n1);
         b.loop_end(lp);

@@ -147,8 +147,11 @@ impl Consumer {
         let no_lse = b.setp_u64(Cmp::Eq, out.lse_ptr, 0i64);
         let other = b.setp_u32(Cmp::Ne, t2, 0u32);
         let skip_lse = b.or_pred(no_lse, other);
-        let lse_row0 = b.mad_lo_u32(ctx.batch, out.heads, ctx.head);
-        let lse_row0 = b.mul_lo_u32(lse_row0, self.sq);
+        // (batch * heads + head) * seqlen_q, in 64 bits: b * h * sq may pass 2^32
+        let bh = b.mad_lo_u32(ctx.batch, out.heads, ctx.head);
+        let lse_row0 = b.mul_wide_u32(bh, self.sq);
+        let lse_row0 = b.shl_b64(lse_row0, 2);
+        let lse_row0 = b.add_s64(out.lse_ptr, lse_row0);
         for r in 0..o.rows() {
             let rr = b.add_u32(row, AccTile::row_offset(r));
             let out_of = b.setp_u32(Cmp::Ge, rr, self.sq);
@@ -169,8 +172,7 @@ impl Consumer {
             });
             let skip = b.or_pred(skip_lse, out_of);
             b.unless(skip, |b| {
-                let i = b.add_u32(lse_row0, rr);
-                let a = b.mad_wide_u32(i, 4u32, out.lse_ptr);
+                let a = b.mad_wide_u32(rr, 4u32, lse_row0);
                 let a = b.cvta_global(a);
                 b.st(Space::Global, Ty::F32, Addr::Global(a, 0), &[lse[r]]);
             });

@@ -49,7 +49,8 @@ pub(super) fn write_comment<W: Write>(w: &mut W, text: &str) -> fmt::Result {
 }
 
 /// `__assertfail(message, file, line, function, char size)` in a scope of its own: the
-/// message serves as file and function too (the driver prints all three); line 0.
+/// message serves as file and function too (the driver prints all three); line 0. A
+/// plain (divergent) `call`: only some lanes may reach it.
 fn write_assert_fail<W: Write>(w: &mut W, message: &str) -> fmt::Result {
     w.write_str("{ .reg .b64 %af<1>; ")?;
     write!(w, "mov.u64 %af0, {message}; cvta.global.u64 %af0, %af0; ")?;
@@ -58,7 +59,7 @@ fn write_assert_fail<W: Write>(w: &mut W, message: &str) -> fmt::Result {
     }
     w.write_str("st.param.b64 [af0], %af0; st.param.b64 [af1], %af0; st.param.b32 [af2], 0; ")?;
     w.write_str("st.param.b64 [af3], %af0; st.param.b64 [af4], 1; ")?;
-    w.write_str("call.uni __assertfail, (af0, af1, af2, af3, af4); }")
+    w.write_str("call __assertfail, (af0, af1, af2, af3, af4); }")
 }
 
 /// The module-scope declarations the entries' [`Inst::AssertFail`]s need: `__assertfail`
