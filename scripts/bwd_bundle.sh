@@ -3,7 +3,8 @@
 # kernel's PTX, is over the device tool's 64 MiB): builds the backward GPU tests and
 # bench_bwd and copies them with scripts/ into target/gb (about 12 MiB). Then, on the
 # GPU machine, from target/gb: `tests/gpu_probe_sm90` and `tests/gpu_fwd_sm90` (the
-# Hopper probe and first forward; issue 22), `BENCH_PATH=sm90 examples/bench_fwd`,
+# Hopper probe and first forward; issue 22: `bash scripts/sm90_all.sh OUT` runs them and
+# the sm90 bench),
 # `bash scripts/gqa_bwd_all.sh OUT` (the grouped-query bar
 # beside FA2/cuDNN) and `bash scripts/bwd_emulation_all.sh OUT` (the A100 and RTX rows).
 #
