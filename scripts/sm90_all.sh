@@ -8,7 +8,8 @@
 # 1. tests/gpu_probe_sm90 (TMA, mbarrier, wgmma, stmatrix against host references);
 # 2. tests/gpu_fwd_sm90 (the first sm_90a forward against the float64 reference, the debug
 #    build with bounded waits first);
-# 3. only when both passed: three interleaved rounds of examples/bench_fwd on the same rows
+# 3. only when both passed: memcheck and racecheck of the forward's test on its first
+#    SM90_SANITIZE_SHAPES shapes (default 3; release build), then three interleaved rounds of examples/bench_fwd on the same rows
 #    with BENCH_PATH=sm90 and with the sm80 path, each round followed by
 #    scripts/bench_compare.py on the sm90 rows (SDPA flash and cuDNN); rows from env
 #    (defaults here: BENCH_D=64,128 BENCH_SEQ=2048,4096,8192,16384 BENCH_CAUSAL=0,1
@@ -47,6 +48,14 @@ if [ "$probe" -ne 0 ] || [ "$fwd" -ne 0 ]; then
   echo "sm90_all: not benchmarking an sm_90a path that failed its checks"
   exit 1
 fi
+for tool in memcheck racecheck; do
+  GPU_FWD_SM90_SHAPES="${SM90_SANITIZE_SHAPES:-3}" timeout "$(left 90)" \
+    compute-sanitizer --tool "$tool" --print-limit 10 tests/gpu_fwd_sm90 --nocapture \
+    > "$OUT/$tool.log" 2>&1
+  echo "$tool rc=$? (${SECONDS}s)"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|test result" "$OUT/$tool.log" | tail -4
+  pack
+done
 for i in 1 2 3; do
   t=$(left 60)
   if [ "$t" -lt 20 ]; then echo "round $i skipped (deadline)"; break; fi
