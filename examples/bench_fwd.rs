@@ -7,7 +7,8 @@
 //! Env: BENCH_OUT (JSON path, default bench_fwd.json), BENCH_D, BENCH_SEQ (comma lists),
 //! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_FLUSH=0,
 //! BENCH_PATH (sm80, the default: `forward_into`; sm90: the first sm_90a forward,
-//! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; recorded as `path`).
+//! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
+//! overlapped schedule; recorded as `path`).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -41,7 +42,7 @@ impl Row {
             "backend": "flash_ptx", "dtype": self.dtype, "d": self.d, "causal": self.causal,
             "n": self.n, "b": self.b, "h": self.h, "fwd_ms": self.ms_median,
             "fwd_ms_min": self.ms_min, "fwd_tflops": self.tflops, "error": self.error,
-            "path": if sm90() { "sm90" } else { "sm80" },
+            "path": std::env::var("BENCH_PATH").unwrap_or_else(|_| "sm80".into()),
         })
     }
 }
@@ -110,6 +111,7 @@ fn time_row<T: Element>(
                 heads_k: h,
                 head_dim: d,
                 causal,
+                overlap: sm90_overlap(),
                 debug: false,
             };
             rt.launch_fwd_sm90(
@@ -208,9 +210,15 @@ fn sweep<T: Element>(
     Ok(())
 }
 
-/// BENCH_PATH=sm90: time the sm_90a forward instead of the sm80 one.
+/// BENCH_PATH=sm90 (or sm90ovl, its overlapped schedule): time the sm_90a forward
+/// instead of the sm80 one.
 fn sm90() -> bool {
-    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90")
+    std::env::var("BENCH_PATH").is_ok_and(|p| p.starts_with("sm90"))
+}
+
+/// BENCH_PATH=sm90ovl.
+fn sm90_overlap() -> bool {
+    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90ovl")
 }
 
 fn main() {

@@ -9,8 +9,9 @@
 # 2. tests/gpu_fwd_sm90 (the first sm_90a forward against the float64 reference, the debug
 #    build with bounded waits first);
 # 3. only when both passed: memcheck and racecheck of the forward's test on its first
-#    SM90_SANITIZE_SHAPES shapes (default 3; release build), then three interleaved rounds of examples/bench_fwd on the same rows
-#    with BENCH_PATH=sm90 and with the sm80 path, each round followed by
+#    SM90_SANITIZE_SHAPES shapes (default 3; release build, both schedules), then three
+#    interleaved rounds of examples/bench_fwd on the same rows with BENCH_PATH=sm90,
+#    BENCH_PATH=sm90ovl (the overlapped schedule) and the sm80 path, each round followed by
 #    scripts/bench_compare.py on the sm90 rows (SDPA flash and cuDNN); rows from env
 #    (defaults here: BENCH_D=64,128 BENCH_SEQ=2048,4096,8192,16384 BENCH_CAUSAL=0,1
 #    BENCH_DTYPE=bf16).
@@ -61,6 +62,9 @@ for i in 1 2 3; do
   if [ "$t" -lt 20 ]; then echo "round $i skipped (deadline)"; break; fi
   BENCH_PATH=sm90 BENCH_OUT="$OUT/sm90_r$i.json" timeout "$t" examples/bench_fwd > "$OUT/sm90_r$i.txt" 2>&1
   echo "sm90 round $i rc=$? (${SECONDS}s)"
+  BENCH_PATH=sm90ovl BENCH_OUT="$OUT/sm90ovl_r$i.json" timeout "$(left 60)" examples/bench_fwd \
+    > "$OUT/sm90ovl_r$i.txt" 2>&1
+  echo "sm90ovl round $i rc=$? (${SECONDS}s)"
   BENCH_OUT="$OUT/sm80_r$i.json" timeout "$(left 60)" examples/bench_fwd > "$OUT/sm80_r$i.txt" 2>&1
   echo "sm80 round $i rc=$? (${SECONDS}s)"
   COMPARE_OUT="$OUT/cmp_r$i.json" timeout "$(left 90)" \

@@ -120,7 +120,7 @@ fn sm90_forward_matches_f64_reference() {
     };
     let mut bad = Vec::new();
     let mut seed = 1;
-    for debug in builds {
+    for (debug, overlap) in builds.into_iter().flat_map(|d| [(d, false), (d, true)]) {
         for d in [64, 128] {
             for &(b, sq, sk, h, hk, causal) in shapes.iter().take(n_shapes) {
                 let sh = Sm90FwdShape {
@@ -131,6 +131,7 @@ fn sm90_forward_matches_f64_reference() {
                     heads_k: hk,
                     head_dim: d,
                     causal,
+                    overlap,
                     debug,
                 };
                 for bf16 in [false, true] {

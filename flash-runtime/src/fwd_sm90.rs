@@ -31,6 +31,8 @@ pub struct Sm90FwdShape {
     pub head_dim: usize,
     /// Causal mask, bottom-right aligned (query i sees keys up to i + seqlen_k - seqlen_q).
     pub causal: bool,
+    /// FA3's intra-warpgroup overlap (`fwd::Variant::overlap`).
+    pub overlap: bool,
     /// The debug build: mbarrier waits bounded, failing with the barrier's name.
     pub debug: bool,
 }
@@ -164,9 +166,14 @@ impl FlashAttention {
         dtype: flash_codegen::DType,
         sh: Sm90FwdShape,
     ) -> Result<CudaFunction> {
-        let (d, causal, debug) = (sh.head_dim as u32, sh.causal, sh.debug);
-        let name = fwd::entry_name(dtype, d, causal, debug);
-        let ptx = flash_codegen::ptx::print::module(&fwd::module(dtype, d, causal, debug));
-        self.load_entry(&name, &ptx, fwd::smem_bytes(d))
+        let var = fwd::Variant {
+            dtype,
+            head_dim: sh.head_dim as u32,
+            causal: sh.causal,
+            overlap: sh.overlap,
+            debug: sh.debug,
+        };
+        let ptx = flash_codegen::ptx::print::module(&fwd::module(var));
+        self.load_entry(&var.name(), &ptx, fwd::smem_bytes(var.head_dim))
     }
 }

@@ -163,6 +163,17 @@ pub struct PtxasReport {
 
 /// Assembles `ptx` for `arch` (`sm_80`) with `-v`; the parsed report or ptxas's output.
 pub fn assemble(ptxas: &PathBuf, name: &str, arch: &str, ptx: &str) -> Result<PtxasReport, String> {
+    assemble_log(ptxas, name, arch, ptx).map(|(r, _)| r)
+}
+
+/// [`assemble`], with ptxas's whole output beside the report (its performance notes, such
+/// as `C7520`: wgmma serialised).
+pub fn assemble_log(
+    ptxas: &PathBuf,
+    name: &str,
+    arch: &str,
+    ptx: &str,
+) -> Result<(PtxasReport, String), String> {
     let dir = std::env::temp_dir().join(format!("flash-ptx-ptxas-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
     let src = dir.join(format!("{name}.{arch}.ptx"));
@@ -186,7 +197,9 @@ pub fn assemble(ptxas: &PathBuf, name: &str, arch: &str, ptx: &str) -> Result<Pt
     if !out.status.success() {
         return Err(text);
     }
-    parse_report(&text).ok_or_else(|| format!("unexpected ptxas -v output:\n{text}"))
+    let report =
+        parse_report(&text).ok_or_else(|| format!("unexpected ptxas -v output:\n{text}"))?;
+    Ok((report, text))
 }
 
 /// Reads `Used N registers ... M bytes smem` and the stack/spill line of `ptxas -v`.

@@ -108,6 +108,41 @@ impl OnlineSoftmax {
         self.rescale_and_exp(b, s, o, m_new, grows);
     }
 
+    /// [`OnlineSoftmax::step`] for an output that is still being written (an asynchronous
+    /// `wgmma` adding the previous block's P V): the same new reference, P and `l_i`, but
+    /// O's rescale is returned ([`Rescale::apply`] once O is complete) instead of done.
+    pub fn step_deferred(&mut self, b: &mut Builder, s: &mut AccTile) -> Rescale {
+        let mut m_new = Vec::new();
+        let mut grows = None;
+        for row in 0..s.rows() {
+            let mx = s.row_max(b, row, self.m_i[row]);
+            grows = Some(self.grows(b, row, mx, grows));
+            m_new.push(mx);
+        }
+        let any = b.vote_any(grows.expect("a tile of one row or more"));
+        let alpha: Vec<Reg<F32>> = m_new.iter().map(|_| b.mov(1.0f32)).collect();
+        b.if_uniform(any, |b| {
+            b.comment("-- new reference max: l_i *= alpha; O's alpha kept for later --");
+            for (row, &m) in m_new.iter().enumerate() {
+                let ms = self.scaled_max(b, m);
+                let neg_ms = b.neg_f32(ms);
+                let x = b.fma_f32(self.m_i[row], self.scale_log2, neg_ms);
+                let a = b.ex2(x);
+                b.assign(alpha[row], a);
+                let l = b.mul_f32(self.l_i[row], a);
+                b.assign(self.l_i[row], l);
+                b.assign(self.m_i[row], m);
+            }
+        });
+        for row in 0..s.rows() {
+            let ms = self.scaled_max(b, self.m_i[row]);
+            let neg_ms = b.neg_f32(ms);
+            let l = s.exp2_row(b, row, self.scale_log2, neg_ms, self.l_i[row]);
+            b.assign(self.l_i[row], l);
+        }
+        Rescale { any, alpha }
+    }
+
     /// The rest of a step: a new reference where any row `grows`, then P and `l_i`.
     fn rescale_and_exp(
         &mut self,
@@ -200,6 +235,25 @@ impl OnlineSoftmax {
             lse.push(b.selp_f32(NEG_INF, v, empty));
         }
         lse
+    }
+}
+
+/// O's rescale of a [`OnlineSoftmax::step_deferred`]: per thread row `O *= alpha`, skipped
+/// (warp-uniformly) when no row of the warp moved its reference.
+pub struct Rescale {
+    any: Reg<Pred>,
+    alpha: Vec<Reg<F32>>,
+}
+
+impl Rescale {
+    /// Applies the rescale to the completed `o`.
+    pub fn apply(&self, b: &mut Builder, o: &mut AccTile) {
+        assert_eq!(self.alpha.len(), o.rows(), "generator bug: rescale rows");
+        b.if_uniform(self.any, |b| {
+            for (row, &a) in self.alpha.iter().enumerate() {
+                o.scale_row(b, row, a);
+            }
+        });
     }
 }
 

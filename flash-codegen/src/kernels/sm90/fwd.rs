@@ -93,15 +93,68 @@ pub fn smem_bytes(d: u32) -> u32 {
     Layout::new(d).bytes()
 }
 
-/// Entry name (`_debug` for the build with bounded waits).
-pub fn entry_name(dtype: DType, d: u32, causal: bool, debug: bool) -> String {
-    let mask = if causal { "_causal" } else { "" };
-    let dbg = if debug { "_debug" } else { "" };
-    format!("fa3_fwd_d{d}_{}{mask}_sm90a{dbg}", dtype.name())
+/// One variant of the forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    /// Element type.
+    pub dtype: DType,
+    /// 64 or 128 ([`HEAD_DIMS`]).
+    pub head_dim: u32,
+    /// Causal mask, bottom-right aligned.
+    pub causal: bool,
+    /// FA3's intra-warpgroup overlap (S of the next block beside P V of this one).
+    pub overlap: bool,
+    /// Bounded mbarrier waits that fail naming the barrier ([`Builder::bound_waits`]).
+    pub debug: bool,
 }
 
-/// The module (one entry). `debug` bounds every mbarrier wait ([`Builder::bound_waits`]).
-pub fn module(dtype: DType, d: u32, causal: bool, debug: bool) -> Module {
+impl Variant {
+    /// Entry name: `fa3_fwd_d{D}_{dtype}[_causal][_ovl]_sm90a[_debug]`.
+    pub fn name(&self) -> String {
+        let mask = if self.causal { "_causal" } else { "" };
+        let ovl = if self.overlap { "_ovl" } else { "" };
+        let dbg = if self.debug { "_debug" } else { "" };
+        format!(
+            "fa3_fwd_d{}_{}{mask}{ovl}_sm90a{dbg}",
+            self.head_dim,
+            self.dtype.name()
+        )
+    }
+
+    /// Every variant (both dtypes and schedules, d64 and d128, causal or not, release and
+    /// debug builds).
+    pub fn all() -> Vec<Variant> {
+        let mut v = Vec::new();
+        for dtype in [DType::F16, DType::Bf16] {
+            for head_dim in HEAD_DIMS {
+                for causal in [false, true] {
+                    for overlap in [false, true] {
+                        for debug in [false, true] {
+                            v.push(Variant {
+                                dtype,
+                                head_dim,
+                                causal,
+                                overlap,
+                                debug,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+/// The module of variant `var` (one entry, [`Variant::name`]).
+pub fn module(var: Variant) -> Module {
+    let Variant {
+        dtype,
+        head_dim: d,
+        causal,
+        overlap,
+        debug,
+    } = var;
     assert!(HEAD_DIMS.contains(&d), "generator bug: sm90 forward d{d}");
     let (fmt, lay) = (half_fmt(dtype), Layout::new(d));
     let mut b = Builder::new();
@@ -166,7 +219,7 @@ pub fn module(dtype: DType, d: u32, causal: bool, debug: bool) -> Module {
                 sq,
                 sk,
             };
-            let (o, lse, row) = c.consume(b, &ctx, tid, wg, m0);
+            let (o, lse, row) = c.consume(b, &ctx, (tid, wg, m0), overlap);
             let out = Out {
                 o_ptr,
                 lse_ptr,
@@ -179,7 +232,7 @@ pub fn module(dtype: DType, d: u32, causal: bool, debug: bool) -> Module {
         },
     );
     let entry: Entry = b.finish(
-        entry_name(dtype, d, causal, debug),
+        var.name(),
         ep.params,
         LaunchBounds {
             max_threads: Some(THREADS),

@@ -29,17 +29,46 @@ pub(super) struct Out {
     pub(super) heads: Reg<B32>,
 }
 
+/// A consumer warpgroup's view of the CTA: its thread's first query row, lane column,
+/// leader, and the descriptors of Q (its 64 rows), K and V.
+struct Wg {
+    row: Reg<B32>,
+    t2: Reg<B32>,
+    lead: Reg<crate::ptx::Pred>,
+    q: WgmmaDesc,
+    q0: Reg<B64>,
+    k: WgmmaDesc,
+    v: WgmmaDesc,
+    diag: Reg<B32>,
+}
+
 impl Consumer {
     /// The key-block loop; returns O (unnormalised), the rows' LSE and the thread's first
-    /// query row.
+    /// query row. `overlap`: each block's S = Q K^T is issued before the previous block's
+    /// O += P V and its softmax runs while that product is in flight (FA3's
+    /// intra-warpgroup overlap); otherwise every product is waited for at once.
     pub(super) fn consume(
         &self,
         b: &mut Builder,
         ctx: &Ctx,
-        tid: Reg<B32>,
-        wg: Reg<B32>,
-        m0: Reg<B32>,
+        (tid, wg, m0): (Reg<B32>, Reg<B32>, Reg<B32>),
+        overlap: bool,
     ) -> (AccTile, Vec<Reg<F32>>, Reg<B32>) {
+        let mut w = self.setup(b, ctx, tid, wg, m0);
+        let mut o = AccTile::zeros(b, 1, ctx.d);
+        let mut softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
+        w.diag = b.sub_s32(self.sk, self.sq);
+        if overlap {
+            self.blocks_overlapped(b, ctx, &w, &mut softmax, &mut o);
+        } else {
+            self.blocks(b, ctx, &w, &mut softmax, &mut o);
+        }
+        let lse = softmax.finish(b, &mut o);
+        (o, lse, w.row)
+    }
+
+    /// The warpgroup's rows and descriptors, after Q has landed.
+    fn setup(&self, b: &mut Builder, ctx: &Ctx, tid: Reg<B32>, wg: Reg<B32>, m0: Reg<B32>) -> Wg {
         let (d, lay, smem) = (ctx.d, &ctx.lay, ctx.smem);
         let cw = b.sub_u32(wg, 1u32);
         let lane = b.special(Special::LaneId);
@@ -50,7 +79,7 @@ impl Consumer {
         let row = b.mad_lo_u32(cw, WG_ROWS, m0);
         let row = b.mad_lo_u32(warp, 16u32, row);
         let row = b.add_u32(row, g);
-        let wg_lead = {
+        let lead = {
             let x = b.and_b32(tid, 127u32);
             b.setp_u32(Cmp::Eq, x, 0u32)
         };
@@ -58,67 +87,209 @@ impl Consumer {
         let q = WgmmaDesc::new(SmemTile::new(lay.q, BLOCK_M, d), Major::K);
         let q_rows = b.mad_lo_u32(cw, WG_ROWS * ROW_BYTES, smem);
         let q0 = q.emit(b, q_rows);
-        let k = WgmmaDesc::new(SmemTile::new(lay.k, BLOCK_N, d), Major::K);
-        let v = WgmmaDesc::new(SmemTile::new(lay.v, BLOCK_N, d), Major::Mn);
-        let mut o = AccTile::zeros(b, 1, d);
-        let mut softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
-        let diag = b.sub_s32(self.sk, self.sq);
-        let n = b.mov(0u32);
-        let lp = b.loop_start();
-        let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
-        b.loop_exit_unless(&lp, more);
-        let (st, ph, off) = ctx.stage(b, n);
-        let stage_smem = b.add_u32(smem, off);
-        let k_full = ctx.bar(b, st, K_FULL);
-        b.mbarrier_wait(k_full, ph, "K full");
+        Wg {
+            row,
+            t2,
+            lead,
+            q,
+            q0,
+            k: WgmmaDesc::new(SmemTile::new(lay.k, BLOCK_N, d), Major::K),
+            v: WgmmaDesc::new(SmemTile::new(lay.v, BLOCK_N, d), Major::Mn),
+            diag: row,
+        }
+    }
+
+    /// Issues S = Q K^T of the block at `at` (stage, parity, stage address): fenced,
+    /// committed, not waited for; after waiting for its K when `wait`.
+    fn issue_s(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        at: (Reg<B32>, Reg<B32>, Reg<B32>),
+        wait: bool,
+    ) -> AccTile {
+        let stage_smem = at.2;
+        if wait {
+            Self::wait_full(b, ctx, at, K_FULL, "K full");
+        }
         b.comment("-- S = Q K^T --");
-        let mut s = AccTile::for_wgmma(b, BLOCK_N);
+        let s = AccTile::for_wgmma(b, BLOCK_N);
         let s_regs = s.wgmma_regs();
-        let k0 = k.emit(b, stage_smem);
+        let k0 = w.k.emit(b, stage_smem);
         b.wgmma_fence();
-        for kk in 0..q.k_steps() {
-            let (qd, kd) = (q.emit_kstep(b, q0, kk), k.emit_kstep(b, k0, kk));
+        for kk in 0..w.q.k_steps() {
+            let (qd, kd) = (w.q.emit_kstep(b, w.q0, kk), w.k.emit_kstep(b, k0, kk));
             b.wgmma_ss(self.fmt, &s_regs, qd, false, kd, false, ScaleD::Imm(kk > 0));
         }
         b.wgmma_commit();
-        b.wgmma_wait(0);
-        let k_empty = ctx.bar(b, st, K_EMPTY);
-        b.when(wg_lead, false, |b| b.mbarrier_arrive(k_empty));
+        s
+    }
+
+    /// Issues O += P V of the block at `at` (committed, not waited for), after waiting for
+    /// its V when `wait`; `fence` when no `wgmma.fence` has followed the last writes to O
+    /// and P.
+    fn issue_pv(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        p: &[[Reg<B32>; 4]],
+        o: &AccTile,
+        at: (Reg<B32>, Reg<B32>, Reg<B32>),
+        (wait, fence): (bool, bool),
+    ) {
+        let stage_smem = at.2;
+        b.comment("-- O += P V --");
+        if wait {
+            Self::wait_full(b, ctx, at, V_FULL, "V full");
+        }
+        let v0 = w.v.emit(b, stage_smem);
+        let o_regs = o.wgmma_regs();
+        if fence {
+            b.wgmma_fence();
+        }
+        for (kk, a) in p.iter().enumerate() {
+            let vd = w.v.emit_kstep(b, v0, kk as u32);
+            b.wgmma_rs(self.fmt, &o_regs, *a, vd, true, ScaleD::Imm(true));
+        }
+        b.wgmma_commit();
+    }
+
+    /// Waits for the phase `at.1` of stage `at.0`'s full barrier at `base` (K or V full).
+    fn wait_full(
+        b: &mut Builder,
+        ctx: &Ctx,
+        at: (Reg<B32>, Reg<B32>, Reg<B32>),
+        base: i32,
+        name: &str,
+    ) {
+        let full = ctx.bar(b, at.0, base);
+        b.mbarrier_wait(full, at.1, name);
+    }
+
+    /// One arrival of this warpgroup on stage `st`'s barrier at `base` (K or V empty).
+    fn release(&self, b: &mut Builder, ctx: &Ctx, w: &Wg, st: Reg<B32>, base: i32) {
+        let empty = ctx.bar(b, st, base);
+        b.when(w.lead, false, |b| b.mbarrier_arrive(empty));
+    }
+
+    /// Keys past the end, and past each row's diagonal (bottom-right), of block `n` to -inf.
+    fn mask(&self, b: &mut Builder, w: &Wg, s: &mut AccTile, n: Reg<B32>) {
         b.comment("-- mask: keys past the end, and past each row's diagonal --");
         let n0 = b.mul_lo_u32(n, BLOCK_N);
         s.mask(b, Cmp::Gt, |b, r| {
             let limit = if self.causal {
-                let rr = b.add_u32(row, AccTile::row_offset(r));
-                let lim = b.add_s32(rr, diag);
+                let rr = b.add_u32(w.row, AccTile::row_offset(r));
+                let lim = b.add_s32(rr, w.diag);
                 let lim = b.add_s32(lim, 1i32);
                 b.min_s32(lim, self.sk)
             } else {
                 self.sk
             };
-            let rel = b.sub_s32(limit, t2);
+            let rel = b.sub_s32(limit, w.t2);
             b.sub_s32(rel, n0)
         });
-        softmax.step(b, &mut s, &mut o);
-        let p = s.as_a(b, self.fmt, 0);
-        b.comment("-- O += P V --");
-        let v_full = ctx.bar(b, st, V_FULL);
-        b.mbarrier_wait(v_full, ph, "V full");
-        let v0 = v.emit(b, stage_smem);
-        let o_regs = o.wgmma_regs();
-        b.wgmma_fence();
-        for (kk, a) in p.iter().enumerate() {
-            let vd = v.emit_kstep(b, v0, kk as u32);
-            b.wgmma_rs(self.fmt, &o_regs, *a, vd, true, ScaleD::Imm(true));
-        }
-        b.wgmma_commit();
+    }
+
+    /// Stage, parity and stage base address of block `n`.
+    fn stage(b: &mut Builder, ctx: &Ctx, n: Reg<B32>) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
+        let (st, ph, off) = ctx.stage(b, n);
+        (st, ph, b.add_u32(ctx.smem, off))
+    }
+
+    /// Every product waited for at once.
+    fn blocks(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        softmax: &mut OnlineSoftmax,
+        o: &mut AccTile,
+    ) {
+        let n = b.mov(0u32);
+        let lp = b.loop_start();
+        let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
+        b.loop_exit_unless(&lp, more);
+        let at = Self::stage(b, ctx, n);
+        let mut s = self.issue_s(b, ctx, w, at, true);
         b.wgmma_wait(0);
-        let v_empty = ctx.bar(b, st, V_EMPTY);
-        b.when(wg_lead, false, |b| b.mbarrier_arrive(v_empty));
+        self.release(b, ctx, w, at.0, K_EMPTY);
+        self.mask(b, w, &mut s, n);
+        softmax.step(b, &mut s, o);
+        let p = s.as_a(b, self.fmt, 0);
+        self.issue_pv(b, ctx, w, &p, o, at, (true, true));
+        b.wgmma_wait(0);
+        self.release(b, ctx, w, at.0, V_EMPTY);
         let n1 = b.add_u32(n, 1u32);
         b.assign(n, n1);
         b.loop_end(lp);
-        let lse = softmax.finish(b, &mut o);
-        (o, lse, row)
+    }
+
+    /// FA3's intra-warpgroup overlap: block 0's S and softmax first; then per block n,
+    /// S_n and P_{n-1} V_{n-1} in flight together, S_n's softmax under the second, O's
+    /// rescale once it lands; the last P V after the loop. P is carried in fixed
+    /// registers, rewritten only after the product reading them is complete.
+    fn blocks_overlapped(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        softmax: &mut OnlineSoftmax,
+        o: &mut AccTile,
+    ) {
+        let none = b.setp_u32(Cmp::Eq, ctx.n_blocks, 0u32);
+        b.unless_uniform(none, |b| {
+            let p: Vec<[Reg<B32>; 4]> = (0..BLOCK_N / 16)
+                .map(|_| std::array::from_fn(|_| b.reg()))
+                .collect();
+            let carry = |b: &mut Builder, s: &AccTile| {
+                for (dst, src) in p.iter().zip(s.as_a(b, self.fmt, 0)) {
+                    for (d, x) in dst.iter().zip(src) {
+                        b.assign(*d, x);
+                    }
+                }
+            };
+            b.comment("-- block 0: S, softmax (O is still zero: nothing to rescale) --");
+            let zero = b.mov(0u32);
+            let at = Self::stage(b, ctx, zero);
+            let mut s = self.issue_s(b, ctx, w, at, true);
+            b.wgmma_wait(0);
+            self.release(b, ctx, w, at.0, K_EMPTY);
+            self.mask(b, w, &mut s, zero);
+            let _ = softmax.step_deferred(b, &mut s);
+            carry(b, &s);
+            let n = b.mov(1u32);
+            let lp = b.loop_start();
+            let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
+            b.loop_exit_unless(&lp, more);
+            // both waits before either product: no wgmma in flight across a spin loop
+            // (ptxas serialises wgmmas around divergent code: C7520)
+            let at = Self::stage(b, ctx, n);
+            let prev = b.sub_u32(n, 1u32);
+            let pat = Self::stage(b, ctx, prev);
+            Self::wait_full(b, ctx, pat, V_FULL, "V full");
+            Self::wait_full(b, ctx, at, K_FULL, "K full");
+            let mut s = self.issue_s(b, ctx, w, at, false);
+            self.issue_pv(b, ctx, w, &p, o, pat, (false, false));
+            b.wgmma_wait(1);
+            self.release(b, ctx, w, at.0, K_EMPTY);
+            self.mask(b, w, &mut s, n);
+            let rescale = softmax.step_deferred(b, &mut s);
+            b.wgmma_wait(0);
+            self.release(b, ctx, w, pat.0, V_EMPTY);
+            rescale.apply(b, o);
+            carry(b, &s);
+            let n1 = b.add_u32(n, 1u32);
+            b.assign(n, n1);
+            b.loop_end(lp);
+            b.comment("-- the last block's P V --");
+            let last = b.sub_u32(ctx.n_blocks, 1u32);
+            let lat = Self::stage(b, ctx, last);
+            self.issue_pv(b, ctx, w, &p, o, lat, (true, true));
+            b.wgmma_wait(0);
+            self.release(b, ctx, w, lat.0, V_EMPTY);
+        });
     }
 
     /// O (normalised) to the dtype, stored pair by pair for rows below `seqlen_q`; the
