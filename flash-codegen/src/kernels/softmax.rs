@@ -50,6 +50,12 @@ impl OnlineSoftmax {
     /// updates `l_i` (see [`OnlineSoftmax::step_to`]; the rows' new maxima are this
     /// warp's).
     pub fn step(&mut self, b: &mut Builder, s: &mut AccTile, o: &mut AccTile) {
+        let (m_new, grows) = self.maxima(b, s);
+        self.rescale_and_exp(b, s, o, &m_new, grows);
+    }
+
+    /// Each row's new max (this warp's) and whether any row's grows past the threshold.
+    fn maxima(&self, b: &mut Builder, s: &AccTile) -> (Vec<Reg<F32>>, Option<Reg<Pred>>) {
         let mut m_new = Vec::new();
         let mut grows = None;
         for row in 0..s.rows() {
@@ -57,7 +63,17 @@ impl OnlineSoftmax {
             grows = Some(self.grows(b, row, mx, grows));
             m_new.push(mx);
         }
-        self.rescale_and_exp(b, s, o, &m_new, grows);
+        (m_new, grows)
+    }
+
+    /// P = 2^(s * scale_log2 - max_scaled) in place (masked scores give 0), l_i += rowsum.
+    fn exp_rows(&mut self, b: &mut Builder, s: &mut AccTile) {
+        for row in 0..s.rows() {
+            let ms = self.scaled_max(b, self.m_i[row]);
+            let neg_ms = b.neg_f32(ms);
+            let l = s.exp2_row(b, row, self.scale_log2, neg_ms, self.l_i[row]);
+            b.assign(self.l_i[row], l);
+        }
     }
 
     /// Each row's `max(m_old, rowmax(S))` over the thread's quad (the row's columns of
@@ -112,13 +128,7 @@ impl OnlineSoftmax {
     /// `wgmma` adding the previous block's P V): the same new reference, P and `l_i`, but
     /// O's rescale is returned ([`Rescale::apply`] once O is complete) instead of done.
     pub fn step_deferred(&mut self, b: &mut Builder, s: &mut AccTile) -> Rescale {
-        let mut m_new = Vec::new();
-        let mut grows = None;
-        for row in 0..s.rows() {
-            let mx = s.row_max(b, row, self.m_i[row]);
-            grows = Some(self.grows(b, row, mx, grows));
-            m_new.push(mx);
-        }
+        let (m_new, grows) = self.maxima(b, s);
         let any = b.vote_any(grows.expect("a tile of one row or more"));
         let alpha: Vec<Reg<F32>> = m_new.iter().map(|_| b.mov(1.0f32)).collect();
         b.if_uniform(any, |b| {
@@ -134,12 +144,7 @@ impl OnlineSoftmax {
                 b.assign(self.m_i[row], m);
             }
         });
-        for row in 0..s.rows() {
-            let ms = self.scaled_max(b, self.m_i[row]);
-            let neg_ms = b.neg_f32(ms);
-            let l = s.exp2_row(b, row, self.scale_log2, neg_ms, self.l_i[row]);
-            b.assign(self.l_i[row], l);
-        }
+        self.exp_rows(b, s);
         Rescale { any, alpha }
     }
 
@@ -174,13 +179,7 @@ impl OnlineSoftmax {
                 o.scale_row(b, row, alpha);
             }
         });
-        // -- p = 2^(s * scale_log2 - max_scaled); masked scores (-inf) give 0; l_i += rowsum --
-        for row in 0..s.rows() {
-            let ms = self.scaled_max(b, self.m_i[row]);
-            let neg_ms = b.neg_f32(ms);
-            let l = s.exp2_row(b, row, self.scale_log2, neg_ms, self.l_i[row]);
-            b.assign(self.l_i[row], l);
-        }
+        self.exp_rows(b, s);
     }
 
     /// Normalises `o` by `1 / l_i` and returns each row's natural-log LSE
