@@ -2,7 +2,7 @@
 //! block S = Q K^T (SS `wgmma`), the mask, the shared online softmax, O += P V (RS
 //! `wgmma`), the stage released after each product; then the epilogue.
 
-use super::fwd::{BLOCK_M, BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_FULL, V_EMPTY, V_FULL, WG_ROWS};
+use super::fwd_ctx::{BLOCK_M, BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_FULL, V_EMPTY, V_FULL, WG_ROWS};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Reg, Space, Special, Ty};

@@ -4,6 +4,7 @@
 
 pub mod fwd;
 mod fwd_consumer;
+mod fwd_ctx;
 pub mod probe;
 
 use crate::ptx::{AnyReg, B32, B64, Builder, F32, Param, ParamTy, Reg, Ty};

@@ -1,0 +1,75 @@
+//! Kernel layer, sm_90a: what the first forward's roles share (see `fwd`): the block
+//! sizes, the shared-memory layout, the mbarrier offsets, and the CTA's context with the
+//! stage and barrier arithmetic of the K/V rings.
+
+use crate::ptx::{Addr, B32, Builder, Reg};
+
+/// Query rows per CTA (64 per consumer warpgroup).
+pub const BLOCK_M: u32 = 128;
+/// Keys per block.
+pub const BLOCK_N: u32 = 128;
+/// Buffers of the K and V rings.
+pub(super) const STAGES: u32 = 2;
+/// Rows of a consumer warpgroup.
+pub(super) const WG_ROWS: u32 = 64;
+
+/// Shared memory: 9 mbarriers, then Q, the K stages, the V stages (1024-byte aligned).
+pub(super) struct Layout {
+    pub(super) tile_bytes: u32,
+    pub(super) q: u32,
+    pub(super) k: u32,
+    pub(super) v: u32,
+}
+
+/// Barrier offsets: Q full; K full, K empty, V full, V empty per stage.
+pub(super) const Q_FULL: i32 = 0;
+pub(super) const K_FULL: i32 = 8;
+pub(super) const K_EMPTY: i32 = 24;
+pub(super) const V_FULL: i32 = 40;
+pub(super) const V_EMPTY: i32 = 56;
+
+impl Layout {
+    pub(super) fn new(d: u32) -> Self {
+        let tile_bytes = BLOCK_N * d * 2;
+        let q = 1024;
+        let k = q + BLOCK_M * d * 2;
+        Layout {
+            tile_bytes,
+            q,
+            k,
+            v: k + STAGES * tile_bytes,
+        }
+    }
+    pub(super) fn bytes(&self) -> u32 {
+        self.v + STAGES * self.tile_bytes
+    }
+}
+
+/// What both roles share.
+pub(super) struct Ctx {
+    pub(super) d: u32,
+    pub(super) lay: Layout,
+    pub(super) smem: Reg<B32>,
+    pub(super) n_blocks: Reg<B32>,
+    pub(super) head: Reg<B32>,
+    pub(super) kv_head: Reg<B32>,
+    pub(super) batch: Reg<B32>,
+}
+
+impl Ctx {
+    /// Stage `s` (0, 1) and phase parity `(n / 2) & 1` of key block `n`, and the stage's
+    /// byte offset `s * tile_bytes`.
+    pub(super) fn stage(&self, b: &mut Builder, n: Reg<B32>) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
+        let s = b.and_b32(n, 1u32);
+        let ph = b.shr_u32(n, 1u32);
+        let ph = b.and_b32(ph, 1u32);
+        let off = b.mul_lo_u32(s, self.lay.tile_bytes);
+        (s, ph, off)
+    }
+
+    /// The barrier at `base + 8 s`.
+    pub(super) fn bar(&self, b: &mut Builder, s: Reg<B32>, base: i32) -> Addr {
+        let a = b.mad_lo_u32(s, 8u32, self.smem);
+        Addr::Shared(a, base)
+    }
+}
