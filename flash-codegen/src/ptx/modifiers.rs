@@ -228,6 +228,17 @@ pub enum LdmNum {
 }
 
 impl LdmNum {
+    /// The form moving `n` matrices (`ldmatrix` / `stmatrix` .x1, .x2, .x4); other counts
+    /// are a generator bug.
+    pub fn of(n: usize) -> Self {
+        match n {
+            1 => LdmNum::X1,
+            2 => LdmNum::X2,
+            4 => LdmNum::X4,
+            _ => panic!("generator bug: .x{n} (ldmatrix / stmatrix move 1, 2 or 4 matrices)"),
+        }
+    }
+
     /// The number of matrices (1, 2 or 4).
     pub fn count(self) -> usize {
         match self {

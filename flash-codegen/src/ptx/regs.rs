@@ -66,9 +66,7 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
             dst, src, src_size, ..
         } => {
             out.extend([addr(dst), addr(src)]);
-            if let Some(Operand::Reg(r)) = src_size {
-                out.push((*r).into());
-            }
+            out.extend(src_size.as_ref().and_then(b32));
         }
         Inst::Ldmatrix { d, addr: a, .. } => {
             out.extend(d.iter().map(|r| AnyReg::from(*r)));
@@ -80,12 +78,7 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         }
         Inst::Shfl { d, a, .. } => out.extend([*d, *a]),
         Inst::RedAddF32 { addr: a, v } => out.extend::<[AnyReg; 2]>([addr(a), (*v).into()]),
-        Inst::BarSync { id, .. } => {
-            if let Operand::Reg(r) = id {
-                out.push((*r).into());
-            }
-        }
-        Inst::BarArrive { id, .. } => out.extend(b32(id)),
+        Inst::BarSync { id, .. } | Inst::BarArrive { id, .. } => out.extend(b32(id)),
         Inst::Wgmma(op) => wgmma_regs(op, &mut out),
         Inst::Mbarrier(op) => match op {
             MbarrierOp::Init { bar, count } => {

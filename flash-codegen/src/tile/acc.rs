@@ -126,24 +126,15 @@ impl AccTile {
         AccTile { frags }
     }
 
-    /// The registers in `wgmma`'s `d[0..N/2]` order ([`AccLayout::wgmma_reg`]: n-tile, then
-    /// register) of a one-m-tile accumulator.
+    /// The registers in `wgmma`'s `d[0..N/2]` order of a one-m-tile accumulator:
+    /// [`AccTile::regs`] ([`AccLayout::wgmma_reg`]: n-tile, then register).
     pub fn wgmma_regs(&self) -> Vec<Reg<F32>> {
         assert_eq!(
             self.m_tiles(),
             1,
             "generator bug: a wgmma accumulator has one m-tile"
         );
-        let n = self.n_tiles();
-        let mut d = vec![None; n * REGS];
-        for nt in 0..n {
-            for reg in 0..REGS {
-                d[AccLayout::wgmma_reg(nt, reg)] = Some(self.frags[0][nt][reg]);
-            }
-        }
-        d.into_iter()
-            .map(|r| r.expect("every d[v] is a register"))
-            .collect()
+        self.regs().collect()
     }
 
     /// M16 tiles.

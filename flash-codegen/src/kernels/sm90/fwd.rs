@@ -181,7 +181,7 @@ pub fn module(var: Variant) -> Module {
                 sq,
                 sk,
             };
-            let (o, lse, row) = c.consume(b, &ctx, (tid, wg, m0), overlap);
+            let (o, lse, w) = c.consume(b, &ctx, (tid, wg, m0), overlap);
             let out = Out {
                 o_ptr,
                 lse_ptr,
@@ -190,7 +190,7 @@ pub fn module(var: Variant) -> Module {
                 o_batch,
                 heads,
             };
-            c.epilogue(b, &ctx, &out, &o, &lse, row);
+            c.epilogue(b, &ctx, &out, (&o, &lse), &w);
         },
     );
     let entry: Entry = b.finish(
@@ -226,21 +226,19 @@ fn key_blocks(b: &mut Builder, causal: bool, m0: Reg<B32>, sq: Reg<B32>, sk: Reg
 
 impl Ctx {
     /// TMA loads of a `rows`-row tile (one box per 64 columns; the map's box is `rows`
-    /// tall) at shared offset `dst` (`stage` bytes further), sequence rows from `row`,
-    /// head `h`, completing on `full`.
+    /// tall) at shared address `base + dst`, sequence rows from `row`, head `h`,
+    /// completing on `full`.
     #[allow(clippy::too_many_arguments)]
     fn load(
         &self,
         b: &mut Builder,
         (tm, rows): (Reg<B64>, u32),
-        dst: u32,
-        stage: Reg<B32>,
+        (base, dst): (Reg<B32>, u32),
         row: Reg<B32>,
         h: Reg<B32>,
         full: Addr,
     ) {
         b.mbarrier_arrive_expect_tx(full, rows * self.d * 2);
-        let at = b.add_u32(self.smem, stage);
         for p in 0..self.d / 64 {
             let coords = vec![
                 Operand::Imm(64 * p as i64),
@@ -249,54 +247,36 @@ impl Ctx {
                 self.batch.into(),
             ];
             let off = dst + p * rows * ROW_BYTES;
-            b.tma_load(Addr::Shared(at, off as i32), tm, coords, full);
+            b.tma_load(Addr::Shared(base, off as i32), tm, coords, full);
         }
     }
 
     /// The producer thread: Q, then K and V of every key block into the rings; then waits
     /// for the consumers' last release so no copy outlives it.
     fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>) {
-        let zero = b.mov(0u32);
         let q_full = Addr::Shared(self.smem, Q_FULL);
-        self.load(b, (tm[0], BLOCK_M), self.lay.q, zero, m0, self.head, q_full);
+        let q_at = (self.smem, self.lay.q);
+        self.load(b, (tm[0], BLOCK_M), q_at, m0, self.head, q_full);
         let n = b.mov(0u32);
         let lp = b.loop_start_divergent();
         let more = b.setp_u32(Cmp::Lt, n, self.n_blocks);
         b.loop_exit_unless(&lp, more);
-        let (s, ph, off) = self.stage(b, n);
-        let free = b.xor_b32(ph, 1u32);
+        let st = self.stage(b, n);
+        let free = b.xor_b32(st.ph, 1u32);
         let row = b.mul_lo_u32(n, BLOCK_N);
-        let (k_empty, k_full) = (self.bar(b, s, K_EMPTY), self.bar(b, s, K_FULL));
-        b.mbarrier_wait(k_empty, free, "K empty");
-        self.load(
-            b,
-            (tm[1], BLOCK_N),
-            self.lay.k,
-            off,
-            row,
-            self.kv_head,
-            k_full,
-        );
-        let (v_empty, v_full) = (self.bar(b, s, V_EMPTY), self.bar(b, s, V_FULL));
-        b.mbarrier_wait(v_empty, free, "V empty");
-        self.load(
-            b,
-            (tm[2], BLOCK_N),
-            self.lay.v,
-            off,
-            row,
-            self.kv_head,
-            v_full,
-        );
+        b.mbarrier_wait(st.bar(K_EMPTY), free, "K empty");
+        let (k_at, v_at) = ((st.smem, self.lay.k), (st.smem, self.lay.v));
+        self.load(b, (tm[1], BLOCK_N), k_at, row, self.kv_head, st.bar(K_FULL));
+        b.mbarrier_wait(st.bar(V_EMPTY), free, "V empty");
+        self.load(b, (tm[2], BLOCK_N), v_at, row, self.kv_head, st.bar(V_FULL));
         let n1 = b.add_u32(n, 1u32);
         b.assign(n, n1);
         b.loop_end(lp);
         let none = b.setp_u32(Cmp::Eq, self.n_blocks, 0u32);
         b.unless(none, |b| {
             let last = b.sub_u32(self.n_blocks, 1u32);
-            let (s, ph, _) = self.stage(b, last);
-            let v_empty = self.bar(b, s, V_EMPTY);
-            b.mbarrier_wait(v_empty, ph, "V empty (drain)");
+            let st = self.stage(b, last);
+            b.mbarrier_wait(st.bar(V_EMPTY), st.ph, "V empty (drain)");
         });
     }
 }

@@ -2,7 +2,9 @@
 //! block S = Q K^T (SS `wgmma`), the mask, the shared online softmax, O += P V (RS
 //! `wgmma`), the stage released after each product; then the epilogue.
 
-use super::fwd_ctx::{BLOCK_M, BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_FULL, V_EMPTY, V_FULL, WG_ROWS};
+use super::fwd_ctx::{
+    BLOCK_M, BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_FULL, Stage, V_EMPTY, V_FULL, WG_ROWS,
+};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Reg, Space, Special, Ty};
@@ -30,8 +32,9 @@ pub(super) struct Out {
 }
 
 /// A consumer warpgroup's view of the CTA: its thread's first query row, lane column,
-/// leader, and the descriptors of Q (its 64 rows), K and V.
-struct Wg {
+/// leader, the causal diagonal's offset `sk - sq`, and the descriptors of Q (its 64
+/// rows), K and V.
+pub(super) struct Wg {
     row: Reg<B32>,
     t2: Reg<B32>,
     lead: Reg<crate::ptx::Pred>,
@@ -43,8 +46,8 @@ struct Wg {
 }
 
 impl Consumer {
-    /// The key-block loop; returns O (unnormalised), the rows' LSE and the thread's first
-    /// query row. `overlap`: each block's S = Q K^T is issued before the previous block's
+    /// The key-block loop; returns O (normalised), the rows' LSE and the warpgroup's view
+    /// (for the epilogue). `overlap`: each block's S = Q K^T is issued before the previous block's
     /// O += P V and its softmax runs while that product is in flight (FA3's
     /// intra-warpgroup overlap); otherwise every product is waited for at once.
     pub(super) fn consume(
@@ -53,18 +56,17 @@ impl Consumer {
         ctx: &Ctx,
         (tid, wg, m0): (Reg<B32>, Reg<B32>, Reg<B32>),
         overlap: bool,
-    ) -> (AccTile, Vec<Reg<F32>>, Reg<B32>) {
-        let mut w = self.setup(b, ctx, tid, wg, m0);
+    ) -> (AccTile, Vec<Reg<F32>>, Wg) {
+        let w = self.setup(b, ctx, tid, wg, m0);
         let mut o = AccTile::zeros(b, 1, ctx.d);
         let mut softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
-        w.diag = b.sub_s32(self.sk, self.sq);
         if overlap {
             self.blocks_overlapped(b, ctx, &w, &mut softmax, &mut o);
         } else {
             self.blocks(b, ctx, &w, &mut softmax, &mut o);
         }
         let lse = softmax.finish(b, &mut o);
-        (o, lse, w.row)
+        (o, lse, w)
     }
 
     /// The warpgroup's rows and descriptors, after Q has landed.
@@ -87,6 +89,7 @@ impl Consumer {
         let q = WgmmaDesc::new(SmemTile::new(lay.q, BLOCK_M, d), Major::K);
         let q_rows = b.mad_lo_u32(cw, WG_ROWS * ROW_BYTES, smem);
         let q0 = q.emit(b, q_rows);
+        let diag = b.sub_s32(self.sk, self.sq);
         Wg {
             row,
             t2,
@@ -95,28 +98,20 @@ impl Consumer {
             q0,
             k: WgmmaDesc::new(SmemTile::new(lay.k, BLOCK_N, d), Major::K),
             v: WgmmaDesc::new(SmemTile::new(lay.v, BLOCK_N, d), Major::Mn),
-            diag: row,
+            diag,
         }
     }
 
-    /// Issues S = Q K^T of the block at `at` (stage, parity, stage address): fenced,
-    /// committed, not waited for; after waiting for its K when `wait`.
-    fn issue_s(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        w: &Wg,
-        at: (Reg<B32>, Reg<B32>, Reg<B32>),
-        wait: bool,
-    ) -> AccTile {
-        let stage_smem = at.2;
+    /// Issues S = Q K^T of the block at stage `at`: fenced, committed, not waited for;
+    /// after waiting for its K when `wait`.
+    fn issue_s(&self, b: &mut Builder, w: &Wg, at: &Stage, wait: bool) -> AccTile {
         if wait {
-            Self::wait_full(b, ctx, at, K_FULL, "K full");
+            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
         }
         b.comment("-- S = Q K^T --");
         let s = AccTile::for_wgmma(b, BLOCK_N);
         let s_regs = s.wgmma_regs();
-        let k0 = w.k.emit(b, stage_smem);
+        let k0 = w.k.emit(b, at.smem);
         b.wgmma_fence();
         for kk in 0..w.q.k_steps() {
             let (qd, kd) = (w.q.emit_kstep(b, w.q0, kk), w.k.emit_kstep(b, k0, kk));
@@ -126,25 +121,22 @@ impl Consumer {
         s
     }
 
-    /// Issues O += P V of the block at `at` (committed, not waited for), after waiting for
-    /// its V when `wait`; `fence` when no `wgmma.fence` has followed the last writes to O
-    /// and P.
+    /// Issues O += P V of the block at stage `at` (committed, not waited for), after
+    /// waiting for its V when `wait`; `fence` when no `wgmma.fence` has followed the last
+    /// writes to O and P.
     fn issue_pv(
         &self,
         b: &mut Builder,
-        ctx: &Ctx,
         w: &Wg,
-        p: &[[Reg<B32>; 4]],
-        o: &AccTile,
-        at: (Reg<B32>, Reg<B32>, Reg<B32>),
+        (p, o): (&[[Reg<B32>; 4]], &AccTile),
+        at: &Stage,
         (wait, fence): (bool, bool),
     ) {
-        let stage_smem = at.2;
         b.comment("-- O += P V --");
         if wait {
-            Self::wait_full(b, ctx, at, V_FULL, "V full");
+            b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
         }
-        let v0 = w.v.emit(b, stage_smem);
+        let v0 = w.v.emit(b, at.smem);
         let o_regs = o.wgmma_regs();
         if fence {
             b.wgmma_fence();
@@ -156,22 +148,9 @@ impl Consumer {
         b.wgmma_commit();
     }
 
-    /// Waits for the phase `at.1` of stage `at.0`'s full barrier at `base` (K or V full).
-    fn wait_full(
-        b: &mut Builder,
-        ctx: &Ctx,
-        at: (Reg<B32>, Reg<B32>, Reg<B32>),
-        base: i32,
-        name: &str,
-    ) {
-        let full = ctx.bar(b, at.0, base);
-        b.mbarrier_wait(full, at.1, name);
-    }
-
-    /// One arrival of this warpgroup on stage `st`'s barrier at `base` (K or V empty).
-    fn release(&self, b: &mut Builder, ctx: &Ctx, w: &Wg, st: Reg<B32>, base: i32) {
-        let empty = ctx.bar(b, st, base);
-        b.when(w.lead, false, |b| b.mbarrier_arrive(empty));
+    /// One arrival of this warpgroup on stage `at`'s barrier at `base` (K or V empty).
+    fn release(b: &mut Builder, w: &Wg, at: &Stage, base: i32) {
+        b.when(w.lead, false, |b| b.mbarrier_arrive(at.bar(base)));
     }
 
     /// Keys past the end, and past each row's diagonal (bottom-right), of block `n` to -inf.
@@ -192,12 +171,6 @@ impl Consumer {
         });
     }
 
-    /// Stage, parity and stage base address of block `n`.
-    fn stage(b: &mut Builder, ctx: &Ctx, n: Reg<B32>) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
-        let (st, ph, off) = ctx.stage(b, n);
-        (st, ph, b.add_u32(ctx.smem, off))
-    }
-
     /// Every product waited for at once.
     fn blocks(
         &self,
@@ -211,16 +184,16 @@ impl Consumer {
         let lp = b.loop_start();
         let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
         b.loop_exit_unless(&lp, more);
-        let at = Self::stage(b, ctx, n);
-        let mut s = self.issue_s(b, ctx, w, at, true);
+        let at = ctx.stage(b, n);
+        let mut s = self.issue_s(b, w, &at, true);
         b.wgmma_wait(0);
-        self.release(b, ctx, w, at.0, K_EMPTY);
+        Self::release(b, w, &at, K_EMPTY);
         self.mask(b, w, &mut s, n);
         softmax.step(b, &mut s, o);
         let p = s.as_a(b, self.fmt, 0);
-        self.issue_pv(b, ctx, w, &p, o, at, (true, true));
+        self.issue_pv(b, w, (&p, o), &at, (true, true));
         b.wgmma_wait(0);
-        self.release(b, ctx, w, at.0, V_EMPTY);
+        Self::release(b, w, &at, V_EMPTY);
         let n1 = b.add_u32(n, 1u32);
         b.assign(n, n1);
         b.loop_end(lp);
@@ -252,10 +225,10 @@ impl Consumer {
             };
             b.comment("-- block 0: S, softmax (O is still zero: nothing to rescale) --");
             let zero = b.mov(0u32);
-            let at = Self::stage(b, ctx, zero);
-            let mut s = self.issue_s(b, ctx, w, at, true);
+            let at = ctx.stage(b, zero);
+            let mut s = self.issue_s(b, w, &at, true);
             b.wgmma_wait(0);
-            self.release(b, ctx, w, at.0, K_EMPTY);
+            Self::release(b, w, &at, K_EMPTY);
             self.mask(b, w, &mut s, zero);
             let _ = softmax.step_deferred(b, &mut s);
             carry(b, &s);
@@ -265,19 +238,19 @@ impl Consumer {
             b.loop_exit_unless(&lp, more);
             // both waits before either product: no wgmma in flight across a spin loop
             // (ptxas serialises wgmmas around divergent code: C7520)
-            let at = Self::stage(b, ctx, n);
+            let at = ctx.stage(b, n);
             let prev = b.sub_u32(n, 1u32);
-            let pat = Self::stage(b, ctx, prev);
-            Self::wait_full(b, ctx, pat, V_FULL, "V full");
-            Self::wait_full(b, ctx, at, K_FULL, "K full");
-            let mut s = self.issue_s(b, ctx, w, at, false);
-            self.issue_pv(b, ctx, w, &p, o, pat, (false, false));
+            let pat = ctx.stage(b, prev);
+            b.mbarrier_wait(pat.bar(V_FULL), pat.ph, "V full");
+            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+            let mut s = self.issue_s(b, w, &at, false);
+            self.issue_pv(b, w, (&p, o), &pat, (false, false));
             b.wgmma_wait(1);
-            self.release(b, ctx, w, at.0, K_EMPTY);
+            Self::release(b, w, &at, K_EMPTY);
             self.mask(b, w, &mut s, n);
             let rescale = softmax.step_deferred(b, &mut s);
             b.wgmma_wait(0);
-            self.release(b, ctx, w, pat.0, V_EMPTY);
+            Self::release(b, w, &pat, V_EMPTY);
             rescale.apply(b, o);
             carry(b, &s);
             let n1 = b.add_u32(n, 1u32);
@@ -285,10 +258,10 @@ impl Consumer {
             b.loop_end(lp);
             b.comment("-- the last block's P V --");
             let last = b.sub_u32(ctx.n_blocks, 1u32);
-            let lat = Self::stage(b, ctx, last);
-            self.issue_pv(b, ctx, w, &p, o, lat, (true, true));
+            let lat = ctx.stage(b, last);
+            self.issue_pv(b, w, (&p, o), &lat, (true, true));
             b.wgmma_wait(0);
-            self.release(b, ctx, w, lat.0, V_EMPTY);
+            Self::release(b, w, &lat, V_EMPTY);
         });
     }
 
@@ -299,13 +272,11 @@ impl Consumer {
         b: &mut Builder,
         ctx: &Ctx,
         out: &Out,
-        o: &AccTile,
-        lse: &[Reg<F32>],
-        row: Reg<B32>,
+        (o, lse): (&AccTile, &[Reg<F32>]),
+        w: &Wg,
     ) {
         b.comment("-- epilogue: O and the LSE --");
-        let lane = b.special(Special::LaneId);
-        let t2 = AccTile::lane_col(b, lane);
+        let (row, t2) = (w.row, w.t2);
         let bo = b.cvt_u64_u32(ctx.batch);
         let bo = b.mul_lo_u64(bo, out.o_batch);
         let ho = b.mul_wide_u32(ctx.head, out.o_head);
@@ -323,6 +294,7 @@ impl Consumer {
         let lse_row0 = b.mul_wide_u32(bh, self.sq);
         let lse_row0 = b.shl_b64(lse_row0, 2);
         let lse_row0 = b.add_s64(out.lse_ptr, lse_row0);
+        let lse_row0 = b.cvta_global(lse_row0);
         for r in 0..o.rows() {
             let rr = b.add_u32(row, AccTile::row_offset(r));
             let out_of = b.setp_u32(Cmp::Ge, rr, self.sq);
@@ -344,7 +316,6 @@ impl Consumer {
             let skip = b.or_pred(skip_lse, out_of);
             b.unless(skip, |b| {
                 let a = b.mad_wide_u32(rr, 4u32, lse_row0);
-                let a = b.cvta_global(a);
                 b.st(Space::Global, Ty::F32, Addr::Global(a, 0), &[lse[r]]);
             });
         }

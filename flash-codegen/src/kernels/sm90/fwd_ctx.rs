@@ -56,20 +56,32 @@ pub(super) struct Ctx {
     pub(super) batch: Reg<B32>,
 }
 
+/// One key block's place in the K/V rings.
+pub(super) struct Stage {
+    /// The phase parity the block's barriers complete with: `(n / 2) & 1`.
+    pub(super) ph: Reg<B32>,
+    /// The stage's shared address, `smem + s * tile_bytes` (add a tile's offset).
+    pub(super) smem: Reg<B32>,
+    /// `smem + 8 s`: the stage's barriers sit at their offsets from it.
+    bars: Reg<B32>,
+}
+
+impl Stage {
+    /// The stage's barrier at `base` (`K_FULL`, `K_EMPTY`, `V_FULL`, `V_EMPTY`).
+    pub(super) fn bar(&self, base: i32) -> Addr {
+        Addr::Shared(self.bars, base)
+    }
+}
+
 impl Ctx {
-    /// Stage `s` (0, 1) and phase parity `(n / 2) & 1` of key block `n`, and the stage's
-    /// byte offset `s * tile_bytes`.
-    pub(super) fn stage(&self, b: &mut Builder, n: Reg<B32>) -> (Reg<B32>, Reg<B32>, Reg<B32>) {
+    /// Key block `n`'s stage `s = n & 1`: its parity, address and barriers.
+    pub(super) fn stage(&self, b: &mut Builder, n: Reg<B32>) -> Stage {
         let s = b.and_b32(n, 1u32);
         let ph = b.shr_u32(n, 1u32);
         let ph = b.and_b32(ph, 1u32);
         let off = b.mul_lo_u32(s, self.lay.tile_bytes);
-        (s, ph, off)
-    }
-
-    /// The barrier at `base + 8 s`.
-    pub(super) fn bar(&self, b: &mut Builder, s: Reg<B32>, base: i32) -> Addr {
-        let a = b.mad_lo_u32(s, 8u32, self.smem);
-        Addr::Shared(a, base)
+        let smem = b.add_u32(self.smem, off);
+        let bars = b.mad_lo_u32(s, 8u32, self.smem);
+        Stage { ph, smem, bars }
     }
 }

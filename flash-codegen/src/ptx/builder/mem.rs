@@ -152,12 +152,7 @@ impl Builder {
 
     /// `ldmatrix` of N 8x8 b16 matrices (N = 1, 2 or 4).
     pub fn ldmatrix<const N: usize>(&mut self, trans: bool, addr: Addr) -> [Reg<B32>; N] {
-        let num = match N {
-            1 => LdmNum::X1,
-            2 => LdmNum::X2,
-            4 => LdmNum::X4,
-            _ => panic!("generator bug: ldmatrix .x{N}"),
-        };
+        let num = LdmNum::of(N);
         let d: [Reg<B32>; N] = std::array::from_fn(|_| self.reg::<B32>());
         self.push(Inst::Ldmatrix {
             num,
@@ -241,10 +236,7 @@ impl Builder {
     ///
     /// [`bar_sync`]: Builder::bar_sync
     pub fn bar_sync_named(&mut self, id: Reg<B32>, threads: u32) {
-        assert!(
-            threads % 32 == 0 && threads > 0,
-            "generator bug: named barrier of {threads} threads"
-        );
+        named_barrier_threads(threads);
         self.push(Inst::BarSync {
             id: Operand::Reg(id),
             threads: Some(threads),
@@ -261,4 +253,12 @@ impl Builder {
     pub fn red_add_f32(&mut self, addr: Addr, v: Reg<F32>) {
         self.push(Inst::RedAddF32 { addr, v });
     }
+}
+
+/// Checks a named barrier's thread count: a non-zero multiple of 32 (whole warps).
+pub(super) fn named_barrier_threads(threads: u32) {
+    assert!(
+        threads % 32 == 0 && threads > 0,
+        "generator bug: named barrier of {threads} threads"
+    );
 }

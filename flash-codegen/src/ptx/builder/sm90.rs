@@ -117,18 +117,15 @@ impl Builder {
         let bar = shared(bar, "mbarrier", 8);
         let parity = parity.into();
         let top = self.label();
-        let Some(bound) = self.wait_bound else {
-            self.place(top);
-            let p = self.reg::<Pred>();
-            self.push(Inst::Mbarrier(MbarrierOp::TryWaitParity { p, bar, parity }));
+        let bounded = self.wait_bound.map(|bound| (bound, self.mov(0u32)));
+        self.place(top);
+        let p = self.reg::<Pred>();
+        self.push(Inst::Mbarrier(MbarrierOp::TryWaitParity { p, bar, parity }));
+        let Some((bound, spins)) = bounded else {
             self.bra_if(p, true, top, false);
             return;
         };
         let done = self.label();
-        let spins = self.mov(0u32);
-        self.place(top);
-        let p = self.reg::<Pred>();
-        self.push(Inst::Mbarrier(MbarrierOp::TryWaitParity { p, bar, parity }));
         self.bra_if(p, false, done, false);
         let n = self.add_u32(spins, 1u32);
         self.assign(spins, n);
@@ -196,15 +193,9 @@ impl Builder {
 
     /// `stmatrix.sync.aligned.m8n8.xN[.trans].shared.b16 [addr], {src}`.
     pub fn stmatrix<const N: usize>(&mut self, trans: bool, addr: Addr, src: [Reg<B32>; N]) {
-        let num = match N {
-            1 => LdmNum::X1,
-            2 => LdmNum::X2,
-            4 => LdmNum::X4,
-            _ => panic!("generator bug: stmatrix of {N} matrices"),
-        };
         let addr = shared(addr, "stmatrix row", 16);
         self.push(Inst::Stmatrix {
-            num,
+            num: LdmNum::of(N),
             trans,
             src: src.to_vec(),
             addr,
@@ -213,10 +204,7 @@ impl Builder {
 
     /// `bar.arrive id, threads`: arrives at named barrier `id` (1-15) without waiting.
     pub fn bar_arrive(&mut self, id: impl Into<Operand<B32>>, threads: u32) {
-        assert!(
-            threads % 32 == 0 && threads > 0,
-            "generator bug: named barrier of {threads} threads"
-        );
+        super::mem::named_barrier_threads(threads);
         self.push(Inst::BarArrive {
             id: id.into(),
             threads,
