@@ -15,19 +15,21 @@ use crate::embedded::{EmbeddedKernel, ptx_source};
 use crate::error::{FlashError, Result};
 use crate::validate::{LaunchPlan, ParamValue};
 
+/// The NVIDIA driver library's file names, in the order they are tried.
+pub(crate) const DRIVER_LIBRARIES: &[&str] = if cfg!(windows) {
+    &["nvcuda.dll"]
+} else {
+    &["libcuda.so.1", "libcuda.so"]
+};
+
 /// True when the NVIDIA driver library can be loaded. cudarc panics on the first driver
 /// call without it, so this is checked before any.
 pub fn driver_present() -> bool {
     // Whatever linking mode cudarc was built with (its `is_culib_present` exists only under
     // dynamic-loading; under dynamic-linking the process has libcuda mapped already).
-    const NAMES: &[&str] = if cfg!(windows) {
-        &["nvcuda.dll"]
-    } else {
-        &["libcuda.so.1", "libcuda.so"]
-    };
     // SAFETY: opening the driver library runs only its own initialisers (what cudarc's
     // first call would run anyway); no driver function is called and no symbol is used.
-    NAMES
+    DRIVER_LIBRARIES
         .iter()
         .any(|name| unsafe { libloading::Library::new(*name) }.is_ok())
 }
@@ -285,11 +287,22 @@ impl FlashAttention {
         ptx: &str,
         dynamic_smem_bytes: u32,
     ) -> Result<CudaFunction> {
+        self.load_entry_with(name, dynamic_smem_bytes, || ptx.to_string())
+    }
+
+    /// [`FlashAttention::load_entry`] with the PTX made by `ptx` only when `name` is not
+    /// loaded yet (generated kernels: no printing on every launch).
+    pub(crate) fn load_entry_with(
+        &self,
+        name: &str,
+        dynamic_smem_bytes: u32,
+        ptx: impl FnOnce() -> String,
+    ) -> Result<CudaFunction> {
         let mut entries = lock(&self.entries);
         if let Some(f) = entries.get(name) {
             return Ok(f.clone());
         }
-        let (_, f) = self.load(name, ptx, dynamic_smem_bytes)?;
+        let (_, f) = self.load(name, &ptx(), dynamic_smem_bytes)?;
         entries.insert(name.to_string(), f.clone());
         Ok(f)
     }

@@ -173,7 +173,8 @@ impl FlashAttention {
             overlap: sh.overlap,
             debug: sh.debug,
         };
-        let ptx = flash_codegen::ptx::print::module(&fwd::module(var));
-        self.load_entry(&var.name(), &ptx, fwd::smem_bytes(var.head_dim))
+        self.load_entry_with(&var.name(), fwd::smem_bytes(var.head_dim), || {
+            flash_codegen::ptx::print::module(&fwd::module(var))
+        })
     }
 }

@@ -54,8 +54,8 @@ impl FlashAttention {
     }
 
     fn probe_function(&self, dtype: DType) -> Result<CudaFunction> {
-        let name = probe::entry_name(dtype);
-        let ptx = flash_codegen::ptx::print::module(&probe::module(dtype));
-        self.load_entry(&name, &ptx, probe::SMEM_BYTES)
+        self.load_entry_with(&probe::entry_name(dtype), probe::SMEM_BYTES, || {
+            flash_codegen::ptx::print::module(&probe::module(dtype))
+        })
     }
 }

@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use cudarc::driver::DeviceRepr;
 use flash_codegen::DType;
 
+use crate::attention::DRIVER_LIBRARIES;
 use crate::error::{FlashError, Result};
 
 /// The shared-memory swizzle a map writes its boxes with (`CUtensorMapSwizzle`).
@@ -190,16 +191,11 @@ fn encoder() -> Option<&'static libloading::Symbol<'static, EncodeTiled>> {
     static LIB: OnceLock<Option<libloading::Library>> = OnceLock::new();
     static SYM: OnceLock<Option<libloading::Symbol<'static, EncodeTiled>>> = OnceLock::new();
     SYM.get_or_init(|| {
-        let names: &[&str] = if cfg!(windows) {
-            &["nvcuda.dll"]
-        } else {
-            &["libcuda.so.1", "libcuda.so"]
-        };
         // SAFETY: the driver library is the one cudarc loads (or the process links); opening
         // it again runs no initialiser twice. The symbol's type is the driver API's
         // prototype of cuTensorMapEncodeTiled (cuda.h, CUDA 12.0+), enums being 32-bit.
         let lib = LIB.get_or_init(|| {
-            names
+            DRIVER_LIBRARIES
                 .iter()
                 .find_map(|n| unsafe { libloading::Library::new(*n) }.ok())
         });
