@@ -8,9 +8,12 @@
 //! Other GPUs: a notice.
 #![cfg(feature = "gpu")]
 
+mod gpu_support;
+
 use flash_runtime::reference::{Shape, attention_forward, rel_l2};
 use flash_runtime::rng::Rng;
-use flash_runtime::{AttnParams, Element, FlashAttention, Sm90FwdShape, Tensor4};
+use flash_runtime::{Element, FlashAttention, Sm90FwdShape, Tensor4};
+use gpu_support::{attn_params, lse_abs_err, rounded};
 
 const GUARD: usize = 4096;
 
@@ -27,8 +30,11 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> ((f64, 
     );
     let (nq, nk) = (b * sq * h * d, b * sk * hk * d);
     let mut rng = Rng::new(seed);
-    let mut t = |n: usize| -> Vec<T> { rng.normal_vec(n).into_iter().map(T::from_f32).collect() };
-    let (q, k, v) = (t(nq), t(nk), t(nk));
+    let ((q, qf), (k, kf), (v, vf)) = (
+        rounded::<T>(&mut rng, nq),
+        rounded::<T>(&mut rng, nk),
+        rounded::<T>(&mut rng, nk),
+    );
     let (qd, kd, vd) = (
         stream.clone_htod(&q).unwrap(),
         stream.clone_htod(&k).unwrap(),
@@ -54,25 +60,20 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> ((f64, 
     );
     let shape = Shape::new(b, sq, sk, h, hk, d);
     let f = |x: &[T]| -> Vec<f64> { x.iter().map(|y| y.to_f32() as f64).collect() };
-    let r = attention_forward(&shape, &f(&q), &f(&k), &f(&v), sh.causal, None).unwrap();
+    let r = attention_forward(&shape, &qf, &kf, &vf, sh.causal, None).unwrap();
     let errs = |o: &[f64], lse: &[f32]| {
+        // a NaN lse is an infinite error (f64::max would skip it)
         let lse_err = lse
             .iter()
             .zip(&r.lse)
-            .map(|(&g, &w)| match (g as f64, w) {
-                (g, w) if g == w => 0.0,
-                (g, w) => (g - w).abs(),
-            })
+            .map(|(&g, &w)| lse_abs_err(g, w))
+            .map(|e| if e.is_nan() { f64::INFINITY } else { e })
             .fold(0.0f64, f64::max);
         (rel_l2(o, &r.o), lse_err)
     };
     let ours = errs(&f(&o[..nq]), &lse[..b * h * sq]);
     // the sm80 forward on the same inputs
-    let params = if sh.causal {
-        AttnParams::causal()
-    } else {
-        AttnParams::new()
-    };
+    let params = attn_params(sh.causal, None);
     let view = |x, s, hh| Tensor4::contiguous(x, [b, s, hh, d]);
     let out = rt
         .forward(
@@ -90,7 +91,7 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> ((f64, 
 
 #[test]
 fn sm90_forward_matches_f64_reference() {
-    let rt = FlashAttention::on_device(0).unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
+    let rt = gpu_support::device();
     if rt.compute_capability() != (9, 0) {
         println!(
             "NOTICE: the sm_90a forward needs compute capability 9.0; this GPU is {:?}",

@@ -91,6 +91,10 @@ fn case<T: Element>(
                         r += t;
                         a += t.abs();
                     }
+                    assert!(
+                        got.is_finite(),
+                        "o[{bi}, {pos}, {hi}, {c}] in the box = {got}"
+                    );
                     o_err = o_err.max((got - r).abs() / a.max(1e-30));
                 }
             }
