@@ -8,7 +8,8 @@
 //! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_FLUSH=0,
 //! BENCH_PATH (sm80, the default: `forward_into`; sm90: the first sm_90a forward,
 //! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
-//! overlapped schedule; recorded as `path`).
+//! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; recorded as
+//! `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -43,6 +44,7 @@ impl Row {
             "n": self.n, "b": self.b, "h": self.h, "fwd_ms": self.ms_median,
             "fwd_ms_min": self.ms_min, "fwd_tflops": self.tflops, "error": self.error,
             "path": std::env::var("BENCH_PATH").unwrap_or_else(|_| "sm80".into()),
+            "sm90_wgs": sm90_consumers(),
         })
     }
 }
@@ -112,6 +114,8 @@ fn time_row<T: Element>(
                 head_dim: d,
                 causal,
                 overlap: sm90_overlap(),
+                pingpong: sm90_pingpong(),
+                consumers: sm90_consumers(),
                 debug: false,
             };
             rt.launch_fwd_sm90(
@@ -216,9 +220,21 @@ fn sm90() -> bool {
     std::env::var("BENCH_PATH").is_ok_and(|p| p.starts_with("sm90"))
 }
 
-/// BENCH_PATH=sm90ovl.
+/// BENCH_PATH=sm90ovl or sm90pp.
 fn sm90_overlap() -> bool {
-    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90ovl")
+    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90ovl" || p == "sm90pp")
+}
+
+/// BENCH_PATH=sm90pp: overlapped, the consumers taking turns to issue.
+fn sm90_pingpong() -> bool {
+    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90pp")
+}
+
+/// BENCH_SM90_WGS: consumer warpgroups (default: the kernel's choice per head dim).
+fn sm90_consumers() -> Option<u32> {
+    std::env::var("BENCH_SM90_WGS")
+        .ok()
+        .and_then(|w| w.parse().ok())
 }
 
 fn main() {

@@ -10,7 +10,9 @@ ours/cudnn TFLOP/s ratios per row and writes a combined JSON (env COMPARE_OUT, d
 bench_compare.json).
 
 Without our JSON it still times the peers on the default sweep (filters: BENCH_D,
-BENCH_SEQ, BENCH_DTYPE, BENCH_CAUSAL, as for bench_fwd).
+BENCH_SEQ, BENCH_DTYPE, BENCH_CAUSAL, as for bench_fwd). BENCH_FLEX=1 adds PyTorch's
+FlexAttention (torch.compile'd, a causal block mask when causal; it compiles once per
+shape) as a third peer, printed as ours/flex.
 """
 import json
 import math
@@ -25,6 +27,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 TOKENS, HIDDEN = 16384, 2048
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 PEERS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+if os.environ.get("BENCH_FLEX") == "1":
+    PEERS["flex"] = "flex"
+_FLEX = {}
 
 
 def env_list(name, default, conv=int):
@@ -52,12 +57,31 @@ def default_rows():
     return rows
 
 
+def flex_fn(n, causal):
+    """FlexAttention compiled once per process; its block mask per (n, causal)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    if "fn" not in _FLEX:
+        torch._dynamo.config.cache_size_limit = 64
+        _FLEX["fn"] = torch.compile(flex_attention, dynamic=False)
+    bm = None
+    if causal:
+        bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, n, n, device="cuda")
+    return lambda q, k, v: _FLEX["fn"](q, k, v, block_mask=bm)
+
+
 def time_peer(backend, dtype, b, h, n, d, causal):
     q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
 
-    def run():
-        with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    if backend == "flex":
+        f = flex_fn(n, causal)
+
+        def run():
+            return f(q, k, v)
+    else:
+        def run():
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     with torch.no_grad():
         run()  # raises if the backend cannot take this shape
@@ -94,11 +118,14 @@ def main():
         r["ours_over_flash"] = ratio(ours_tf, r.get("sdpa_flash_tflops"))
         r["ours_over_cudnn"] = ratio(ours_tf, r.get("sdpa_cudnn_tflops"))
         fmt = lambda x: "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
+        r["ours_over_flex"] = ratio(ours_tf, r.get("flex_tflops"))
+        flex_col = (f"  flex {fmt(r.get('flex_tflops')):>7}  ours/flex {fmt(r['ours_over_flex']):>5}"
+                    if "flex" in PEERS else "")
         print(f"{r['dtype']:5} d={r['d']:3} causal={int(r['causal'])} n={r['n']:5}  "
               f"ours {fmt(ours_tf):>7}  flash {fmt(r.get('sdpa_flash_tflops')):>7}  "
               f"cudnn {fmt(r.get('sdpa_cudnn_tflops')):>7} TFLOP/s   "
               f"ours/flash {fmt(r['ours_over_flash']):>5}  ours/cudnn {fmt(r['ours_over_cudnn']):>5}"
-              f"  {r.get('error') or ''}", flush=True)
+              f"{flex_col}  {r.get('error') or ''}", flush=True)
     report = {
         "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
         "cudnn": torch.backends.cudnn.version(), "triton": triton.__version__,

@@ -9,12 +9,14 @@
 # 2. tests/gpu_fwd_sm90 (the first sm_90a forward against the float64 reference, the debug
 #    build with bounded waits first);
 # 3. only when both passed: memcheck and racecheck of the forward's test on its first
-#    SM90_SANITIZE_SHAPES shapes (default 3; release build, both schedules), then three
-#    interleaved rounds of examples/bench_fwd on the same rows with BENCH_PATH=sm90,
-#    BENCH_PATH=sm90ovl (the overlapped schedule) and the sm80 path, each round followed by
-#    scripts/bench_compare.py on the sm90 rows (SDPA flash and cuDNN); rows from env
-#    (defaults here: BENCH_D=64,128 BENCH_SEQ=2048,4096,8192,16384 BENCH_CAUSAL=0,1
-#    BENCH_DTYPE=bf16).
+#    SM90_SANITIZE_SHAPES shapes (default 3; release build, every schedule), then three
+#    interleaved rounds of examples/bench_fwd on the same rows, one run per SM90_RUNS
+#    entry (default: the overlapped and pingpong schedules at the default tiles, both
+#    with two consumers at d64, and the sm80 path), each round followed by
+#    scripts/bench_compare.py (SDPA flash and cuDNN; FlexAttention with BENCH_FLEX=1);
+#    then scripts/sm90_bars.py: medians of the rounds and the issue's ratios. Rows from
+#    env (defaults here: BENCH_D=64,128 BENCH_SEQ=2048,4096,8192,16384 BENCH_CAUSAL=0,1
+#    BENCH_DTYPE=bf16,f16).
 # Every step runs under `timeout` and is tarred into OUT_DIR/sm90.tgz after it; the whole
 # script ends within SM90_DEADLINE seconds (default 560).
 set -u
@@ -25,7 +27,7 @@ DEADLINE="${SM90_DEADLINE:-560}"
 export BENCH_D="${BENCH_D:-64,128}"
 export BENCH_SEQ="${BENCH_SEQ:-2048,4096,8192,16384}"
 export BENCH_CAUSAL="${BENCH_CAUSAL:-0,1}"
-export BENCH_DTYPE="${BENCH_DTYPE:-bf16}"
+export BENCH_DTYPE="${BENCH_DTYPE:-bf16,f16}"
 
 left() {
   local l=$((DEADLINE - SECONDS))
@@ -57,20 +59,28 @@ for tool in memcheck racecheck; do
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|test result" "$OUT/$tool.log" | tail -4
   pack
 done
+# SM90_RUNS: label=BENCH_PATH[:consumer warpgroups[:head dims]] per timed path; the first
+# label's JSON carries the rows the peers are timed on
+RUNS="${SM90_RUNS:-ovl=sm90ovl pp=sm90pp ovl2=sm90ovl:2:64 pp2=sm90pp:2:64 sm80=sm80}"
 for i in 1 2 3; do
   t=$(left 60)
   if [ "$t" -lt 20 ]; then echo "round $i skipped (deadline)"; break; fi
-  BENCH_PATH=sm90 BENCH_OUT="$OUT/sm90_r$i.json" timeout "$t" examples/bench_fwd > "$OUT/sm90_r$i.txt" 2>&1
-  echo "sm90 round $i rc=$? (${SECONDS}s)"
-  BENCH_PATH=sm90ovl BENCH_OUT="$OUT/sm90ovl_r$i.json" timeout "$(left 60)" examples/bench_fwd \
-    > "$OUT/sm90ovl_r$i.txt" 2>&1
-  echo "sm90ovl round $i rc=$? (${SECONDS}s)"
-  BENCH_OUT="$OUT/sm80_r$i.json" timeout "$(left 60)" examples/bench_fwd > "$OUT/sm80_r$i.txt" 2>&1
-  echo "sm80 round $i rc=$? (${SECONDS}s)"
-  COMPARE_OUT="$OUT/cmp_r$i.json" timeout "$(left 90)" \
-    python3 scripts/bench_compare.py "$OUT/sm90_r$i.json" > "$OUT/cmp_r$i.txt" 2>&1
+  first=""
+  for run in $RUNS; do
+    label=${run%%=*}; spec=${run#*=}
+    IFS=: read -r path wgs dims <<< "$spec"
+    [ -z "$first" ] && first=$label
+    BENCH_PATH=$path BENCH_SM90_WGS=${wgs:-} BENCH_D=${dims:-$BENCH_D} \
+      BENCH_OUT="$OUT/${label}_r$i.json" timeout "$(left 60)" examples/bench_fwd \
+      > "$OUT/${label}_r$i.txt" 2>&1
+    echo "$label round $i rc=$? (${SECONDS}s)"
+  done
+  COMPARE_OUT="$OUT/cmp_r$i.json" timeout "$(left 150)" \
+    python3 scripts/bench_compare.py "$OUT/${first}_r$i.json" > "$OUT/cmp_r$i.txt" 2>&1
   echo "peers round $i rc=$? (${SECONDS}s)"
   pack
 done
-tail -n 30 "$OUT"/cmp_r*.txt 2>/dev/null | tail -n 40
+python3 scripts/sm90_bars.py "$OUT" $(for run in $RUNS; do printf '%s ' "${run%%=*}"; done) \
+  | tee "$OUT/bars.txt"
+pack
 echo "sm90_all: results in $OUT (${SECONDS}s)"

@@ -121,8 +121,14 @@ fn sm90_forward_matches_f64_reference() {
     };
     let mut bad = Vec::new();
     let mut seed = 1;
-    for (debug, overlap) in builds.into_iter().flat_map(|d| [(d, false), (d, true)]) {
-        for d in [64, 128] {
+    // (head dim, consumer warpgroups): the defaults, and d64 with two consumers too
+    let tiles = [(64, 3), (64, 2), (128, 2)];
+    let schedules = [(false, false), (true, false), (true, true)];
+    for debug in builds {
+        for ((overlap, pingpong), (d, consumers)) in schedules
+            .into_iter()
+            .flat_map(|s| tiles.into_iter().map(move |t| (s, t)))
+        {
             for &(b, sq, sk, h, hk, causal) in shapes.iter().take(n_shapes) {
                 let sh = Sm90FwdShape {
                     batch: b,
@@ -133,6 +139,8 @@ fn sm90_forward_matches_f64_reference() {
                     head_dim: d,
                     causal,
                     overlap,
+                    pingpong,
+                    consumers: Some(consumers),
                     debug,
                 };
                 for bf16 in [false, true] {

@@ -33,6 +33,11 @@ pub struct Sm90FwdShape {
     pub causal: bool,
     /// FA3's intra-warpgroup overlap (`fwd::Variant::overlap`).
     pub overlap: bool,
+    /// The consumers take turns to issue their products (`fwd::Variant::pingpong`).
+    pub pingpong: bool,
+    /// Consumer warpgroups (64 query rows each): 2, or 3 at d64; `None`: the kernel's
+    /// default (`fwd::Variant::default_consumers`).
+    pub consumers: Option<u32>,
     /// The debug build: mbarrier waits bounded, failing with the barrier's name.
     pub debug: bool,
 }
@@ -100,11 +105,12 @@ impl FlashAttention {
         if b == 0 || sq == 0 || h == 0 {
             return Ok(());
         }
+        let var = Self::fwd_sm90_variant(T::DTYPE, sh)?;
         let q_map = TensorMapLayout::bhsd(
             T::DTYPE,
             [b, sq, h, d],
             [sq * h * d, h * d, d],
-            fwd::BLOCK_M,
+            var.block_m(),
             64,
         );
         let kv_map = TensorMapLayout::bhsd(
@@ -114,7 +120,7 @@ impl FlashAttention {
             fwd::BLOCK_N,
             64,
         );
-        let f = self.fwd_sm90_function(T::DTYPE, sh)?;
+        let f = self.fwd_sm90_function(var)?;
         let (qp, _q) = q.device_ptr(stream);
         let (kp, _k) = k.device_ptr(stream);
         let (vp, _v) = v.device_ptr(stream);
@@ -146,9 +152,9 @@ impl FlashAttention {
         lb.arg(&sq32).arg(&sk32).arg(&group).arg(&heads);
         lb.arg(&o_row).arg(&o_head).arg(&o_batch).arg(&scale_log2);
         let cfg = LaunchConfig {
-            grid_dim: (u(sq.div_ceil(fwd::BLOCK_M as usize))?, heads, u(b)?),
-            block_dim: (fwd::THREADS, 1, 1),
-            shared_mem_bytes: fwd::smem_bytes(d as u32),
+            grid_dim: (u(sq.div_ceil(var.block_m() as usize))?, heads, u(b)?),
+            block_dim: (var.threads(), 1, 1),
+            shared_mem_bytes: var.smem_bytes(),
         };
         // SAFETY: the parameters are the kernel's (three tensor maps, then
         // `fwd::SCALARS`) in order and width; the maps describe q, k, v as checked above
@@ -161,19 +167,30 @@ impl FlashAttention {
         Ok(())
     }
 
-    fn fwd_sm90_function(
-        &self,
-        dtype: flash_codegen::DType,
-        sh: Sm90FwdShape,
-    ) -> Result<CudaFunction> {
-        let var = fwd::Variant {
+    /// The variant `sh` asks for (head dim checked by the caller).
+    fn fwd_sm90_variant(dtype: flash_codegen::DType, sh: Sm90FwdShape) -> Result<fwd::Variant> {
+        let head_dim = sh.head_dim as u32;
+        let consumers = sh
+            .consumers
+            .unwrap_or_else(|| fwd::Variant::default_consumers(head_dim));
+        if !(consumers == 2 || (consumers == 3 && head_dim == 64)) {
+            return Err(FlashError::InvalidParam(format!(
+                "{sh:?}: the sm_90a forward runs 2 consumer warpgroups, or 3 at head dim 64"
+            )));
+        }
+        Ok(fwd::Variant {
             dtype,
-            head_dim: sh.head_dim as u32,
+            head_dim,
             causal: sh.causal,
             overlap: sh.overlap,
+            pingpong: sh.pingpong,
+            consumers,
             debug: sh.debug,
-        };
-        self.load_entry_with(&var.name(), fwd::smem_bytes(var.head_dim), || {
+        })
+    }
+
+    fn fwd_sm90_function(&self, var: fwd::Variant) -> Result<CudaFunction> {
+        self.load_entry_with(&var.name(), var.smem_bytes(), || {
             flash_codegen::ptx::print::module(&fwd::module(var))
         })
     }

@@ -1,32 +1,32 @@
 //! Kernel layer, sm_90a: the first Hopper forward (issue 22, step 2; not yet in the spec
-//! key: built per (dtype, head dim, mask) here and launched by
-//! `FlashAttention::launch_fwd_sm90`). FA3's roles without its overlaps:
+//! key: built per [`Variant`] here and launched by `FlashAttention::launch_fwd_sm90`).
+//! FA3's roles:
 //!
-//! - 3 warpgroups, one CTA per (128-query block, head, batch). Warpgroup 0 is the producer
-//!   (`setmaxnreg.dec 24`): one thread loads Q once and K, V through 2-stage rings, each
-//!   stage behind a full barrier (TMA bytes) and an empty one (one arrival per consumer).
-//! - Warpgroups 1 and 2 are consumers (`setmaxnreg.inc 240`) of 64 query rows each. Per key
-//!   block of 128: S = Q K^T (SS `wgmma`, K-major), release K, mask (sequence end, causal
-//!   diagonal, bottom-right aligned), the shared `OnlineSoftmax` on the `AccTile`, P by
-//!   `as_a`, O += P V (RS `wgmma` against V MN-major), release V.
+//! - One CTA per (query block, head, batch). Warpgroup 0 is the producer (`setmaxnreg.dec`):
+//!   one thread loads Q once and K, V through 2-stage rings, each stage behind a full
+//!   barrier (TMA bytes) and an empty one (one arrival per consumer).
+//! - Two or three consumer warpgroups (`setmaxnreg.inc`) of 64 query rows each (128 or 192
+//!   rows per CTA). Per key block of 128: S = Q K^T (SS `wgmma`, K-major), release K, mask
+//!   (sequence end, causal diagonal, bottom-right aligned), the shared `OnlineSoftmax` on
+//!   the `AccTile`, P by `as_a`, O += P V (RS `wgmma` against V MN-major), release V;
+//!   serially, or with S of the next block in flight beside P V (`overlap`), and with the
+//!   consumers issuing their products in turn (`pingpong`).
 //! - Epilogue: O /= l, O stored row by row from the accumulator layout, the LSE.
 //!
-//! Parameters: the q, k, v tensor maps (4D `[b, s, h, d]`, boxes `{64, 1, 128, 1}`, the
-//! 128-byte swizzle), then [`SCALARS`].
+//! Parameters: the q, k, v tensor maps (4D `[b, s, h, d]`, boxes `{64, 1, rows, 1}` with
+//! `rows` = the CTA's query rows for Q and 128 for K, V; the 128-byte swizzle), then
+//! [`SCALARS`].
 
 use super::EntryParams;
 use super::fwd_consumer::{Consumer, Out};
-pub use super::fwd_ctx::{BLOCK_M, BLOCK_N};
-use super::fwd_ctx::{Ctx, K_EMPTY, K_FULL, Layout, Q_FULL, STAGES, V_EMPTY, V_FULL};
+pub use super::fwd_ctx::BLOCK_N;
+use super::fwd_ctx::{Ctx, K_EMPTY, K_FULL, Layout, Q_FULL, STAGES, V_EMPTY, V_FULL, WG_ROWS};
 use crate::kernels::half_fmt;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, LaunchBounds, Module, Operand, Reg, Special, Target, Ty,
 };
 use crate::spec::DType;
 use crate::tile::smem::ROW_BYTES;
-
-/// Threads: producer + two consumer warpgroups.
-pub const THREADS: u32 = 384;
 
 /// Tensor-map parameters, in order.
 pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
@@ -50,11 +50,6 @@ pub const SCALARS: [(&str, Ty); 10] = [
 /// Head dims the kernel takes.
 pub const HEAD_DIMS: [u32; 2] = [64, 128];
 
-/// Dynamic shared memory of the `d` kernel.
-pub fn smem_bytes(d: u32) -> u32 {
-    Layout::new(d).bytes()
-}
-
 /// One variant of the forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Variant {
@@ -66,39 +61,86 @@ pub struct Variant {
     pub causal: bool,
     /// FA3's intra-warpgroup overlap (S of the next block beside P V of this one).
     pub overlap: bool,
+    /// FA3's scheduler barrier: the consumers issue their GEMMs in turn, so one's softmax
+    /// runs under the others' products.
+    pub pingpong: bool,
+    /// Consumer warpgroups, 64 query rows each (2 or 3; [`Variant::default_consumers`]).
+    pub consumers: u32,
     /// Bounded mbarrier waits that fail naming the barrier ([`Builder::bound_waits`]).
     pub debug: bool,
 }
 
 impl Variant {
-    /// Entry name: `fa3_fwd_d{D}_{dtype}[_causal][_ovl]_sm90a[_debug]`.
+    /// Entry name: `fa3_fwd_d{D}_{dtype}[_causal][_ovl][_pp]_m{rows}_sm90a[_debug]`.
     pub fn name(&self) -> String {
         let mask = if self.causal { "_causal" } else { "" };
         let ovl = if self.overlap { "_ovl" } else { "" };
+        let pp = if self.pingpong { "_pp" } else { "" };
         let dbg = if self.debug { "_debug" } else { "" };
         format!(
-            "fa3_fwd_d{}_{}{mask}{ovl}_sm90a{dbg}",
+            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}_sm90a{dbg}",
             self.head_dim,
-            self.dtype.name()
+            self.dtype.name(),
+            self.block_m()
         )
     }
 
-    /// Every variant (both dtypes and schedules, d64 and d128, causal or not, release and
-    /// debug builds).
+    /// FA3's choice: three consumers (192 query rows) at d64, where a warpgroup's
+    /// registers leave room for a third; two at d128.
+    pub fn default_consumers(head_dim: u32) -> u32 {
+        if head_dim <= 64 { 3 } else { 2 }
+    }
+
+    /// Query rows per CTA.
+    pub fn block_m(&self) -> u32 {
+        self.consumers * WG_ROWS
+    }
+
+    /// Threads per CTA: the producer warpgroup and the consumers.
+    pub fn threads(&self) -> u32 {
+        128 * (1 + self.consumers)
+    }
+
+    /// Dynamic shared memory.
+    pub fn smem_bytes(&self) -> u32 {
+        Layout::new(self.head_dim, self.block_m()).bytes()
+    }
+
+    /// Registers per thread after `setmaxnreg`: (producer, consumer), FA3's split of the
+    /// 64K-register file.
+    fn registers(&self) -> (u32, u32) {
+        if self.consumers == 2 {
+            (24, 240)
+        } else {
+            (32, 160)
+        }
+    }
+
+    /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
+    /// and overlapped + pingpong schedules, release and debug builds; at d64 with two
+    /// consumers too (beside the default three).
     pub fn all() -> Vec<Variant> {
         let mut v = Vec::new();
         for dtype in [DType::F16, DType::Bf16] {
             for head_dim in HEAD_DIMS {
-                for causal in [false, true] {
-                    for overlap in [false, true] {
-                        for debug in [false, true] {
-                            v.push(Variant {
-                                dtype,
-                                head_dim,
-                                causal,
-                                overlap,
-                                debug,
-                            });
+                let mut wgs = vec![Self::default_consumers(head_dim)];
+                if head_dim == 64 {
+                    wgs.push(2);
+                }
+                for consumers in wgs {
+                    for causal in [false, true] {
+                        for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
+                            for debug in [false, true] {
+                                v.push(Variant {
+                                    dtype,
+                                    head_dim,
+                                    causal,
+                                    overlap,
+                                    pingpong,
+                                    consumers,
+                                    debug,
+                                });
+                            }
                         }
                     }
                 }
@@ -115,10 +157,18 @@ pub fn module(var: Variant) -> Module {
         head_dim: d,
         causal,
         overlap,
+        pingpong,
+        consumers,
         debug,
     } = var;
     assert!(HEAD_DIMS.contains(&d), "generator bug: sm90 forward d{d}");
-    let (fmt, lay) = (half_fmt(dtype), Layout::new(d));
+    assert!(
+        consumers == 2 || (consumers == 3 && d == 64),
+        "generator bug: sm90 forward d{d} with {consumers} consumers"
+    );
+    let block_m = var.block_m();
+    let (fmt, lay) = (half_fmt(dtype), Layout::new(d, block_m));
+    let (producer_regs, consumer_regs) = var.registers();
     let mut b = Builder::new();
     if debug {
         b.bound_waits(1 << 22);
@@ -134,12 +184,12 @@ pub fn module(var: Variant) -> Module {
     let first = b.setp_u32(Cmp::Eq, tid, 0u32);
     let m0 = {
         let x = b.special(Special::CtaIdX);
-        b.mul_lo_u32(x, BLOCK_M)
+        b.mul_lo_u32(x, block_m)
     };
     let head = b.special(Special::CtaIdY);
     let batch = b.special(Special::CtaIdZ);
     let kv_head = b.div_u32(head, group);
-    let n_blocks = key_blocks(&mut b, causal, m0, sq, sk);
+    let n_blocks = key_blocks(&mut b, causal, (m0, block_m), sq, sk);
     let bar = |off: i32| Addr::Shared(smem, off);
 
     b.comment("-- barriers: Q full; per stage K full / empty, V full / empty --");
@@ -148,8 +198,8 @@ pub fn module(var: Variant) -> Module {
         for s in 0..STAGES as i32 {
             b.mbarrier_init(bar(K_FULL + 8 * s), 1);
             b.mbarrier_init(bar(V_FULL + 8 * s), 1);
-            b.mbarrier_init(bar(K_EMPTY + 8 * s), 2);
-            b.mbarrier_init(bar(V_EMPTY + 8 * s), 2);
+            b.mbarrier_init(bar(K_EMPTY + 8 * s), consumers);
+            b.mbarrier_init(bar(V_EMPTY + 8 * s), consumers);
         }
     });
     b.fence_mbarrier_init();
@@ -158,6 +208,7 @@ pub fn module(var: Variant) -> Module {
     let producer = b.setp_u32(Cmp::Eq, wg, 0u32);
     let ctx = Ctx {
         d,
+        consumers,
         lay,
         smem,
         n_blocks,
@@ -168,12 +219,12 @@ pub fn module(var: Variant) -> Module {
     b.if_else_uniform(
         producer,
         |b| {
-            b.setmaxnreg(false, 24);
+            b.setmaxnreg(false, producer_regs);
             let others = b.setp_u32(Cmp::Ne, tid, 0u32);
             b.unless(others, |b| ctx.produce(b, &tm, m0));
         },
         |b| {
-            b.setmaxnreg(true, 240);
+            b.setmaxnreg(true, consumer_regs);
             let c = Consumer {
                 fmt,
                 causal,
@@ -181,7 +232,7 @@ pub fn module(var: Variant) -> Module {
                 sq,
                 sk,
             };
-            let (o, lse, w) = c.consume(b, &ctx, (tid, wg, m0), overlap);
+            let (o, lse, w) = c.consume(b, &ctx, (tid, wg, m0), (overlap, pingpong));
             let out = Out {
                 o_ptr,
                 lse_ptr,
@@ -197,7 +248,7 @@ pub fn module(var: Variant) -> Module {
         var.name(),
         ep.params,
         LaunchBounds {
-            max_threads: Some(THREADS),
+            max_threads: Some(var.threads()),
             min_ctas_per_sm: Some(1),
         },
     );
@@ -207,15 +258,21 @@ pub fn module(var: Variant) -> Module {
     }
 }
 
-/// Key blocks the query block at `m0` visits: `ceil(sk / 128)`, causal: up to its last
-/// row's diagonal `m0 + 127 + sk - sq` (none when that is negative).
-fn key_blocks(b: &mut Builder, causal: bool, m0: Reg<B32>, sq: Reg<B32>, sk: Reg<B32>) -> Reg<B32> {
+/// Key blocks the query block of `block_m` rows at `m0` visits: `ceil(sk / 128)`, causal:
+/// up to its last row's diagonal `m0 + block_m - 1 + sk - sq` (none when that is negative).
+fn key_blocks(
+    b: &mut Builder,
+    causal: bool,
+    (m0, block_m): (Reg<B32>, u32),
+    sq: Reg<B32>,
+    sk: Reg<B32>,
+) -> Reg<B32> {
     let nk = b.add_u32(sk, BLOCK_N - 1);
     let nk = b.shr_u32(nk, BLOCK_N.trailing_zeros());
     if !causal {
         return nk;
     }
-    let end = b.add_u32(m0, BLOCK_M);
+    let end = b.add_u32(m0, block_m);
     let end = b.add_u32(end, sk);
     let end = b.sub_s32(end, sq);
     let end = b.max_s32(end, 0i32);
@@ -256,7 +313,7 @@ impl Ctx {
     fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>) {
         let q_full = Addr::Shared(self.smem, Q_FULL);
         let q_at = (self.smem, self.lay.q);
-        self.load(b, (tm[0], BLOCK_M), q_at, m0, self.head, q_full);
+        self.load(b, (tm[0], self.block_m()), q_at, m0, self.head, q_full);
         let n = b.mov(0u32);
         let lp = b.loop_start_divergent();
         let more = b.setp_u32(Cmp::Lt, n, self.n_blocks);

@@ -3,7 +3,7 @@
 //! `wgmma`), the stage released after each product; then the epilogue.
 
 use super::fwd_ctx::{
-    BLOCK_M, BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_FULL, Stage, V_EMPTY, V_FULL, WG_ROWS,
+    BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_FULL, Stage, V_EMPTY, V_FULL, WG_ROWS,
 };
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
@@ -43,21 +43,46 @@ pub(super) struct Wg {
     k: WgmmaDesc,
     v: WgmmaDesc,
     diag: Reg<B32>,
+    turn: Option<Turn>,
+}
+
+/// FA3's scheduler barrier: consumer `c` waits at named barrier `ISSUE_BAR + c` (with the
+/// arrival of the consumer before it) to issue its products, then lets the next one go.
+struct Turn {
+    mine: Reg<B32>,
+    next: Reg<B32>,
+}
+
+impl Wg {
+    /// Waits for this warpgroup's turn to issue (no-op without pingpong).
+    fn take_turn(&self, b: &mut Builder) {
+        if let Some(t) = &self.turn {
+            b.bar_sync_named(t.mine, 256);
+        }
+    }
+
+    /// Passes the turn to the next consumer (no-op without pingpong).
+    fn pass_turn(&self, b: &mut Builder) {
+        if let Some(t) = &self.turn {
+            b.bar_arrive(t.next, 256);
+        }
+    }
 }
 
 impl Consumer {
     /// The key-block loop; returns O (normalised), the rows' LSE and the warpgroup's view
-    /// (for the epilogue). `overlap`: each block's S = Q K^T is issued before the previous block's
-    /// O += P V and its softmax runs while that product is in flight (FA3's
+    /// (for the epilogue). `overlap`: each block's S = Q K^T is issued before the previous
+    /// block's O += P V and its softmax runs while that product is in flight (FA3's
     /// intra-warpgroup overlap); otherwise every product is waited for at once.
+    /// `pingpong`: the consumers take turns to issue their products.
     pub(super) fn consume(
         &self,
         b: &mut Builder,
         ctx: &Ctx,
         (tid, wg, m0): (Reg<B32>, Reg<B32>, Reg<B32>),
-        overlap: bool,
+        (overlap, pingpong): (bool, bool),
     ) -> (AccTile, Vec<Reg<F32>>, Wg) {
-        let w = self.setup(b, ctx, tid, wg, m0);
+        let w = self.setup(b, ctx, (tid, wg, m0), pingpong);
         let mut o = AccTile::zeros(b, 1, ctx.d);
         let mut softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
         if overlap {
@@ -69,8 +94,15 @@ impl Consumer {
         (o, lse, w)
     }
 
-    /// The warpgroup's rows and descriptors, after Q has landed.
-    fn setup(&self, b: &mut Builder, ctx: &Ctx, tid: Reg<B32>, wg: Reg<B32>, m0: Reg<B32>) -> Wg {
+    /// The warpgroup's rows, descriptors and turn, after Q has landed; with `pingpong`
+    /// the first consumer's first turn is given.
+    fn setup(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        (tid, wg, m0): (Reg<B32>, Reg<B32>, Reg<B32>),
+        pingpong: bool,
+    ) -> Wg {
         let (d, lay, smem) = (ctx.d, &ctx.lay, ctx.smem);
         let cw = b.sub_u32(wg, 1u32);
         let lane = b.special(Special::LaneId);
@@ -86,10 +118,20 @@ impl Consumer {
             b.setp_u32(Cmp::Eq, x, 0u32)
         };
         b.mbarrier_wait(Addr::Shared(smem, Q_FULL), 0u32, "Q full");
-        let q = WgmmaDesc::new(SmemTile::new(lay.q, BLOCK_M, d), Major::K);
+        let q = WgmmaDesc::new(SmemTile::new(lay.q, ctx.block_m(), d), Major::K);
         let q_rows = b.mad_lo_u32(cw, WG_ROWS * ROW_BYTES, smem);
         let q0 = q.emit(b, q_rows);
         let diag = b.sub_s32(self.sk, self.sq);
+        let turn = pingpong.then(|| {
+            let mine = b.add_u32(cw, ISSUE_BAR);
+            let nx = b.add_u32(cw, 1u32);
+            let wrap = b.setp_u32(Cmp::Eq, nx, ctx.consumers);
+            let nx = b.selp_b32(0u32, nx, wrap);
+            let next = b.add_u32(nx, ISSUE_BAR);
+            let first = b.setp_u32(Cmp::Eq, cw, 0u32);
+            b.when(first, false, |b| b.bar_arrive(mine, 256));
+            Turn { mine, next }
+        });
         Wg {
             row,
             t2,
@@ -99,15 +141,13 @@ impl Consumer {
             k: WgmmaDesc::new(SmemTile::new(lay.k, BLOCK_N, d), Major::K),
             v: WgmmaDesc::new(SmemTile::new(lay.v, BLOCK_N, d), Major::Mn),
             diag,
+            turn,
         }
     }
 
-    /// Issues S = Q K^T of the block at stage `at`: fenced, committed, not waited for;
-    /// after waiting for its K when `wait`.
-    fn issue_s(&self, b: &mut Builder, w: &Wg, at: &Stage, wait: bool) -> AccTile {
-        if wait {
-            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
-        }
+    /// Issues S = Q K^T of the block at stage `at` (its K has landed): fenced, committed,
+    /// not waited for.
+    fn issue_s(&self, b: &mut Builder, w: &Wg, at: &Stage) -> AccTile {
         b.comment("-- S = Q K^T --");
         let s = AccTile::for_wgmma(b, BLOCK_N);
         let s_regs = s.wgmma_regs();
@@ -185,13 +225,19 @@ impl Consumer {
         let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
         b.loop_exit_unless(&lp, more);
         let at = ctx.stage(b, n);
-        let mut s = self.issue_s(b, w, &at, true);
+        b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+        w.take_turn(b);
+        let mut s = self.issue_s(b, w, &at);
+        w.pass_turn(b);
         b.wgmma_wait(0);
         Self::release(b, w, &at, K_EMPTY);
         self.mask(b, w, &mut s, n);
         softmax.step(b, &mut s, o);
         let p = s.as_a(b, self.fmt, 0);
-        self.issue_pv(b, w, (&p, o), &at, (true, true));
+        b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
+        w.take_turn(b);
+        self.issue_pv(b, w, (&p, o), &at, (false, true));
+        w.pass_turn(b);
         b.wgmma_wait(0);
         Self::release(b, w, &at, V_EMPTY);
         let n1 = b.add_u32(n, 1u32);
@@ -226,7 +272,10 @@ impl Consumer {
             b.comment("-- block 0: S, softmax (O is still zero: nothing to rescale) --");
             let zero = b.mov(0u32);
             let at = ctx.stage(b, zero);
-            let mut s = self.issue_s(b, w, &at, true);
+            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+            w.take_turn(b);
+            let mut s = self.issue_s(b, w, &at);
+            w.pass_turn(b);
             b.wgmma_wait(0);
             Self::release(b, w, &at, K_EMPTY);
             self.mask(b, w, &mut s, zero);
@@ -243,8 +292,10 @@ impl Consumer {
             let pat = ctx.stage(b, prev);
             b.mbarrier_wait(pat.bar(V_FULL), pat.ph, "V full");
             b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
-            let mut s = self.issue_s(b, w, &at, false);
+            w.take_turn(b);
+            let mut s = self.issue_s(b, w, &at);
             self.issue_pv(b, w, (&p, o), &pat, (false, false));
+            w.pass_turn(b);
             b.wgmma_wait(1);
             Self::release(b, w, &at, K_EMPTY);
             self.mask(b, w, &mut s, n);

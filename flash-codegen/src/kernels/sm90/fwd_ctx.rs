@@ -4,14 +4,14 @@
 
 use crate::ptx::{Addr, B32, Builder, Reg};
 
-/// Query rows per CTA (64 per consumer warpgroup).
-pub const BLOCK_M: u32 = 128;
 /// Keys per block.
 pub const BLOCK_N: u32 = 128;
 /// Buffers of the K and V rings.
 pub(super) const STAGES: u32 = 2;
 /// Rows of a consumer warpgroup.
 pub(super) const WG_ROWS: u32 = 64;
+/// The first named barrier of the consumers' GEMM-issue order (`bar.sync 0` is the CTA's).
+pub(super) const ISSUE_BAR: u32 = 1;
 
 /// Shared memory: 9 mbarriers, then Q, the K stages, the V stages (1024-byte aligned).
 pub(super) struct Layout {
@@ -29,10 +29,11 @@ pub(super) const V_FULL: i32 = 40;
 pub(super) const V_EMPTY: i32 = 56;
 
 impl Layout {
-    pub(super) fn new(d: u32) -> Self {
+    /// `block_m` query rows of head dim `d`.
+    pub(super) fn new(d: u32, block_m: u32) -> Self {
         let tile_bytes = BLOCK_N * d * 2;
         let q = 1024;
-        let k = q + BLOCK_M * d * 2;
+        let k = q + block_m * d * 2;
         Layout {
             tile_bytes,
             q,
@@ -48,6 +49,8 @@ impl Layout {
 /// What both roles share.
 pub(super) struct Ctx {
     pub(super) d: u32,
+    /// Consumer warpgroups (64 query rows each).
+    pub(super) consumers: u32,
     pub(super) lay: Layout,
     pub(super) smem: Reg<B32>,
     pub(super) n_blocks: Reg<B32>,
@@ -74,6 +77,11 @@ impl Stage {
 }
 
 impl Ctx {
+    /// Query rows per CTA.
+    pub(super) fn block_m(&self) -> u32 {
+        self.consumers * WG_ROWS
+    }
+
     /// Key block `n`'s stage `s = n & 1`: its parity, address and barriers.
     pub(super) fn stage(&self, b: &mut Builder, n: Reg<B32>) -> Stage {
         let s = b.and_b32(n, 1u32);
