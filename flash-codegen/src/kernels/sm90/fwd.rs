@@ -183,13 +183,22 @@ pub fn module(var: Variant) -> Module {
     let smem = b.smem_base();
     let first = b.setp_u32(Cmp::Eq, tid, 0u32);
     let m0 = {
+        // causal: the longest query blocks (the last) are scheduled first
         let x = b.special(Special::CtaIdX);
+        let x = if causal {
+            let nx = b.special(Special::NCtaIdX);
+            let nx = b.sub_u32(nx, 1u32);
+            b.sub_u32(nx, x)
+        } else {
+            x
+        };
         b.mul_lo_u32(x, block_m)
     };
     let head = b.special(Special::CtaIdY);
     let batch = b.special(Special::CtaIdZ);
     let kv_head = b.div_u32(head, group);
     let n_blocks = key_blocks(&mut b, causal, (m0, block_m), sq, sk);
+    let n_masked = masked_blocks(&mut b, causal, (m0, n_blocks), sq, sk);
     let bar = |off: i32| Addr::Shared(smem, off);
 
     b.comment("-- barriers: Q full; per stage K full / empty, V full / empty --");
@@ -212,6 +221,7 @@ pub fn module(var: Variant) -> Module {
         lay,
         smem,
         n_blocks,
+        n_masked,
         head,
         kv_head,
         batch,
@@ -281,6 +291,33 @@ fn key_blocks(
     b.min_u32(nk, nc)
 }
 
+/// Of the `n_blocks` key blocks, the last ones that need a mask: those past the first
+/// key a query of the block at `m0` does not see (its first row's causal limit
+/// `m0 + 1 + sk - sq`, or `sk`). At least 1 when `n_blocks` is not 0 (the consumers mask
+/// the first block they visit, the last one, in any case).
+fn masked_blocks(
+    b: &mut Builder,
+    causal: bool,
+    (m0, n_blocks): (Reg<B32>, Reg<B32>),
+    sq: Reg<B32>,
+    sk: Reg<B32>,
+) -> Reg<B32> {
+    let seen = if causal {
+        let lim = b.add_u32(m0, 1u32);
+        let lim = b.add_u32(lim, sk);
+        let lim = b.sub_s32(lim, sq);
+        let lim = b.min_s32(lim, sk);
+        b.max_s32(lim, 0i32)
+    } else {
+        sk
+    };
+    let clean = b.shr_u32(seen, BLOCK_N.trailing_zeros());
+    let clean = b.min_u32(clean, n_blocks);
+    let masked = b.sub_u32(n_blocks, clean);
+    let one = b.min_u32(n_blocks, 1u32);
+    b.max_u32(masked, one)
+}
+
 impl Ctx {
     /// TMA loads of a `rows`-row tile (one box per 64 columns; the map's box is `rows`
     /// tall) at shared address `base + dst`, sequence rows from `row`, head `h`,
@@ -308,8 +345,8 @@ impl Ctx {
         }
     }
 
-    /// The producer thread: Q, then K and V of every key block into the rings; then waits
-    /// for the consumers' last release so no copy outlives it.
+    /// The producer thread: Q, then K and V of every key block, last first, into the
+    /// rings; then waits for the consumers' last release so no copy outlives it.
     fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>) {
         let q_full = Addr::Shared(self.smem, Q_FULL);
         let q_at = (self.smem, self.lay.q);
@@ -320,7 +357,7 @@ impl Ctx {
         b.loop_exit_unless(&lp, more);
         let st = self.stage(b, n);
         let free = b.xor_b32(st.ph, 1u32);
-        let row = b.mul_lo_u32(n, BLOCK_N);
+        let row = self.key_row(b, n);
         b.mbarrier_wait(st.bar(K_EMPTY), free, "K empty");
         let (k_at, v_at) = ((st.smem, self.lay.k), (st.smem, self.lay.v));
         self.load(b, (tm[1], BLOCK_N), k_at, row, self.kv_head, st.bar(K_FULL));

@@ -193,10 +193,11 @@ impl Consumer {
         b.when(w.lead, false, |b| b.mbarrier_arrive(at.bar(base)));
     }
 
-    /// Keys past the end, and past each row's diagonal (bottom-right), of block `n` to -inf.
-    fn mask(&self, b: &mut Builder, w: &Wg, s: &mut AccTile, n: Reg<B32>) {
+    /// Keys past the end, and past each row's diagonal (bottom-right), of the block
+    /// visited `i`-th to -inf.
+    fn mask(&self, b: &mut Builder, (ctx, w): (&Ctx, &Wg), s: &mut AccTile, i: Reg<B32>) {
         b.comment("-- mask: keys past the end, and past each row's diagonal --");
-        let n0 = b.mul_lo_u32(n, BLOCK_N);
+        let n0 = ctx.key_row(b, i);
         s.mask(b, Cmp::Gt, |b, r| {
             let limit = if self.causal {
                 let rr = b.add_u32(w.row, AccTile::row_offset(r));
@@ -231,7 +232,7 @@ impl Consumer {
         w.pass_turn(b);
         b.wgmma_wait(0);
         Self::release(b, w, &at, K_EMPTY);
-        self.mask(b, w, &mut s, n);
+        self.mask(b, (ctx, w), &mut s, n);
         softmax.step(b, &mut s, o);
         let p = s.as_a(b, self.fmt, 0);
         b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
@@ -245,9 +246,11 @@ impl Consumer {
         b.loop_end(lp);
     }
 
-    /// FA3's intra-warpgroup overlap: block 0's S and softmax first; then per block n,
-    /// S_n and P_{n-1} V_{n-1} in flight together, S_n's softmax under the second, O's
-    /// rescale once it lands; the last P V after the loop. P is carried in fixed
+    /// FA3's intra-warpgroup overlap, key blocks visited last first: the first block's S
+    /// and softmax; then per block i, S_i and P_{i-1} V_{i-1} in flight together, S_i's
+    /// softmax under the second, O's rescale once it lands; the last P V after the loop.
+    /// The blocks that need a mask (`ctx.n_masked`, the first visited) and the clean ones
+    /// run in two copies of the loop, the second without the mask. P is carried in fixed
     /// registers, rewritten only after the product reading them is complete.
     fn blocks_overlapped(
         &self,
@@ -269,7 +272,7 @@ impl Consumer {
                     }
                 }
             };
-            b.comment("-- block 0: S, softmax (O is still zero: nothing to rescale) --");
+            b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
             let zero = b.mov(0u32);
             let at = ctx.stage(b, zero);
             b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
@@ -278,35 +281,44 @@ impl Consumer {
             w.pass_turn(b);
             b.wgmma_wait(0);
             Self::release(b, w, &at, K_EMPTY);
-            self.mask(b, w, &mut s, zero);
+            self.mask(b, (ctx, w), &mut s, zero);
             let _ = softmax.step_deferred(b, &mut s);
             carry(b, &s);
-            let n = b.mov(1u32);
-            let lp = b.loop_start();
-            let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
-            b.loop_exit_unless(&lp, more);
-            // both waits before either product: no wgmma in flight across a spin loop
-            // (ptxas serialises wgmmas around divergent code: C7520)
-            let at = ctx.stage(b, n);
-            let prev = b.sub_u32(n, 1u32);
-            let pat = ctx.stage(b, prev);
-            b.mbarrier_wait(pat.bar(V_FULL), pat.ph, "V full");
-            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
-            w.take_turn(b);
-            let mut s = self.issue_s(b, w, &at);
-            self.issue_pv(b, w, (&p, o), &pat, (false, false));
-            w.pass_turn(b);
-            b.wgmma_wait(1);
-            Self::release(b, w, &at, K_EMPTY);
-            self.mask(b, w, &mut s, n);
-            let rescale = softmax.step_deferred(b, &mut s);
-            b.wgmma_wait(0);
-            Self::release(b, w, &pat, V_EMPTY);
-            rescale.apply(b, o);
-            carry(b, &s);
-            let n1 = b.add_u32(n, 1u32);
-            b.assign(n, n1);
-            b.loop_end(lp);
+            let i = b.mov(1u32);
+            for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
+                b.comment(if masked {
+                    "-- blocks that need the mask --"
+                } else {
+                    "-- blocks every row sees whole: no mask --"
+                });
+                let lp = b.loop_start();
+                let more = b.setp_u32(Cmp::Lt, i, end);
+                b.loop_exit_unless(&lp, more);
+                // both waits before either product: no wgmma in flight across a spin
+                // loop (ptxas serialises wgmmas around divergent code: C7520)
+                let at = ctx.stage(b, i);
+                let prev = b.sub_u32(i, 1u32);
+                let pat = ctx.stage(b, prev);
+                b.mbarrier_wait(pat.bar(V_FULL), pat.ph, "V full");
+                b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+                w.take_turn(b);
+                let mut s = self.issue_s(b, w, &at);
+                self.issue_pv(b, w, (&p, o), &pat, (false, false));
+                w.pass_turn(b);
+                b.wgmma_wait(1);
+                Self::release(b, w, &at, K_EMPTY);
+                if masked {
+                    self.mask(b, (ctx, w), &mut s, i);
+                }
+                let rescale = softmax.step_deferred(b, &mut s);
+                b.wgmma_wait(0);
+                Self::release(b, w, &pat, V_EMPTY);
+                rescale.apply(b, o);
+                carry(b, &s);
+                let i1 = b.add_u32(i, 1u32);
+                b.assign(i, i1);
+                b.loop_end(lp);
+            }
             b.comment("-- the last block's P V --");
             let last = b.sub_u32(ctx.n_blocks, 1u32);
             let lat = ctx.stage(b, last);

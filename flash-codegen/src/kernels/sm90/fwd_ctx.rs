@@ -53,7 +53,11 @@ pub(super) struct Ctx {
     pub(super) consumers: u32,
     pub(super) lay: Layout,
     pub(super) smem: Reg<B32>,
+    /// Key blocks the CTA visits, last first.
     pub(super) n_blocks: Reg<B32>,
+    /// How many of them (the first visited, the last keys) need a mask (see
+    /// `fwd::masked_blocks`).
+    pub(super) n_masked: Reg<B32>,
     pub(super) head: Reg<B32>,
     pub(super) kv_head: Reg<B32>,
     pub(super) batch: Reg<B32>,
@@ -82,7 +86,20 @@ impl Ctx {
         self.consumers * WG_ROWS
     }
 
-    /// Key block `n`'s stage `s = n & 1`: its parity, address and barriers.
+    /// The key block visited `i`-th: `n_blocks - 1 - i` (the last first, as FA3: the
+    /// masked blocks come before the clean ones).
+    pub(super) fn key_block(&self, b: &mut Builder, i: Reg<B32>) -> Reg<B32> {
+        let last = b.sub_u32(self.n_blocks, 1u32);
+        b.sub_u32(last, i)
+    }
+
+    /// The first key of the block visited `i`-th.
+    pub(super) fn key_row(&self, b: &mut Builder, i: Reg<B32>) -> Reg<B32> {
+        let n = self.key_block(b, i);
+        b.mul_lo_u32(n, BLOCK_N)
+    }
+
+    /// The `n`-th visited block's stage `s = n & 1`: its parity, address and barriers.
     pub(super) fn stage(&self, b: &mut Builder, n: Reg<B32>) -> Stage {
         let s = b.and_b32(n, 1u32);
         let ph = b.shr_u32(n, 1u32);
