@@ -6,10 +6,11 @@
 //!
 //! Env: BENCH_OUT (JSON path, default bench_fwd.json), BENCH_D, BENCH_SEQ (comma lists),
 //! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_FLUSH=0,
-//! BENCH_PATH (sm80, the default: `forward_into`; sm90: the first sm_90a forward,
+//! BENCH_PATH (sm80, the default: `forward_into` forced to the sm_80 kernels; auto:
+//! `forward_into`'s own choice, sm_90a on Hopper where it applies; sm90: the sm_90a forward,
 //! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
-//! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; recorded as
-//! `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups).
+//! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; sm90pers: that
+//! on a persistent grid; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaSlice, CudaStream};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, Sm90FwdShape, Tensor4, Tensor4Mut};
+use flash_runtime::{Element, FlashAttention, ForwardArch, Sm90FwdShape, Tensor4, Tensor4Mut};
 
 mod bench_common;
 use bench_common::{Flush, HIDDEN, Sweep, TOKENS, WARMUP, attn_params, median};
@@ -34,6 +35,8 @@ struct Row {
     ms_median: f64,
     ms_min: f64,
     tflops: f64,
+    /// The kernel that ran (the entry `forward_into` chose, or the sm90 path's label).
+    kernel: String,
     error: Option<String>,
 }
 
@@ -43,6 +46,7 @@ impl Row {
             "backend": "flash_ptx", "dtype": self.dtype, "d": self.d, "causal": self.causal,
             "n": self.n, "b": self.b, "h": self.h, "fwd_ms": self.ms_median,
             "fwd_ms_min": self.ms_min, "fwd_tflops": self.tflops, "error": self.error,
+            "kernel": self.kernel,
             "path": std::env::var("BENCH_PATH").unwrap_or_else(|_| "sm80".into()),
             "sm90_wgs": sm90_consumers(),
         })
@@ -84,7 +88,7 @@ fn time_row<T: Element>(
     causal: bool,
     iters: usize,
     flush: &mut Flush,
-) -> Result<(f64, f64), Box<dyn Error>> {
+) -> Result<(f64, f64, String), Box<dyn Error>> {
     let (b, h) = (TOKENS / n, HIDDEN / d);
     let shape = [b, n, h, d];
     stream.memcpy_dtod(&bu.nan, &mut bu.o)?; // poison: every launch must overwrite o
@@ -116,6 +120,7 @@ fn time_row<T: Element>(
                 overlap: sm90_overlap(),
                 pingpong: sm90_pingpong(),
                 consumers: sm90_consumers(),
+                persistent: sm90_persistent(),
                 debug: false,
             };
             rt.launch_fwd_sm90(
@@ -155,7 +160,13 @@ fn time_row<T: Element>(
         .into());
     }
     let min = times.iter().copied().fold(f64::INFINITY, f64::min);
-    Ok((median(times), min))
+    let kernel = if sm90() {
+        std::env::var("BENCH_PATH").unwrap_or_default()
+    } else {
+        rt.forward_kernel_name(stream, &q, &k, &v, &params)?
+            .unwrap_or_default()
+    };
+    Ok((median(times), min, kernel))
 }
 
 fn sweep<T: Element>(
@@ -181,21 +192,22 @@ fn sweep<T: Element>(
                     ms_median: f64::NAN,
                     ms_min: f64::NAN,
                     tflops: f64::NAN,
+                    kernel: String::new(),
                     error: None,
                 };
                 if n == 0 || d == 0 || TOKENS % n != 0 || HIDDEN % d != 0 {
                     row.error = Some("seqlen must divide 16384 and d must divide 2048".into());
                 } else {
                     match time_row(rt, stream, &mut bu, d, n, causal, sw.iters, flush) {
-                        Ok((med, min)) => {
-                            (row.ms_median, row.ms_min) = (med, min);
+                        Ok((med, min, kernel)) => {
+                            (row.ms_median, row.ms_min, row.kernel) = (med, min, kernel);
                             row.tflops = flops / med / 1e9;
                         }
                         Err(e) => row.error = Some(e.to_string()),
                     }
                 }
                 println!(
-                    "{:5} {:4} {:6} {:6} {:4} {:4} {:10.4} {:10.4} {:9.1}  {}",
+                    "{:5} {:4} {:6} {:6} {:4} {:4} {:10.4} {:10.4} {:9.1}  {} {}",
                     row.dtype,
                     d,
                     causal as u8,
@@ -205,6 +217,7 @@ fn sweep<T: Element>(
                     row.ms_median,
                     row.ms_min,
                     row.tflops,
+                    row.kernel,
                     row.error.as_deref().unwrap_or("")
                 );
                 rows.push(row);
@@ -220,14 +233,20 @@ fn sm90() -> bool {
     std::env::var("BENCH_PATH").is_ok_and(|p| p.starts_with("sm90"))
 }
 
-/// BENCH_PATH=sm90ovl or sm90pp.
+/// BENCH_PATH=sm90ovl, sm90pp or sm90pers.
 fn sm90_overlap() -> bool {
-    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90ovl" || p == "sm90pp")
+    std::env::var("BENCH_PATH")
+        .is_ok_and(|p| ["sm90ovl", "sm90pp", "sm90pers"].contains(&p.as_str()))
 }
 
-/// BENCH_PATH=sm90pp: overlapped, the consumers taking turns to issue.
+/// BENCH_PATH=sm90pers: the pingpong schedule on a persistent grid.
+fn sm90_persistent() -> bool {
+    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90pers")
+}
+
+/// BENCH_PATH=sm90pp (or sm90pers): overlapped, the consumers taking turns to issue.
 fn sm90_pingpong() -> bool {
-    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90pp")
+    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90pp" || p == "sm90pers")
 }
 
 /// BENCH_SM90_WGS: consumer warpgroups (default: the kernel's choice per head dim).
@@ -245,7 +264,14 @@ fn main() {
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
-    let rt = FlashAttention::on_device(0)?;
+    let mut rt = FlashAttention::on_device(0)?;
+    // BENCH_PATH unset or sm80: the sm_80 kernels even on Hopper; auto: forward_into's
+    // own choice (sm_90a on compute capability 9.0 where it applies)
+    match std::env::var("BENCH_PATH").as_deref() {
+        Ok("auto") => {}
+        Ok(p) if p.starts_with("sm90") => {}
+        _ => rt.set_forward_arch(ForwardArch::Sm80),
+    }
     let stream = rt.context().default_stream();
     let ctx = rt.context();
     let gpu = ctx.name()?;

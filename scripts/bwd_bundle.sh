@@ -4,14 +4,15 @@
 # bench_bwd and copies them with scripts/ into target/gb (about 12 MiB). Then, on the
 # GPU machine, from target/gb: `tests/gpu_probe_sm90` and `tests/gpu_fwd_sm90` (the
 # Hopper probe and first forward; issue 22: `bash scripts/sm90_all.sh OUT` runs them and
-# the sm90 bench),
+# the sm90 bench), `tests/gpu_fwd_select` (`forward_into`'s choice of the sm_90a forward,
+# `ForwardArch`),
 # `bash scripts/gqa_bwd_all.sh OUT` (the grouped-query bar
 # beside FA2/cuDNN) and `bash scripts/bwd_emulation_all.sh OUT` (the A100 and RTX rows).
 #
 #   bash scripts/bwd_bundle.sh
 set -eu
 cd "$(dirname "$0")/.."
-TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90})
+TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90 gpu_fwd_select gpu_fwd gpu_embed_sm90})
 cargo build --release --features gpu --example bench_bwd --example bench_fwd
 args=(); for t in "${TESTS[@]}"; do args+=(--test "$t"); done
 cargo test --release --features gpu --no-run "${args[@]}" 2> target/bwd_bundle.log
@@ -23,3 +24,8 @@ for t in "${TESTS[@]}"; do
 done
 cp scripts/*.py scripts/*.sh target/gb/scripts/
 du -sh target/gb
+# The sm_90a forward kernels' PTX and manifest (under 1 MiB), for
+# `python3 scripts/manifest_sm90.py ptx-sm90a` from target/gb on the GPU machine.
+cargo build --release -p flash-codegen
+target/release/flash-codegen emit --all --arch sm90a --out-dir target/gb/ptx-sm90a
+du -sh target/gb/ptx-sm90a target/gb

@@ -17,8 +17,8 @@ O="${1:?usage: bwd_emulation_all.sh OUT_DIR}"
 W="$O/emulation"; mkdir -p "$W/bench"; S="$W/summary.txt"
 save() { tar czf "$O/emulation.tgz" -C "$W" . ; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader > "$S"
-A100=(FLASH_PTX_TEST_SMEM=166912 FLASH_PTX_TEST_SMEM_SM=167936)
-RTX=(FLASH_PTX_TEST_SMEM=101376 FLASH_PTX_TEST_SMEM_SM=102400)
+A100=(FLASH_PTX_TEST_SMEM=166912 FLASH_PTX_TEST_SMEM_SM=167936 FLASH_PTX_TEST_FWD_ARCH=sm80)
+RTX=(FLASH_PTX_TEST_SMEM=101376 FLASH_PTX_TEST_SMEM_SM=102400 FLASH_PTX_TEST_FWD_ARCH=sm80)
 matrix() {  # name, test binary, filter, env...
   local n=$1 t=$2 f=$3; shift 3; local t0=$SECONDS
   env "$@" timeout 100 "tests/$t" --test-threads=1 --nocapture $f > "$W/$n.log" 2>&1

@@ -36,7 +36,7 @@ def manifest_entry(name):
     path = os.path.join(PTX_DIR, "manifest.json")
     if _manifest is None and os.path.exists(path):
         man = json.load(open(path))
-        assert man.get("format") == 2, f"manifest.json format {man.get('format')}, expected 2"
+        assert man.get("format") in (2, 3), f"manifest.json format {man.get('format')}, expected 2 or 3"
         _manifest = {k["name"]: k for k in man["kernels"]}
     return (_manifest or {}).get(name)
 

@@ -14,7 +14,7 @@ KERNELS, FNS, DIR = {}, {}, [None]
 
 def load(ptx_dir):
     man = json.load(open(os.path.join(ptx_dir, "manifest.json")))
-    assert man["format"] == 2
+    assert man["format"] in (2, 3)  # 3 only added the sm90a section
     KERNELS.update({k["name"]: k for k in man["kernels"]})
     DIR[0] = ptx_dir
 

@@ -41,8 +41,8 @@ class Manifest:
         self.dir = ptx_dir
         with open(os.path.join(ptx_dir, "manifest.json")) as f:
             man = json.load(f)
-        if man.get("format") != 2:
-            raise SystemExit(f"manifest.json has format {man.get('format')}; this script reads format 2")
+        if man.get("format") not in (2, 3):  # 3 only added the sm90a section
+            raise SystemExit(f"manifest.json has format {man.get('format')}; this script reads formats 2 and 3")
         self.kernels = man["kernels"]
         self.fns = {}
 

@@ -8,7 +8,10 @@
 # 1. tests/gpu_probe_sm90 (TMA, mbarrier, wgmma, stmatrix against host references);
 # 2. tests/gpu_fwd_sm90 (the first sm_90a forward against the float64 reference, the debug
 #    build with bounded waits first);
-# 3. only when both passed: memcheck and racecheck of the forward's test on its first
+# 3. tests/gpu_fwd_select (forward_into's choice of the sm_90a kernel, ForwardArch),
+#    scripts/manifest_sm90.py on target/gb/ptx-sm90a (a launch from the manifest alone)
+#    and tests/gpu_fwd (the dense forward suite on forward_into's own choice);
+# 4. only when the probe passed: memcheck and racecheck of the forward's test on its first
 #    SM90_SANITIZE_SHAPES shapes (default 3; release build, every schedule), then three
 #    interleaved rounds of examples/bench_fwd on the same rows, one run per SM90_RUNS
 #    entry (default: the overlapped and pingpong schedules at the default tiles, both
@@ -47,10 +50,26 @@ fwd=$?
 echo "gpu_fwd_sm90 rc=$fwd (${SECONDS}s)"
 grep -E "FAIL|NOTICE|test result|panicked|timed out|mbarrier|failures" "$OUT/fwd.log" | tail -12
 pack
-if [ "$probe" -ne 0 ] || [ "$fwd" -ne 0 ]; then
-  echo "sm90_all: not benchmarking an sm_90a path that failed its checks"
+timeout "$(left 120)" tests/gpu_fwd_select --nocapture > "$OUT/select.log" 2>&1
+echo "gpu_fwd_select rc=$? (${SECONDS}s)"
+grep -E "FAIL|NOTICE|test result|panicked|failures" "$OUT/select.log" | tail -8
+if [ -d ptx-sm90a ]; then
+  timeout "$(left 120)" python3 scripts/manifest_sm90.py ptx-sm90a > "$OUT/manifest.log" 2>&1
+  echo "manifest_sm90.py rc=$? (${SECONDS}s)"
+  tail -n 4 "$OUT/manifest.log"
+fi
+if [ -x tests/gpu_fwd ]; then
+  # the dense forward suite, forward_into's own choice (sm_90a at d64/d128 here)
+  timeout "$(left 100)" tests/gpu_fwd > "$OUT/gpu_fwd.log" 2>&1
+  echo "gpu_fwd (auto) rc=$? (${SECONDS}s)"
+  grep -E "test result|panicked|FAILED|failures:" "$OUT/gpu_fwd.log" | tail -6
+fi
+pack
+if [ "$probe" -ne 0 ]; then
+  echo "sm90_all: not benchmarking an sm_90a path whose probe failed"
   exit 1
 fi
+[ "$fwd" -ne 0 ] && echo "sm90_all: WARNING gpu_fwd_sm90 failed: benchmarking anyway, see fwd.log"
 for tool in memcheck racecheck; do
   GPU_FWD_SM90_SHAPES="${SM90_SANITIZE_SHAPES:-3}" timeout "$(left 90)" \
     compute-sanitizer --tool "$tool" --print-limit 10 tests/gpu_fwd_sm90 --nocapture \

@@ -12,7 +12,7 @@ mod gpu_support;
 
 use flash_runtime::reference::{Shape, attention_forward, rel_l2};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, Sm90FwdShape, Tensor4};
+use flash_runtime::{Element, FlashAttention, ForwardArch, Sm90FwdShape, Tensor4};
 use gpu_support::{attn_params, lse_abs_err, rounded};
 
 const GUARD: usize = 4096;
@@ -91,7 +91,8 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> ((f64, 
 
 #[test]
 fn sm90_forward_matches_f64_reference() {
-    let rt = gpu_support::device();
+    let mut rt = gpu_support::device();
+    rt.set_forward_arch(ForwardArch::Sm80); // `forward`, the baseline: the sm80 kernels
     if rt.compute_capability() != (9, 0) {
         println!(
             "NOTICE: the sm_90a forward needs compute capability 9.0; this GPU is {:?}",
@@ -120,12 +121,19 @@ fn sm90_forward_matches_f64_reference() {
         Err(_) => (shapes.len(), vec![true, false]),
     };
     let mut bad = Vec::new();
+    let mut ratios = Vec::new();
     let mut seed = 1;
     // (head dim, consumer warpgroups): the defaults, and d64 with two consumers too
     let tiles = [(64, 3), (64, 2), (128, 2)];
-    let schedules = [(false, false), (true, false), (true, true)];
+    // (overlap, pingpong, persistent)
+    let schedules = [
+        (false, false, false),
+        (true, false, false),
+        (true, true, false),
+        (true, true, true),
+    ];
     for debug in builds {
-        for ((overlap, pingpong), (d, consumers)) in schedules
+        for ((overlap, pingpong, persistent), (d, consumers)) in schedules
             .into_iter()
             .flat_map(|s| tiles.into_iter().map(move |t| (s, t)))
         {
@@ -141,6 +149,7 @@ fn sm90_forward_matches_f64_reference() {
                     overlap,
                     pingpong,
                     consumers: Some(consumers),
+                    persistent,
                     debug,
                 };
                 for bf16 in [false, true] {
@@ -151,7 +160,16 @@ fn sm90_forward_matches_f64_reference() {
                         case::<half::f16>(&rt, sh, seed)
                     };
                     let tol = if bf16 { 2e-2 } else { 4e-3 };
-                    let ok = o <= tol && o <= 1.25 * o80.max(1e-4) && l <= 1e-3;
+                    // the 1.25x bar against the sm80 kernel's error on the same inputs;
+                    // outputs of a few hundred elements (seqlen_q 1) get 1.5x, their
+                    // rel-L2 moving by 10-40% with the summation order alone, and the
+                    // geometric mean over every case is held to 1.05x below
+                    let elems = sh.batch * sh.seqlen_q * sh.heads * sh.head_dim;
+                    let bar = if elems < 4096 { 1.5 } else { 1.25 };
+                    let ok = o <= tol && o <= bar * o80.max(1e-4) && l <= 1e-3;
+                    if o80 > 0.0 {
+                        ratios.push((o / o80).ln());
+                    }
                     println!(
                         "{} {sh:?}: o rel-L2 {o:.2e} (sm80 {o80:.2e}) lse {l:.2e} (sm80 {l80:.2e}){}",
                         if bf16 { "bf16" } else { "f16" },
@@ -165,6 +183,16 @@ fn sm90_forward_matches_f64_reference() {
                 }
             }
         }
+    }
+    let geomean = (ratios.iter().sum::<f64>() / ratios.len().max(1) as f64).exp();
+    println!(
+        "o error / sm80's: geometric mean {geomean:.3} over {} cases",
+        ratios.len()
+    );
+    if geomean > 1.05 {
+        bad.push(format!(
+            "o error / sm80's: geometric mean {geomean:.3} > 1.05"
+        ));
     }
     assert!(
         bad.is_empty(),

@@ -1,11 +1,14 @@
 //! What `flash_kernel!` embeds: exactly the variants asked for, each with the PTX that
 //! `flash_codegen::generate` returns for its spec (the text `flash-codegen emit` writes),
-//! byte for byte.
+//! byte for byte; with `arch = sm90a`, the sm_90a forwards with the PTX of
+//! `manifest::sm90a::ptx` (what `flash-codegen emit --all --arch sm90a` writes).
 
 use std::collections::BTreeSet;
 
+use flash_ptx::codegen::kernels::sm90::fwd::Variant;
+use flash_ptx::codegen::manifest::sm90a;
 use flash_ptx::codegen::{KernelSpec, Mask, Pass, Scores, generate};
-use flash_ptx::runtime::EmbeddedKernel;
+use flash_ptx::runtime::{EmbeddedKernel, EmbeddedSm90aKernel};
 
 flash_ptx::flash_kernel! {
     /// Every pass, both dtypes, both mask variants, at the smallest and largest head dim.
@@ -56,6 +59,21 @@ flash_ptx::flash_kernel! {
     }
 }
 
+flash_ptx::flash_kernel! {
+    /// Every sm_90a forward, and the sm_80 kernels of the same keys.
+    mod hopper {
+        head_dim = [64, 128],
+        dtype = [f16, bf16],
+        causal = [false, true],
+        passes = fwd,
+        arch = [sm80, sm90a],
+    }
+}
+
+flash_ptx::flash_kernel! {
+    mod hopper_only { head_dim = 128, dtype = bf16, causal = true, passes = fwd, arch = sm90a }
+}
+
 fn names(kernels: &[EmbeddedKernel]) -> Vec<String> {
     kernels.iter().map(|k| k.spec().name()).collect()
 }
@@ -69,6 +87,7 @@ fn embedded_ptx_is_the_generators_byte_for_byte() {
         .chain(packed_local::KERNELS)
         .chain(decode_local::KERNELS)
         .chain(capped::KERNELS)
+        .chain(hopper::KERNELS)
     {
         let expected = generate(&k.spec());
         assert!(
@@ -80,6 +99,43 @@ fn embedded_ptx_is_the_generators_byte_for_byte() {
         );
         assert!(k.ptx().contains(&format!(".entry {}(", k.spec().name())));
     }
+}
+
+/// The sm_90a forwards: each the shipping variant, its PTX byte for byte what
+/// `flash-codegen emit --all --arch sm90a` writes (`manifest::sm90a::ptx` of
+/// `manifest::sm90a::shipping()`), all 8 of them in that order.
+#[test]
+fn embedded_sm90a_ptx_is_the_emitters_byte_for_byte() {
+    let vars: Vec<Variant> = hopper::SM90A_KERNELS.iter().map(|k| k.variant()).collect();
+    assert_eq!(vars, sm90a::shipping());
+    for k in hopper::SM90A_KERNELS
+        .iter()
+        .chain(hopper_only::SM90A_KERNELS)
+    {
+        let var = k.variant();
+        assert_eq!(var, Variant::shipping(var.dtype, var.head_dim, var.causal));
+        let expected = sm90a::ptx(var);
+        assert!(
+            k.ptx().as_bytes() == expected.as_bytes(),
+            "{}: embedded PTX ({} bytes) differs from what emit writes ({} bytes)",
+            k.name(),
+            k.ptx().len(),
+            expected.len()
+        );
+        assert!(k.ptx().contains(&format!(".entry {}(", k.name())));
+    }
+    // `[sm80, sm90a]` keeps the sm_80 kernels byte for byte (checked above) and the same
+    // set as without sm90a
+    assert_eq!(hopper::KERNELS.len(), 8);
+    assert!(
+        hopper::KERNELS
+            .iter()
+            .all(|k| k.ptx() == generate(&k.spec()))
+    );
+    // `sm90a` alone: only the sm_90a forward
+    assert!(hopper_only::KERNELS.is_empty());
+    let k: EmbeddedSm90aKernel = hopper_only::FA3_FWD_D128_BF16_CAUSAL_OVL_PP_M128_SM90A;
+    assert_eq!(hopper_only::SM90A_KERNELS, [k]);
 }
 
 #[test]

@@ -303,16 +303,23 @@ fn module_header_for_sm80() {
 
 /// The layout of `manifest.json` (its fields, their order and values): a causal forward,
 /// the long-sequence backward (`min_seqlen_q` set) and an elementwise pass (`block_n` 0),
-/// with the generator version redacted.
+/// and one sm_90a forward (d64 bf16 causal: its parameters with offsets and its three
+/// tensor maps), with the generator version redacted.
 #[test]
 fn manifest_layout() {
+    use flash_codegen::manifest::{manifest_with_sm90a, sm90a};
     let specs = [
         "fa2_fwd_d128_bf16_causal_sm80",
         "fa2_bwd_d128_bf16_long_sm80",
         "fa2_bwdpre_d64_f16_sm80",
     ]
     .map(|name| name.parse::<KernelSpec>().unwrap());
-    let mut m = flash_codegen::manifest::manifest(&specs);
+    let sm90 = sm90a::shipping()
+        .into_iter()
+        .filter(|v| v.dtype == DType::Bf16 && v.head_dim == 64 && v.causal)
+        .collect::<Vec<_>>();
+    assert_eq!(sm90.len(), 1);
+    let mut m = manifest_with_sm90a(&specs, &sm90, &Tuning::NONE);
     m.generator.version = "[VERSION]".to_string();
     let manifest_json = m.to_json();
     assert_snapshot!(manifest_json);

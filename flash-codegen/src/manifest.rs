@@ -3,8 +3,9 @@
 //!
 //! Everything here is read from the one source of each fact: names and fields from
 //! [`KernelSpec`], target and ISA version from [`crate::ptx::Target`], parameters and launch
-//! geometry from [`crate::abi`], tiles from [`KernelSpec::tiles`]. Output is deterministic:
-//! structs serialize in field order and kernels in the order given.
+//! geometry from [`crate::abi`], tiles from [`KernelSpec::tiles`]; the sm_90a kernels'
+//! from their variants ([`sm90a`]). Output is deterministic: structs serialize in field
+//! order and kernels in the order given.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,16 +13,20 @@ use crate::abi;
 use crate::spec::{KernelSpec, TileConfig, Tiling, Tuning};
 
 mod notes;
+pub mod sm90a;
 
+use crate::kernels::sm90::fwd;
 use notes::notes;
 
-/// Version of the manifest's own layout; bumped when a field changes meaning or goes away.
-pub const FORMAT: u32 = 2;
+/// Version of the manifest's own layout; bumped when a field changes meaning, goes away or
+/// is added. 3 added the `sm90a` section (the Hopper kernels and their tensor maps); every
+/// field of format 2 keeps its meaning.
+pub const FORMAT: u32 = 3;
 
 /// The file name of the manifest, next to the `.ptx` files.
 pub const MANIFEST_FILE: &str = "manifest.json";
 
-/// The JSON Schema (draft 2020-12) of `manifest.json`'s layout, [`FORMAT`] 2: every object
+/// The JSON Schema (draft 2020-12) of `manifest.json`'s layout, [`FORMAT`] 3: every object
 /// with its required fields and no others, the known string values as enums. Written next
 /// to the manifest as [`SCHEMA_FILE`] by `flash-codegen emit --all`.
 pub const SCHEMA: &str = include_str!("../manifest.schema.json");
@@ -43,6 +48,9 @@ pub struct Manifest {
     pub notes: Notes,
     /// One entry per kernel, in the order given to [`manifest`].
     pub kernels: Vec<KernelInfo>,
+    /// The sm_90a kernels (compute capability 9.0), with their notes and tensor maps
+    /// (empty but for its notes unless built by [`manifest_with_sm90a`]).
+    pub sm90a: sm90a::Sm90a,
 }
 
 /// Which generator wrote the files.
@@ -183,6 +191,16 @@ pub fn manifest(specs: &[KernelSpec]) -> Manifest {
 /// The manifest of `specs` built with `tuning`'s tile rows where they replace the
 /// table's (what `flash-codegen emit --all --tile ...` writes).
 pub fn manifest_tuned(specs: &[KernelSpec], tuning: &Tuning) -> Manifest {
+    manifest_with_sm90a(specs, &[], tuning)
+}
+
+/// The manifest of `specs` (built with `tuning`'s tile rows) and of the sm_90a kernels
+/// `variants` (what `flash-codegen emit --all` writes, with [`sm90a::shipping`]).
+pub fn manifest_with_sm90a(
+    specs: &[KernelSpec],
+    variants: &[fwd::Variant],
+    tuning: &Tuning,
+) -> Manifest {
     Manifest {
         format: FORMAT,
         generator: Generator {
@@ -191,6 +209,7 @@ pub fn manifest_tuned(specs: &[KernelSpec], tuning: &Tuning) -> Manifest {
         },
         notes: notes(),
         kernels: specs.iter().map(|s| kernel(s, tuning)).collect(),
+        sm90a: sm90a::section(variants),
     }
 }
 
@@ -333,9 +352,12 @@ mod tests {
     fn json_round_trips() {
         let m = manifest(&KernelSpec::all());
         assert_eq!(Manifest::from_json(&m.to_json()), Ok(m.clone()));
-        let old = m.to_json().replacen("\"format\": 2", "\"format\": 1", 1);
+        let old = m.to_json().replacen("\"format\": 3", "\"format\": 2", 1);
         let e = Manifest::from_json(&old).unwrap_err();
-        assert!(e.contains("format 1") && e.contains("emit --all"), "{e}");
+        assert!(e.contains("format 2") && e.contains("emit --all"), "{e}");
+        let with = manifest_with_sm90a(&[], &sm90a::shipping(), &Tuning::NONE);
+        assert_eq!(with.sm90a.kernels.len(), 8);
+        assert_eq!(Manifest::from_json(&with.to_json()), Ok(with));
     }
 
     /// A tuned standard row moves the compact kernel's threshold with it.

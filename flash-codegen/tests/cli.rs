@@ -10,13 +10,14 @@ use std::process::{Command, Stdio};
 
 use common::{BIN, TempDir, cli, stderr, stdout};
 use flash_codegen::KernelSpec;
-use flash_codegen::manifest::{self, Manifest};
+use flash_codegen::manifest::{self, Manifest, sm90a};
 
 #[test]
 fn list_prints_every_kernel_name() {
     let o = cli(&["list"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let want: Vec<String> = KernelSpec::all().iter().map(KernelSpec::name).collect();
+    let mut want: Vec<String> = KernelSpec::all().iter().map(KernelSpec::name).collect();
+    want.extend(sm90a::shipping().iter().map(|v| v.name()));
     let got: Vec<String> = stdout(&o).lines().map(str::to_string).collect();
     assert_eq!(got, want);
 }
@@ -38,6 +39,13 @@ fn emit_one_to_stdout_and_to_a_file() {
         std::fs::read_to_string(&file).unwrap(),
         flash_codegen::generate(&spec)
     );
+
+    // An sm_90a kernel by its name.
+    for var in sm90a::shipping() {
+        let o = cli(&["emit", &var.name()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(stdout(&o), sm90a::ptx(var));
+    }
 }
 
 #[test]
@@ -51,6 +59,16 @@ fn emit_all_writes_every_kernel_and_the_manifest() {
     let specs = KernelSpec::all();
     assert_eq!(m.kernels.len(), specs.len());
     assert_eq!(m.generator.version, env!("CARGO_PKG_VERSION"));
+    let vars = sm90a::shipping();
+    assert_eq!(m.sm90a.kernels.len(), vars.len());
+    for (k, v) in m.sm90a.kernels.iter().zip(&vars) {
+        assert_eq!(*k, sm90a::kernel(v));
+        let ptx = std::fs::read_to_string(out.join(&k.file)).expect("the kernel's file exists");
+        assert_eq!(ptx, sm90a::ptx(*v));
+        assert!(ptx.contains(&format!(".visible .entry {}(", k.name)));
+        assert!(ptx.contains(&format!(".target {}", k.target)));
+        assert!(ptx.contains(&format!(".version {}", k.ptx_version)));
+    }
     for (k, s) in m.kernels.iter().zip(&specs) {
         assert_eq!(k.name, s.name());
         assert_eq!(k.spec, *s);
@@ -67,8 +85,12 @@ fn emit_all_writes_every_kernel_and_the_manifest() {
     let files = std::fs::read_dir(&out).unwrap().count();
     assert_eq!(
         files,
-        specs.len() + 2,
+        specs.len() + vars.len() + 2,
         "only the kernels, manifest.json and manifest.schema.json"
+    );
+    assert_eq!(
+        text,
+        manifest::manifest_with_sm90a(&specs, &vars, &flash_codegen::Tuning::NONE).to_json()
     );
     let nested = std::fs::read_dir(dir.0.join("nested")).unwrap().count();
     assert_eq!(nested, 1, "no temporary directory left next to the output");
@@ -83,6 +105,37 @@ fn emit_all_writes_every_kernel_and_the_manifest() {
         std::fs::read_to_string(again.join("manifest.json")).unwrap(),
         text
     );
+}
+
+/// `--arch` writes one architecture's kernels; the manifest lists only them (the other
+/// list empty).
+#[test]
+fn emit_all_for_one_arch() {
+    let dir = TempDir::new("arch");
+    for (arch, sm80, sm90) in [("sm90a", 0, 8), ("sm80", KernelSpec::all().len(), 0)] {
+        let out = dir.0.join(arch);
+        let o = cli(&[
+            "emit",
+            "--all",
+            "--arch",
+            arch,
+            "--out-dir",
+            out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = std::fs::read_to_string(out.join("manifest.json")).unwrap();
+        let m = Manifest::from_json(&text).unwrap();
+        assert_eq!(
+            (m.kernels.len(), m.sm90a.kernels.len()),
+            (sm80, sm90),
+            "{arch}"
+        );
+        let files = std::fs::read_dir(&out).unwrap().count();
+        assert_eq!(files, sm80 + sm90 + 2, "{arch}");
+        for k in &m.sm90a.kernels {
+            assert!(out.join(&k.file).is_file(), "{}", k.file);
+        }
+    }
 }
 
 #[test]
@@ -137,6 +190,10 @@ fn wrong_flag_combinations_name_both_forms() {
             "--out-dir DIR is only for --all",
         ),
         (vec!["emit", "-o", &f], "-o FILE needs the kernel NAME"),
+        (
+            vec!["emit", name, "--arch", "sm90a"],
+            "--arch is only for --all",
+        ),
         (
             vec!["emit"],
             "emit needs a kernel NAME or --all --out-dir DIR",

@@ -79,10 +79,10 @@ fn a_failed_write_leaves_an_existing_directory_as_it_was() {
     // Without the limit: the generated files are replaced, keep.txt stays.
     let o = cli(&["emit", "--all", "--out-dir", &out]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let specs = KernelSpec::all();
+    let (specs, vars) = (KernelSpec::all(), manifest::sm90a::shipping());
     assert_eq!(
         file_count(&dir),
-        specs.len() + 3,
+        specs.len() + vars.len() + 3,
         "kernels, manifest, schema, keep.txt"
     );
     assert_eq!(
@@ -90,7 +90,11 @@ fn a_failed_write_leaves_an_existing_directory_as_it_was() {
         "mine"
     );
     let text = std::fs::read_to_string(dir.join("manifest.json")).unwrap();
-    assert_eq!(text, manifest::manifest(&specs).to_json());
+    let tuning = flash_codegen::Tuning::NONE;
+    assert_eq!(
+        text,
+        manifest::manifest_with_sm90a(&specs, &vars, &tuning).to_json()
+    );
     let spec: KernelSpec = "fa2_fwd_d32_f16_sm80".parse().unwrap();
     assert_eq!(
         std::fs::read_to_string(dir.join(manifest::file_name(&spec))).unwrap(),

@@ -1,7 +1,8 @@
 //! Manifest layer, tests: `manifest.schema.json` ([`manifest::SCHEMA`]) describes exactly
 //! what the manifest writes. Every kernel's manifest validates against it; a missing field,
 //! an unknown one or a wrong value does not; and each of its enums is the set of values
-//! the Rust enums serialize to, so neither side can drift from the other.
+//! the Rust enums serialize to, so neither side can drift from the other. (The sm90a
+//! section's values: manifest_schema_sm90a.rs.)
 //! (The validator, for the subset of JSON Schema the schema uses: schema_validator/.)
 
 use std::collections::BTreeSet;
@@ -10,25 +11,12 @@ use flash_codegen::abi::AbiTy;
 use flash_codegen::manifest;
 use flash_codegen::spec::{HEAD_DIMS, Sm80Tiles, parse_override};
 use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Sm80Layout, TileConfig, Tiling, Tuning};
-use schema_validator::{ANNOTATIONS, ASSERTIONS, Validator};
+use schema_support::{allowed, edited, every_kernel, schema, serialized, validate};
+use schema_validator::{ANNOTATIONS, ASSERTIONS};
 use serde_json::{Value, json};
 
+mod schema_support;
 mod schema_validator;
-
-fn schema() -> Value {
-    serde_json::from_str(manifest::SCHEMA).expect("the schema is JSON")
-}
-
-/// The errors of validating `m` against the schema.
-fn validate(m: &Value) -> Vec<String> {
-    let root = schema();
-    Validator { root: &root }.errors(&root, m, "")
-}
-
-/// The manifest of every kernel, as JSON.
-fn every_kernel() -> Value {
-    serde_json::from_str(&manifest::manifest(&KernelSpec::all()).to_json()).unwrap()
-}
 
 /// Every subschema of `s` (itself, `$defs`, `properties`, `items`, `additionalProperties`).
 fn subschemas(s: &Value, out: &mut Vec<Value>) {
@@ -91,20 +79,6 @@ fn every_kernels_manifest_validates() {
     let tuned = manifest::manifest_tuned(&KernelSpec::all(), &tuning).to_json();
     let errs = validate(&serde_json::from_str(&tuned).unwrap());
     assert!(errs.is_empty(), "{errs:#?}");
-}
-
-/// `m` with the value at `pointer` replaced by `value`, or removed when `None`.
-fn edited(m: &Value, pointer: &str, value: Option<Value>) -> Value {
-    let mut m = m.clone();
-    let (parent, key) = pointer.rsplit_once('/').unwrap();
-    match (m.pointer_mut(parent).unwrap(), value) {
-        (Value::Object(o), Some(v)) => drop(o.insert(key.to_string(), v)),
-        (Value::Object(o), None) => drop(o.remove(key).expect("the field exists")),
-        (Value::Array(a), Some(v)) => a[key.parse::<usize>().unwrap()] = v,
-        (Value::Array(a), None) => drop(a.remove(key.parse().unwrap())),
-        (other, _) => panic!("{parent} is {other}"),
-    }
-    m
 }
 
 /// Each change makes the manifest invalid, with one error, at the place changed.
@@ -183,7 +157,7 @@ fn a_missing_field_an_unknown_field_or_a_wrong_value_fails() {
             json!("int64"),
             "/kernels/0/params/0/numpy: \"int64\"",
         ),
-        ("/format", json!(1), "/format: 1 is not 2"),
+        ("/format", json!(2), "/format: 2 is not 3"),
         (
             "/generator/name",
             json!("other"),
@@ -244,26 +218,6 @@ fn a_missing_field_an_unknown_field_or_a_wrong_value_fails() {
         Some(Value::Null),
     ));
     assert!(errs.is_empty(), "{errs:#?}");
-}
-
-/// The set of values the schema allows at `pointer` (an `enum` or a `const`).
-fn allowed(pointer: &str) -> BTreeSet<String> {
-    let s = schema();
-    let at = s.pointer(pointer).unwrap_or_else(|| panic!("no {pointer}"));
-    let values = match (at.get("enum"), at.get("const")) {
-        (Some(Value::Array(v)), _) => v.clone(),
-        (_, Some(c)) => vec![c.clone()],
-        _ => panic!("{pointer} has no enum"),
-    };
-    values.iter().map(Value::to_string).collect()
-}
-
-/// How each of `values` serializes, as JSON text.
-fn serialized<T: serde::Serialize>(values: impl IntoIterator<Item = T>) -> BTreeSet<String> {
-    values
-        .into_iter()
-        .map(|v| serde_json::to_string(&v).unwrap())
-        .collect()
 }
 
 /// Every tiling. A new variant fails to compile here until it is listed (then the schema

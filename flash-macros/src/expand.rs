@@ -1,6 +1,7 @@
 //! Output layer: the module `flash_kernel!` expands to, with the PTX of every variant
 //! generated here, at compile time, and embedded as string literals.
 
+use flash_codegen::kernels::sm90::fwd;
 use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::quote;
@@ -10,13 +11,18 @@ use crate::parse::{Input, parse};
 
 /// Expand a `flash_kernel!` input (the tokens between the macro's braces).
 pub fn expand(tokens: TokenStream) -> syn::Result<TokenStream> {
-    Ok(module(&parse(tokens)?, |spec| {
-        flash_codegen::generate(spec)
+    Ok(module(&parse(tokens)?, flash_codegen::generate, |var| {
+        flash_codegen::manifest::sm90a::ptx(*var)
     }))
 }
 
-/// The module of `input`, with `ptx` giving each variant's text (tests pass a stand-in).
-pub fn module(input: &Input, ptx: impl Fn(&KernelSpec) -> String) -> TokenStream {
+/// The module of `input`, with `ptx` and `sm90a_ptx` giving each variant's text (the
+/// generator's: what `flash-codegen emit` writes).
+pub fn module(
+    input: &Input,
+    ptx: impl Fn(&KernelSpec) -> String,
+    sm90a_ptx: impl Fn(&fwd::Variant) -> String,
+) -> TokenStream {
     let Input {
         attrs, vis, ident, ..
     } = input;
@@ -35,12 +41,28 @@ pub fn module(input: &Input, ptx: impl Fn(&KernelSpec) -> String) -> TokenStream
             pub const #c: #rt::EmbeddedKernel = #rt::EmbeddedKernel::new(#spec_tokens, #text);
         }
     });
+    let sm90a_names: Vec<String> = input.sm90a.iter().map(fwd::Variant::name).collect();
+    let sm90a_consts: Vec<Ident> = sm90a_names
+        .iter()
+        .map(|n| Ident::new(&n.to_uppercase(), Span::call_site()))
+        .collect();
+    let sm90a_items = input.sm90a.iter().zip(&sm90a_consts).map(|(var, c)| {
+        let doc = format!(" The embedded sm_90a forward `{}`.", var.name());
+        let var_tokens = variant_expr(var);
+        let text = Literal::string(&sm90a_ptx(var));
+        quote! {
+            #[doc = #doc]
+            pub const #c: #rt::EmbeddedSm90aKernel =
+                #rt::EmbeddedSm90aKernel::new(#var_tokens, #text);
+        }
+    });
     let list = names
         .iter()
+        .chain(&sm90a_names)
         .map(|n| format!("`{n}`"))
         .collect::<Vec<_>>()
         .join(", ");
-    let count = match names.len() {
+    let count = match names.len() + sm90a_names.len() {
         1 => "1 kernel".to_string(),
         n => format!("{n} kernels"),
     };
@@ -60,23 +82,73 @@ pub fn module(input: &Input, ptx: impl Fn(&KernelSpec) -> String) -> TokenStream
             /// [`FlashAttention::register_kernels`]: ::flash_ptx::runtime::FlashAttention::register_kernels
             pub static KERNELS: &[#rt::EmbeddedKernel] = &[#(#consts),*];
 
-            /// A runtime on `ctx` that runs only this module's kernels and never generates
-            /// code; other variants fail with `FlashError::KernelNotEmbedded`.
+            #(#sm90a_items)*
+
+            /// Every sm_90a forward of this module (`arch = sm90a`), for
+            /// [`FlashAttention::register_sm90a_kernels`].
+            ///
+            /// [`FlashAttention::register_sm90a_kernels`]: ::flash_ptx::runtime::FlashAttention::register_sm90a_kernels
+            pub static SM90A_KERNELS: &[#rt::EmbeddedSm90aKernel] = &[#(#sm90a_consts),*];
+
+            /// A runtime on `ctx` that runs only this module's kernels (the sm_90a
+            /// forwards on compute capability 9.0) and never generates code; other
+            /// variants fail with `FlashError::KernelNotEmbedded`.
             pub fn runtime(
                 ctx: ::std::sync::Arc<#rt::cudarc::driver::CudaContext>,
             ) -> #rt::Result<#rt::FlashAttention> {
-                #rt::FlashAttention::with_kernels(ctx, KERNELS)
+                let rt = #rt::FlashAttention::with_kernels(ctx, KERNELS)?;
+                rt.register_sm90a_kernels(SM90A_KERNELS);
+                Ok(rt)
             }
 
             /// [`runtime`] on device `ordinal`'s primary context.
             pub fn on_device(ordinal: usize) -> #rt::Result<#rt::FlashAttention> {
-                #rt::FlashAttention::on_device_with_kernels(ordinal, KERNELS)
+                let rt = #rt::FlashAttention::on_device_with_kernels(ordinal, KERNELS)?;
+                rt.register_sm90a_kernels(SM90A_KERNELS);
+                Ok(rt)
             }
 
             /// Make `rt` use this module's PTX for its kernels (it still generates others).
             pub fn register(rt: &#rt::FlashAttention) {
-                rt.register_kernels(KERNELS)
+                rt.register_kernels(KERNELS);
+                rt.register_sm90a_kernels(SM90A_KERNELS);
             }
+        }
+    }
+}
+
+/// `var` as a constant expression, with absolute paths (every field by name: a new one
+/// fails to compile here).
+fn variant_expr(var: &fwd::Variant) -> TokenStream {
+    let cg = quote!(::flash_ptx::codegen);
+    let fwd::Variant {
+        dtype,
+        head_dim,
+        causal,
+        overlap,
+        pingpong,
+        consumers,
+        persistent,
+        debug,
+    } = *var;
+    let dtype = match dtype {
+        DType::F16 => quote!(F16),
+        DType::Bf16 => quote!(Bf16),
+    };
+    let (head_dim, consumers) = (
+        Literal::u32_suffixed(head_dim),
+        Literal::u32_suffixed(consumers),
+    );
+    quote! {
+        #cg::kernels::sm90::fwd::Variant {
+            dtype: #cg::DType::#dtype,
+            head_dim: #head_dim,
+            causal: #causal,
+            overlap: #overlap,
+            pingpong: #pingpong,
+            consumers: #consumers,
+            persistent: #persistent,
+            debug: #debug,
         }
     }
 }

@@ -10,6 +10,7 @@
 
 mod expand;
 mod parse;
+mod sm90a;
 mod values;
 
 #[cfg(test)]
@@ -60,7 +61,18 @@ mod tests;
 /// | `dtype` | `f16`, `bf16` | required |
 /// | `causal` | `false`, `true` | required |
 /// | `passes` | `fwd`, `bwd`, `kvcache`, `paged`, `varlen`, `varlen_bwd`, `fwd_local`, `varlen_local`, `kvcache_local`, `paged_local`, `bwd_local`, `varlen_bwd_local` | required |
-/// | `arch` | `sm80` | optional, default `sm80` |
+/// | `arch` | `sm80`, `sm90a` | optional, default `sm80` |
+///
+/// `arch` is literal: `sm80` embeds the sm_80 kernels, `sm90a` the sm_90a (Hopper: wgmma,
+/// TMA; compute capability 9.0) forward, `[sm80, sm90a]` both. The sm_90a path is the
+/// dense forward only: `sm90a` embeds `fwd::Variant::shipping` of each `dtype`, `causal`
+/// and head dim 64 or 128 with `fwd` in `passes` (no softcap, ALiBi or window). With
+/// `sm90a` alone every head dim, pass and `softcap`/`alibi` value must have such a kernel
+/// (anything else is a compile error on its token: add `sm80`); with `sm80` beside it,
+/// `sm90a` adds the forwards of the combinations that have one, and must add at least
+/// one. An embedded-only runtime runs the sm_90a forward on compute capability 9.0 for
+/// the calls `ForwardArch::Auto` gives it, the sm_80 kernels for the rest (with `sm90a`
+/// alone: `FlashError::KernelNotEmbedded`, naming the keys to add).
 ///
 /// Only the kernel head dims are instantiable: a problem of head dim `d` (a multiple of 8
 /// up to 256) runs on the kernel `KernelSpec::kernel_head_dim(d)`, the next one up (head
@@ -94,7 +106,7 @@ mod tests;
 ///
 /// Compile errors point at the offending token: an unknown or duplicate key, a missing
 /// required key, an empty list or a repeated value, an unsupported head dim, an unknown
-/// dtype, pass or arch.
+/// dtype, pass or arch, an `sm90a` that cannot embed what the other keys ask for.
 ///
 /// # Expansion
 ///
@@ -102,9 +114,13 @@ mod tests;
 /// - one `pub const FA2_..._SM80: EmbeddedKernel` per variant (the spec and its PTX, named
 ///   after the kernel: `FA2_FWD_D128_BF16_CAUSAL_SM80`);
 /// - `pub static KERNELS: &[EmbeddedKernel]`, all of them in `KernelSpec` order;
+/// - with `sm90a`, one `pub const FA3_FWD_..._SM90A: EmbeddedSm90aKernel` per sm_90a
+///   forward (the variant and its PTX, named after its entry:
+///   `FA3_FWD_D128_BF16_CAUSAL_OVL_PP_M128_SM90A`);
+/// - `pub static SM90A_KERNELS: &[EmbeddedSm90aKernel]`, those (empty without `sm90a`);
 /// - `pub fn runtime(ctx) -> Result<FlashAttention>` and `pub fn on_device(ordinal)`:
-///   a runtime that runs only `KERNELS` and fails with `FlashError::KernelNotEmbedded`
-///   (saying what to add here) for any other variant;
+///   a runtime that runs only `KERNELS` and `SM90A_KERNELS` and fails with
+///   `FlashError::KernelNotEmbedded` (saying what to add here) for any other variant;
 /// - `pub fn register(rt: &FlashAttention)`: use this PTX in a runtime that still
 ///   generates the variants it lacks.
 ///

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeSet;
 
+use flash_codegen::kernels::sm90::fwd;
 use flash_codegen::{Arch, DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Error, Ident, Lit, Result, Token, Visibility, braced, bracketed};
 
-use crate::values::{Atom, Passes, arch, causal, dtype, each, head_dim, passes};
+use crate::values::{Atom, Passes, Target, arch, causal, dtype, each, head_dim, passes};
 
 /// The keys, in the order the docs give them. `arch` is the only optional one.
 const KEYS: [&str; 7] = [
@@ -22,6 +23,8 @@ pub struct Input {
     pub vis: Visibility,
     pub ident: Ident,
     pub specs: BTreeSet<KernelSpec>,
+    /// The sm_90a forwards (`arch = sm90a`), in `manifest::sm90a::shipping` order.
+    pub sm90a: Vec<fwd::Variant>,
 }
 
 impl Parse for Atom {
@@ -37,10 +40,10 @@ impl Parse for Atom {
 }
 
 /// `key = atom` or `key = [atom, ...]` (`list` holds the brackets' span).
-struct Entry {
-    key: Ident,
+pub(crate) struct Entry {
+    pub(crate) key: Ident,
     list: Option<Span>,
-    values: Vec<Atom>,
+    pub(crate) values: Vec<Atom>,
 }
 
 impl Parse for Entry {
@@ -86,29 +89,31 @@ impl Parse for Input {
                 input.error("unexpected tokens after the module: one module per invocation")
             );
         }
-        let specs = specs(&ident, entries.into_iter().collect())?;
+        let (specs, sm90a) = specs(&ident, entries.into_iter().collect())?;
         Ok(Input {
             attrs,
             vis,
             ident,
             specs,
+            sm90a,
         })
     }
 }
 
 /// The checked values of every key.
-struct Args {
-    head_dims: Vec<u32>,
-    dtypes: Vec<DType>,
-    causal: Vec<bool>,
-    passes: Vec<Passes>,
-    arch: Vec<Arch>,
+pub(crate) struct Args {
+    pub(crate) head_dims: Vec<u32>,
+    pub(crate) dtypes: Vec<DType>,
+    pub(crate) causal: Vec<bool>,
+    pub(crate) passes: Vec<Passes>,
+    pub(crate) arch: Vec<Target>,
     /// Plain scores, softcap and ALiBi where `softcap = true`, `alibi = true` ask for them.
-    scores: Vec<Scores>,
+    pub(crate) scores: Vec<Scores>,
 }
 
-/// Check every entry and make the product of the values.
-fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
+/// Check every entry and make the product of the values: the sm_80 kernels and the sm_90a
+/// forwards.
+fn specs(module: &Ident, entries: Vec<Entry>) -> Result<(BTreeSet<KernelSpec>, Vec<fwd::Variant>)> {
     let mut seen: Vec<&Ident> = Vec::new();
     for e in &entries {
         let key = e.key.to_string();
@@ -162,11 +167,12 @@ fn specs(module: &Ident, entries: Vec<Entry>) -> Result<BTreeSet<KernelSpec>> {
         passes: each(values("passes"), passes)?,
         arch: match entries.iter().find(|e| e.key == "arch") {
             Some(e) => each(&e.values, arch)?,
-            None => vec![Arch::Sm80],
+            None => vec![Target::Sm80(Arch::Sm80)],
         },
         scores: scores(&entries)?,
     };
-    Ok(product(&args))
+    let sm90a = crate::sm90a::variants(&entries, &args)?;
+    Ok((product(&args), sm90a))
 }
 
 /// The score transforms `softcap` and `alibi` ask for (default plain); both on at once
@@ -210,7 +216,7 @@ fn scores(entries: &[Entry]) -> Result<Vec<Scores>> {
 /// have no mask).
 fn product(a: &Args) -> BTreeSet<KernelSpec> {
     let mut specs = BTreeSet::new();
-    for &arch in &a.arch {
+    for arch in a.arch.iter().filter_map(|t| t.sm80()) {
         for &head_dim in &a.head_dims {
             for &dtype in &a.dtypes {
                 for &causal in &a.causal {

@@ -133,6 +133,36 @@ fn errors_say_what_is_wrong() {
             "unknown arch `sm90`",
         ),
         (
+            quote!(mod m { head_dim = [64, 96], dtype = f16, causal = false, passes = fwd,
+                           arch = sm90a }),
+            "head_dim 96 has no sm_90a kernel: `arch = sm90a` embeds the sm_90a forward",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = [fwd, bwd],
+                           arch = sm90a }),
+            "pass `bwd` has no sm_90a kernel",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = fwd,
+                           arch = sm90a, softcap = [false, true] }),
+            "`softcap = true` has no sm_90a kernel",
+        ),
+        (
+            quote!(mod m { head_dim = 96, dtype = f16, causal = false, passes = fwd,
+                           arch = [sm80, sm90a] }),
+            "`sm90a` embeds nothing here (no head dim 64 or 128)",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = bwd,
+                           arch = [sm80, sm90a] }),
+            "`sm90a` embeds nothing here (no `fwd` in `passes`)",
+        ),
+        (
+            quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = fwd,
+                           arch = [sm90a, sm90a] }),
+            "this value is already in the list",
+        ),
+        (
             quote!(mod m { head_dim = 64, dtype = f16 }),
             "flash_kernel! module `m` is missing `causal`, `passes`",
         ),
@@ -245,4 +275,65 @@ fn alibi_brings_its_kernels_and_the_plain_helpers() {
     });
     let err = both.err().expect("softcap and alibi at once").to_string();
     assert!(err.contains("no kernel computes both"), "{err}");
+}
+
+/// `arch` is literal: `sm90a` alone embeds only the sm_90a forwards (the shipping
+/// variant of each dtype, head dim and mask), `[sm80, sm90a]` both, and no `arch` the
+/// sm_80 kernels only.
+#[test]
+fn arch_sm90a_embeds_the_shipping_forwards() {
+    use flash_codegen::DType;
+    use flash_codegen::kernels::sm90::fwd::Variant;
+
+    let only = parse(quote! {
+        mod m { head_dim = [64, 128], dtype = [f16, bf16], causal = [false, true], passes = fwd,
+                arch = sm90a }
+    })
+    .unwrap();
+    assert!(only.specs.is_empty());
+    assert_eq!(only.sm90a, flash_codegen::manifest::sm90a::shipping());
+
+    let both = parse(quote! {
+        mod m { head_dim = [64, 96], dtype = bf16, causal = true, passes = [fwd, bwd],
+                arch = [sm80, sm90a] }
+    })
+    .unwrap();
+    // sm_90a: the forward at d64 only (d96 and bwd have none); sm_80: everything
+    assert_eq!(both.sm90a, [Variant::shipping(DType::Bf16, 64, true)]);
+    let sm80 = parse(quote! {
+        mod m { head_dim = [64, 96], dtype = bf16, causal = true, passes = [fwd, bwd] }
+    })
+    .unwrap();
+    assert!(sm80.sm90a.is_empty());
+    assert_eq!(both.specs, sm80.specs);
+
+    // the expansion: a typed constant per forward, SM90A_KERNELS, and the runtime
+    // constructors register them
+    let out = expand(quote! {
+        mod m { head_dim = 128, dtype = f16, causal = false, passes = fwd, arch = sm90a }
+    })
+    .unwrap();
+    let mut ptx = Vec::new();
+    let text = pretty(redact(out, &mut ptx));
+    let var = Variant::shipping(DType::F16, 128, false);
+    let name = var.name();
+    let konst = format!(
+        "pub const {}: ::flash_ptx::runtime::EmbeddedSm90aKernel",
+        name.to_uppercase()
+    );
+    assert!(text.contains(&konst), "{text}");
+    assert!(
+        text.contains("pub static KERNELS: &[::flash_ptx::runtime::EmbeddedKernel] = &[];"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rt.register_sm90a_kernels(SM90A_KERNELS)"),
+        "{text}"
+    );
+    assert_eq!(ptx.len(), 1);
+    let expected = Literal::string(&flash_codegen::manifest::sm90a::ptx(var));
+    assert!(
+        ptx[0].to_string() == expected.to_string(),
+        "the embedded PTX differs"
+    );
 }

@@ -140,11 +140,35 @@ pub(crate) fn passes(a: &Atom) -> Result<Passes> {
     }
 }
 
-pub(crate) fn arch(a: &Atom) -> Result<Arch> {
-    let expected = "`sm80` (mma.sync kernels for every GPU from sm_80 on, H100/H200 included)";
+/// An `arch` value: the sm_80 kernels (`KernelSpec`s of `arch`), or the sm_90a forwards
+/// (`fwd::Variant`s, which have no `KernelSpec`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Target {
+    Sm80(Arch),
+    Sm90a,
+}
+
+impl Target {
+    /// The sm_80 arch, if this is one.
+    pub(crate) fn sm80(self) -> Option<Arch> {
+        match self {
+            Target::Sm80(a) => Some(a),
+            Target::Sm90a => None,
+        }
+    }
+}
+
+pub(crate) fn arch(a: &Atom) -> Result<Target> {
+    let expected = "`sm80` (mma.sync kernels for every GPU from sm_80 on, H100/H200 included), \
+                    `sm90a` (the Hopper forward: wgmma and TMA, compute capability 9.0; head \
+                    dims 64 and 128, `passes = fwd`) or a list of both, `[sm80, sm90a]`";
     let w = word(a, "an arch", expected)?;
+    if w == "sm90a" {
+        return Ok(Target::Sm90a);
+    }
     Arch::ALL
         .into_iter()
         .find(|x| w == x.name())
+        .map(Target::Sm80)
         .ok_or_else(|| Error::new(w.span(), format!("unknown arch `{w}`: expected {expected}")))
 }

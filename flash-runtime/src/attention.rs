@@ -48,10 +48,7 @@ pub(crate) fn alloc<T: ValidAsZeroBits + cudarc::driver::DeviceRepr>(
     Ok(stream.alloc_zeros::<T>(n.max(1))?)
 }
 
-/// The product of dims, saturating (the checks then report the tensor as too large).
-pub(crate) fn prod_of(dims: &[usize]) -> usize {
-    dims.iter().fold(1usize, |a, &d| a.saturating_mul(d))
-}
+pub(crate) use crate::validate::prod as prod_of; // saturating: the checks report it too large
 
 /// A loaded kernel: the module (kept alive) and its entry point.
 type Loaded = (Arc<CudaModule>, CudaFunction);
@@ -74,11 +71,15 @@ pub struct FlashAttention {
     pub(crate) sms: u32,
     /// Shared memory per SM (the device's, or less after
     /// [`FlashAttention::limit_smem_per_sm`]) and the device's own.
-    smem_per_sm: (u64, u64),
+    pub(crate) smem_per_sm: (u64, u64),
     /// Generate the PTX of variants that have none registered (off for embedded-only).
     generate: bool,
+    /// Which forward `forward_into` runs ([`FlashAttention::set_forward_arch`]).
+    pub(crate) fwd_arch: crate::ForwardArch,
     modules: Mutex<BTreeMap<KernelSpec, Loaded>>,
     registered: Mutex<BTreeMap<KernelSpec, &'static str>>,
+    /// Registered sm_90a forward PTX by entry name (`embedded::EmbeddedSm90aKernel`).
+    pub(crate) registered_sm90a: Mutex<BTreeMap<String, &'static str>>,
     entries: Mutex<BTreeMap<String, CudaFunction>>,
     /// The split-KV forward's partial buffers, one per stream (keyed by the `CUstream`; the
     /// slice holds its stream, so the key cannot be reused while it is cached), kept
@@ -132,8 +133,10 @@ impl FlashAttention {
             sms: sms.max(1) as u32,
             smem_per_sm: (per_sm, per_sm),
             generate: true,
+            fwd_arch: crate::ForwardArch::Auto,
             modules: Mutex::new(BTreeMap::new()),
             registered: Mutex::new(BTreeMap::new()),
+            registered_sm90a: Mutex::new(BTreeMap::new()),
             entries: Mutex::new(BTreeMap::new()),
             kv_scratch: Mutex::new(BTreeMap::new()),
         })
@@ -141,7 +144,9 @@ impl FlashAttention {
 
     /// A runtime on `ctx` that runs only `kernels` (e.g. a `flash_kernel!` module's
     /// `KERNELS`) and never generates code: a call that needs another variant fails with
-    /// [`FlashError::KernelNotEmbedded`], which says what to add to the invocation.
+    /// [`FlashError::KernelNotEmbedded`], which says what to add to the invocation. Add
+    /// sm_90a forwards with [`FlashAttention::register_sm90a_kernels`] (a module's
+    /// `runtime` does both).
     pub fn with_kernels(ctx: Arc<CudaContext>, kernels: &[EmbeddedKernel]) -> Result<Self> {
         let mut rt = Self::new(ctx)?;
         rt.generate = false;
@@ -155,53 +160,6 @@ impl FlashAttention {
             return Err(FlashError::NoDriver);
         }
         Self::with_kernels(CudaContext::new(ordinal)?, kernels)
-    }
-
-    /// Plans every later call as if the GPU allowed at most `bytes` of dynamic shared
-    /// memory per block (never more than it does): the kernels a GPU with less shared
-    /// memory runs (e.g. RTX 30/40's 99 KiB: the d256 forward's compact tiling) can then
-    /// be tested on a larger one.
-    pub fn limit_smem(&mut self, bytes: u64) {
-        self.smem_optin = self.smem_optin.min(bytes);
-    }
-
-    /// Runs every kernel loaded after this call as if each SM had at most `bytes` of
-    /// shared memory (never more than it has), so that a larger GPU fits as many CTAs per
-    /// SM as a smaller one (an A100's 164 KiB on an H100/H200, whose 164 KB configuration
-    /// matches it): each kernel's preferred carveout
-    /// (`CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT`) is set to the largest whole
-    /// percentage of the SM's shared memory at or below `bytes`. The carveout is a hint:
-    /// the driver takes a configuration that fits it (rounding up) and, for a kernel that
-    /// needs more, a larger one. For tests and benchmarks; kernels already loaded keep
-    /// theirs.
-    pub fn limit_smem_per_sm(&mut self, bytes: u64) {
-        self.smem_per_sm.0 = self.smem_per_sm.0.min(bytes);
-    }
-
-    /// The shared memory per SM this runtime runs kernels with (the GPU's, or less after
-    /// [`FlashAttention::limit_smem_per_sm`]).
-    pub fn smem_per_sm(&self) -> u64 {
-        self.smem_per_sm.0
-    }
-
-    /// Plans every later call as if the GPU had compute capability `(major, minor)` at
-    /// most (never more than it has): the kernels older GPUs run (the varlen backward's
-    /// standard rows, which sm_80-sm_89 run where 9.0 and newer run the wide ones) can
-    /// then be tested on a newer one.
-    pub fn limit_compute_capability(&mut self, major: u32, minor: u32) {
-        self.cc = self.cc.min((major, minor));
-    }
-
-    /// The compute capability this runtime plans for (the GPU's, or less after
-    /// [`FlashAttention::limit_compute_capability`]).
-    pub fn compute_capability(&self) -> (u32, u32) {
-        self.cc
-    }
-
-    /// The dynamic shared memory per block this runtime plans for (the GPU's opt-in
-    /// limit, or less after [`FlashAttention::limit_smem`]).
-    pub fn smem_limit(&self) -> u64 {
-        self.smem_optin
     }
 
     /// Whether variants without registered PTX are generated on first use (true unless

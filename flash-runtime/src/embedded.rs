@@ -1,12 +1,15 @@
 //! Runtime side of `flash_kernel!`: [`EmbeddedKernel`] (a spec and its PTX, embedded at
-//! compile time) and where [`crate::FlashAttention`] gets a kernel's PTX from.
+//! compile time), [`EmbeddedSm90aKernel`] (an sm_90a forward and its PTX), and where
+//! [`crate::FlashAttention`] gets a kernel's PTX from.
 
 use std::borrow::Cow;
 use std::fmt;
 
+use flash_codegen::kernels::sm90::fwd;
 use flash_codegen::spec::HEAD_DIMS;
 use flash_codegen::{KernelSpec, Pass};
 
+use crate::attention::{FlashAttention, lock};
 use crate::error::{FlashError, Result};
 
 /// One kernel variant with its PTX, embedded in the binary at compile time (by
@@ -46,6 +49,90 @@ impl fmt::Debug for EmbeddedKernel {
             .field("ptx_bytes", &self.ptx.len())
             .finish()
     }
+}
+
+/// One sm_90a (Hopper: wgmma, TMA) forward kernel with its PTX, embedded in the binary at
+/// compile time (by `flash_ptx::flash_kernel!` with `arch = sm90a` or `arch = [sm80,
+/// sm90a]`, which makes a `SM90A_KERNELS` slice of these).
+///
+/// Give them to [`FlashAttention::register_sm90a_kernels`]: on compute capability 9.0 the
+/// forward calls the sm_90a kernel can run ([`crate::ForwardArch::Auto`]) then run on this
+/// PTX, also in a runtime that never generates code ([`FlashAttention::with_kernels`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct EmbeddedSm90aKernel {
+    variant: fwd::Variant,
+    ptx: &'static str,
+}
+
+impl EmbeddedSm90aKernel {
+    /// `ptx` must be the module text of `variant` (its entry is named `variant.name()`), as
+    /// `flash_codegen::manifest::sm90a::ptx(variant)` returns it (what `flash-codegen emit`
+    /// writes); a wrong text fails when it is loaded.
+    pub const fn new(variant: fwd::Variant, ptx: &'static str) -> Self {
+        EmbeddedSm90aKernel { variant, ptx }
+    }
+
+    /// The variant (`fwd::Variant::shipping` for the kernels `flash_kernel!` embeds).
+    pub const fn variant(&self) -> fwd::Variant {
+        self.variant
+    }
+
+    /// Its PTX module text.
+    pub const fn ptx(&self) -> &'static str {
+        self.ptx
+    }
+
+    /// Its entry name (`fa3_fwd_..._sm90a`), the key it is registered under.
+    pub fn name(&self) -> String {
+        self.variant.name()
+    }
+}
+
+impl fmt::Debug for EmbeddedSm90aKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmbeddedSm90aKernel")
+            .field("variant", &self.variant.name())
+            .field("ptx_bytes", &self.ptx.len())
+            .finish()
+    }
+}
+
+impl FlashAttention {
+    /// Use the embedded PTX of these sm_90a forwards (e.g. a `flash_kernel!` module's
+    /// `SM90A_KERNELS`) instead of generating it; in a runtime made by
+    /// [`FlashAttention::with_kernels`], [`crate::ForwardArch::Auto`] then runs them on
+    /// compute capability 9.0 for the calls they take. Registered by entry name; an entry
+    /// already loaded keeps its module.
+    pub fn register_sm90a_kernels(&self, kernels: &[EmbeddedSm90aKernel]) {
+        let mut registered = lock(&self.registered_sm90a);
+        for k in kernels {
+            registered.insert(k.name(), k.ptx());
+        }
+    }
+
+    /// Whether the sm_90a forward `variant`'s PTX is at hand: registered, or generated on
+    /// demand.
+    pub fn has_sm90a_ptx(&self, variant: &fwd::Variant) -> bool {
+        self.generates_on_demand() || self.registered_sm90a_ptx(&variant.name()).is_some()
+    }
+
+    /// The registered PTX of the sm_90a entry `name`.
+    pub(crate) fn registered_sm90a_ptx(&self, name: &str) -> Option<&'static str> {
+        lock(&self.registered_sm90a).get(name).copied()
+    }
+}
+
+/// What to add to a `flash_kernel!` invocation so that it embeds the sm_90a forward
+/// `var`.
+pub(crate) fn missing_sm90a_hint(var: &fwd::Variant) -> String {
+    format!(
+        "add `arch = [sm80, sm90a]` (or `sm90a`), `head_dim = {}`, `dtype = {}`, `causal = {}` \
+         and `passes = fwd` to the `flash_kernel!` invocation, or make the runtime with \
+         `FlashAttention::new` to generate it on demand",
+        var.head_dim,
+        var.dtype.name(),
+        var.causal
+    )
 }
 
 /// The PTX of `spec`: the registered text if there is one, else generated when `generate`
@@ -94,7 +181,8 @@ pub(crate) fn missing_kernel_hint(spec: &KernelSpec) -> String {
     };
     format!(
         "add `head_dim = {d}` ({dims}), `dtype = {}`{causal} and {pass} to the \
-         `flash_kernel!` invocation (list values instantiate every combination), or make the \
+         `flash_kernel!` invocation, with `sm80` in its `arch` (the default; list values \
+         instantiate every combination), or make the \
          runtime with `FlashAttention::new` and `register_kernels` to generate missing kernels \
          on demand",
         spec.dtype.name()
@@ -173,7 +261,37 @@ mod tests {
     }
 
     #[test]
+    fn the_sm90a_error_says_what_to_add() {
+        let var = fwd::Variant::shipping(DType::F16, 64, true);
+        let msg = FlashError::Sm90aKernelNotEmbedded { variant: var }.to_string();
+        assert!(
+            msg.starts_with(&format!("sm_90a kernel `{}` is not embedded", var.name())),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(
+                "add `arch = [sm80, sm90a]` (or `sm90a`), `head_dim = 64`, `dtype = f16`, \
+                 `causal = true` and `passes = fwd`"
+            ),
+            "{msg}"
+        );
+        // the sm80 hint names the arch its kernels need
+        let msg = missing_kernel_hint(&spec(Pass::Fwd, 64, false));
+        assert!(msg.contains("with `sm80` in its `arch`"), "{msg}");
+    }
+
+    #[test]
     fn debug_does_not_print_the_ptx() {
+        let var = fwd::Variant::shipping(DType::Bf16, 128, false);
+        let k = EmbeddedSm90aKernel::new(var, "01234");
+        assert_eq!(k.name(), var.name());
+        assert_eq!(
+            format!("{k:?}"),
+            format!(
+                "EmbeddedSm90aKernel {{ variant: \"{}\", ptx_bytes: 5 }}",
+                var.name()
+            )
+        );
         let k = EmbeddedKernel::new(spec(Pass::Fwd, 64, false), "0123456789");
         assert_eq!(
             format!("{k:?}"),

@@ -144,6 +144,19 @@ pub enum FlashError {
     )]
     TensorMap(String),
 
+    /// A forward forced onto one kernel family ([`crate::ForwardArch::Sm90a`]) that cannot
+    /// run the call; [`crate::ForwardArch::Auto`] runs one that can.
+    #[error(
+        "{arch} cannot run this call: {why} (ForwardArch::Auto runs the sm_80 forward where \
+         the sm_90a one cannot)"
+    )]
+    ArchUnavailable {
+        /// The forced choice (`ForwardArch::Sm90a`).
+        arch: &'static str,
+        /// What refused, and what the kernel takes.
+        why: String,
+    },
+
     /// A tensor or stream belongs to another CUDA context than this runtime.
     #[error(
         "`{what}` belongs to a different CUDA context than this FlashAttention instance; \
@@ -182,6 +195,21 @@ pub enum FlashError {
     KernelNotEmbedded {
         /// The variant the call needs.
         spec: KernelSpec,
+    },
+
+    /// A runtime that does not generate code ([`crate::FlashAttention::with_kernels`]) was
+    /// asked to launch an sm_90a forward whose PTX is not registered
+    /// ([`crate::FlashAttention::register_sm90a_kernels`]). `forward` never asks for one
+    /// (it runs the sm_80 forward instead); `launch_fwd_sm90` can.
+    #[error(
+        "sm_90a kernel `{}` is not embedded: this runtime runs only the kernels given to it \
+         (e.g. by a `flash_kernel!` module) and generates none at run time; {}",
+        variant.name(),
+        crate::embedded::missing_sm90a_hint(variant)
+    )]
+    Sm90aKernelNotEmbedded {
+        /// The sm_90a forward variant the call needs.
+        variant: flash_codegen::kernels::sm90::fwd::Variant,
     },
 
     /// The runtime and the code generator disagree on a kernel ABI: a flash-ptx bug.

@@ -44,7 +44,9 @@ impl FlashAttention {
     ///
     /// q `[b, sq, h, d]`, k and v `[b, sk, hk, d]`, o like q; `h % hk == 0`; `d` a multiple
     /// of 8 up to 256. Every check runs before the launch and fails with a typed
-    /// [`FlashError`](crate::FlashError); the launch itself is asynchronous.
+    /// [`FlashError`](crate::FlashError); the launch itself is asynchronous. On compute
+    /// capability 9.0 the sm_90a forward runs the calls it can, the sm_80 one the others
+    /// ([`ForwardArch`](crate::ForwardArch), [`FlashAttention::set_forward_arch`]).
     #[allow(clippy::too_many_arguments)]
     pub fn forward_into<T: Element>(
         &self,
@@ -87,6 +89,16 @@ impl FlashAttention {
         let plan = plan_fwd_on(&args, self.arch, self.smem_optin)?;
         if plan.is_noop() {
             return Ok(());
+        }
+        if let Some(call) = self.sm90_fwd_choice(&args)? {
+            // SAFETY (`launch_sm90_call`'s contract):
+            // - Every pointer comes from a live cudarc view of this context (checked above);
+            //   `plan_fwd_on` proved each tensor's shape and strides stay inside its view,
+            //   that o's elements are disjoint and lse holds batch*heads*seqlen_q f32, and
+            //   `sm90_fwd_call` that q, k, v suit their tensor maps and o the pair stores.
+            // - q, k, v are only read; o and lse are borrowed mutably, so nothing else
+            //   aliases them; the guards above outlive the launch.
+            return unsafe { self.launch_sm90_call(stream, &call) };
         }
         let f = self.function(&plan.spec)?;
         // SAFETY:

@@ -1,21 +1,25 @@
-//! The first Hopper forward's launch (`flash_codegen::kernels::sm90::fwd`, issue 22): not
-//! yet behind `forward` (no spec key, no selection); tests and benches call it directly
-//! on contiguous `[b, s, h, d]` tensors to check and time it against the sm80 path.
+//! The Hopper forward's launch (`flash_codegen::kernels::sm90::fwd`, issue 22): one launch
+//! function for [`FlashAttention::forward_into`]'s calls that `validate::sm90_fwd_call`
+//! accepts (`ForwardArch`) and for [`FlashAttention::launch_fwd_sm90`], which tests and
+//! benches call directly on contiguous `[b, s, h, d]` tensors with a chosen schedule.
 
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
+use flash_codegen::DType;
 use flash_codegen::kernels::sm90::fwd;
 
 use crate::attention::FlashAttention;
 use crate::error::{FlashError, Result};
 use crate::tensor::Element;
 use crate::tensor_map::{TensorMap, TensorMapLayout};
+use crate::validate::{Sm90FwdCall, Sm90Out, TmaSource};
 
 /// The problem of [`FlashAttention::launch_fwd_sm90`]: q, o `[batch, seqlen_q, heads,
-/// head_dim]`, k, v `[batch, seqlen_k, heads_k, head_dim]`, all contiguous.
+/// head_dim]`, k, v `[batch, seqlen_k, heads_k, head_dim]`, all contiguous there (a
+/// `forward_into` call the sm_90a forward runs takes its strides from its tensors).
 #[doc(hidden)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sm90FwdShape {
     /// Batch.
     pub batch: usize,
@@ -38,8 +42,24 @@ pub struct Sm90FwdShape {
     /// Consumer warpgroups (64 query rows each): 2, or 3 at d64; `None`: the kernel's
     /// default (`fwd::Variant::default_consumers`).
     pub consumers: Option<u32>,
+    /// A persistent grid (one CTA per SM walking the tiles; `fwd::Variant::persistent`).
+    pub persistent: bool,
     /// The debug build: mbarrier waits bounded, failing with the barrier's name.
     pub debug: bool,
+}
+
+impl Sm90FwdShape {
+    /// `(batch, seqlen_q, seqlen_k, heads, heads_k, head_dim)`.
+    pub fn sizes(&self) -> (usize, usize, usize, usize, usize, usize) {
+        (
+            self.batch,
+            self.seqlen_q,
+            self.seqlen_k,
+            self.heads,
+            self.heads_k,
+            self.head_dim,
+        )
+    }
 }
 
 impl FlashAttention {
@@ -58,20 +78,20 @@ impl FlashAttention {
         lse: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
         self.check_ctx("stream", stream.context())?;
+        self.check_ctx("q", q.stream().context())?;
+        self.check_ctx("k", k.stream().context())?;
+        self.check_ctx("v", v.stream().context())?;
+        self.check_ctx("o", o.stream().context())?;
+        if let Some(l) = &lse {
+            self.check_ctx("lse", l.stream().context())?;
+        }
         if self.compute_capability() != (9, 0) {
             return Err(FlashError::InvalidParam(format!(
                 "the sm_90a forward needs compute capability 9.0, this GPU has {:?}",
                 self.compute_capability()
             )));
         }
-        let (b, sq, sk, h, hk, d) = (
-            sh.batch,
-            sh.seqlen_q,
-            sh.seqlen_k,
-            sh.heads,
-            sh.heads_k,
-            sh.head_dim,
-        );
+        let (b, sq, sk, h, hk, d) = sh.sizes();
         if !fwd::HEAD_DIMS.contains(&(d as u32)) {
             return Err(FlashError::UnsupportedHeadDim { head_dim: d });
         }
@@ -105,30 +125,15 @@ impl FlashAttention {
         if b == 0 || sq == 0 || h == 0 {
             return Ok(());
         }
-        let var = Self::fwd_sm90_variant(T::DTYPE, sh)?;
-        let q_map = TensorMapLayout::bhsd(
-            T::DTYPE,
-            [b, sq, h, d],
-            [sq * h * d, h * d, d],
-            var.block_m(),
-            64,
-        );
-        let kv_map = TensorMapLayout::bhsd(
-            T::DTYPE,
-            [b, sk, hk, d],
-            [sk * hk * d, hk * d, d],
-            fwd::BLOCK_N,
-            64,
-        );
-        let f = self.fwd_sm90_function(var)?;
+        let variant = fwd_variant(T::DTYPE, &sh)?;
+        let u = |x: usize| -> Result<u32> {
+            u32::try_from(x)
+                .map_err(|_| FlashError::ShapeMismatch(format!("{sh:?}: {x} is over 2^32")))
+        };
+        let (o_row, o_head) = (u(h * d)?, u(d)?);
         let (qp, _q) = q.device_ptr(stream);
         let (kp, _k) = k.device_ptr(stream);
         let (vp, _v) = v.device_ptr(stream);
-        let maps = [
-            TensorMap::encode(&q_map, qp)?,
-            TensorMap::encode(&kv_map, kp)?,
-            TensorMap::encode(&kv_map, vp)?,
-        ];
         let (op, _o) = o.device_ptr_mut(stream);
         let (lp, _l) = match lse {
             Some(l) => {
@@ -137,61 +142,145 @@ impl FlashAttention {
             }
             None => (0, None),
         };
+        let (q_st, kv_st) = ([sq * h * d, h * d, d], [sk * hk * d, hk * d, d]);
+        let call = Sm90FwdCall {
+            variant,
+            shape: sh,
+            q: TmaSource {
+                ptr: qp,
+                strides: q_st,
+            },
+            k: TmaSource {
+                ptr: kp,
+                strides: kv_st,
+            },
+            v: TmaSource {
+                ptr: vp,
+                strides: kv_st,
+            },
+            o: Sm90Out {
+                ptr: op,
+                batch: (sq * h * d) as u64,
+                row: o_row,
+                head: o_head,
+            },
+            lse: lp,
+            scale_log2: std::f32::consts::LOG2_E / (d as f32).sqrt(),
+        };
+        // SAFETY: the contract of `launch_sm90_call`: the pointers come from live cudarc
+        // buffers of this context (checked above), each holding the contiguous tensor its
+        // strides describe (lengths checked above: q, o `b * sq * h * d`, k, v
+        // `b * sk * hk * d`, lse `b * h * sq`); q, k, v are only read, o and lse are
+        // borrowed mutably; the guards outlive the launch.
+        unsafe { self.launch_sm90_call(stream, &call) }
+    }
+
+    /// Enqueues the sm_90a forward `call` on `stream`: its tensor maps (encoded here, the
+    /// driver's limits checked first), its entry (registered or generated, loaded on first use), its
+    /// parameters (three maps, then `fwd::SCALARS`) and grid `[ceil(seqlen_q / block_m),
+    /// heads, batch]`.
+    ///
+    /// # Safety
+    /// Every pointer of `call` must be a device address of this runtime's context, of a
+    /// buffer that holds every element its shape and strides address (q, k, v read through
+    /// their tensor maps; o at `batch * o.batch + head * o.head + row * o.row + col` for
+    /// the rows below `seqlen_q`; lse, unless 0, `batch * heads * seqlen_q` f32), with o's
+    /// elements disjoint, and that stays alive and unaliased by other writers (o, lse)
+    /// until the launch has run: what `validate::sm90_fwd_call` after `plan_fwd_on`, or
+    /// [`FlashAttention::launch_fwd_sm90`]'s checks, prove of a call.
+    pub(crate) unsafe fn launch_sm90_call(
+        &self,
+        stream: &CudaStream,
+        call: &Sm90FwdCall,
+    ) -> Result<()> {
+        let (var, sh) = (call.variant, call.shape);
+        let (b, sq, sk, h, hk, d) = sh.sizes();
+        let q_map =
+            TensorMapLayout::bhsd(var.dtype, [b, sq, h, d], call.q.strides, var.block_m(), 64);
+        let k_map =
+            TensorMapLayout::bhsd(var.dtype, [b, sk, hk, d], call.k.strides, fwd::BLOCK_N, 64);
+        let v_map =
+            TensorMapLayout::bhsd(var.dtype, [b, sk, hk, d], call.v.strides, fwd::BLOCK_N, 64);
+        let maps = [
+            TensorMap::encode(&q_map, call.q.ptr)?,
+            TensorMap::encode(&k_map, call.k.ptr)?,
+            TensorMap::encode(&v_map, call.v.ptr)?,
+        ];
+        let f = self.fwd_sm90_function(var)?;
         let u = |x: usize| -> Result<u32> {
             u32::try_from(x)
                 .map_err(|_| FlashError::ShapeMismatch(format!("{sh:?}: {x} is over 2^32")))
         };
         let (sq32, sk32, group, heads) = (u(sq)?, u(sk)?, u(h / hk)?, u(h)?);
-        let (o_row, o_head, o_batch) = (u(h * d)?, u(d)?, (sq * h * d) as u64);
-        let scale_log2 = std::f32::consts::LOG2_E / (d as f32).sqrt();
         let mut lb = stream.launch_builder(&f);
         for m in &maps {
             lb.arg(m);
         }
-        lb.arg(&op).arg(&lp);
+        lb.arg(&call.o.ptr).arg(&call.lse);
         lb.arg(&sq32).arg(&sk32).arg(&group).arg(&heads);
-        lb.arg(&o_row).arg(&o_head).arg(&o_batch).arg(&scale_log2);
+        lb.arg(&call.o.row).arg(&call.o.head).arg(&call.o.batch);
+        let batch = u(b)?;
+        lb.arg(&call.scale_log2).arg(&batch);
+        let grid = var
+            .grid(sq as u64, h as u64, b as u64, self.sms)
+            .ok_or_else(|| {
+                FlashError::ShapeMismatch(format!("{sh:?}: the grid passes 2^32 blocks"))
+            })?;
         let cfg = LaunchConfig {
-            grid_dim: (u(sq.div_ceil(var.block_m() as usize))?, heads, u(b)?),
+            grid_dim: grid,
             block_dim: (var.threads(), 1, 1),
             shared_mem_bytes: var.smem_bytes(),
         };
         // SAFETY: the parameters are the kernel's (three tensor maps, then
-        // `fwd::SCALARS`) in order and width; the maps describe q, k, v as checked above
-        // (TMA clips every box at the tensors' ends), o and lse hold the elements the
-        // kernel writes (rows below seqlen_q of each head and batch); the guards keep
-        // every buffer borrowed until the launch is enqueued; the grid's y and z are the
-        // heads and batch, within the driver's limits for any u32 heads below 65536
-        // (checked by the driver: an error, not undefined behaviour).
+        // `fwd::SCALARS`) in order and width; the maps describe q, k, v within their
+        // buffers (TMA clips every box at the tensors' ends), o and lse hold the elements
+        // the kernel writes (rows below seqlen_q of each head and batch), all by the
+        // caller's contract, which also keeps every buffer alive until the launch is
+        // enqueued; the grid's y and z are the heads and batch (persistent: 1, x at most
+        // the SM count, the kernel walking every tile), within the driver's limits for
+        // any u32 heads below 65536 (checked by the driver: an error, not undefined
+        // behaviour).
         unsafe { lb.launch(cfg) }?;
         Ok(())
     }
 
-    /// The variant `sh` asks for (head dim checked by the caller).
-    fn fwd_sm90_variant(dtype: flash_codegen::DType, sh: Sm90FwdShape) -> Result<fwd::Variant> {
-        let head_dim = sh.head_dim as u32;
-        let consumers = sh
-            .consumers
-            .unwrap_or_else(|| fwd::Variant::default_consumers(head_dim));
-        if !(consumers == 2 || (consumers == 3 && head_dim == 64)) {
-            return Err(FlashError::InvalidParam(format!(
-                "{sh:?}: the sm_90a forward runs 2 consumer warpgroups, or 3 at head dim 64"
-            )));
-        }
-        Ok(fwd::Variant {
-            dtype,
-            head_dim,
-            causal: sh.causal,
-            overlap: sh.overlap,
-            pingpong: sh.pingpong,
-            consumers,
-            debug: sh.debug,
-        })
-    }
-
+    /// `var`'s entry, loaded on first use from its registered PTX
+    /// ([`FlashAttention::register_sm90a_kernels`]), else generated when this runtime
+    /// generates code, else [`FlashError::Sm90aKernelNotEmbedded`].
     fn fwd_sm90_function(&self, var: fwd::Variant) -> Result<CudaFunction> {
-        self.load_entry_with(&var.name(), var.smem_bytes(), || {
-            flash_codegen::ptx::print::module(&fwd::module(var))
+        let name = var.name();
+        let registered = self.registered_sm90a_ptx(&name);
+        if registered.is_none() && !self.generates_on_demand() {
+            return Err(FlashError::Sm90aKernelNotEmbedded { variant: var });
+        }
+        self.load_entry_with(&name, var.smem_bytes(), || match registered {
+            Some(ptx) => ptx.to_string(),
+            None => flash_codegen::manifest::sm90a::ptx(var),
         })
     }
+}
+
+/// The kernel variant of `sh` for `dtype` (head dim checked by the caller): the one place
+/// a `fwd::Variant` is made, for [`FlashAttention::launch_fwd_sm90`] and for
+/// `FlashAttention::forward_into` (through `validate::sm90_fwd_call`).
+pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Variant> {
+    let head_dim = sh.head_dim as u32;
+    let consumers = sh
+        .consumers
+        .unwrap_or_else(|| fwd::Variant::default_consumers(head_dim));
+    if !(consumers == 2 || (consumers == 3 && head_dim == 64)) {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: the sm_90a forward runs 2 consumer warpgroups, or 3 at head dim 64"
+        )));
+    }
+    Ok(fwd::Variant {
+        dtype,
+        head_dim,
+        causal: sh.causal,
+        overlap: sh.overlap,
+        pingpong: sh.pingpong,
+        consumers,
+        persistent: sh.persistent,
+        debug: sh.debug,
+    })
 }

@@ -9,9 +9,10 @@
 //! gradients dq, dk, dv from the forward's o and lse (atomic mode by default, or bitwise
 //! reproducible with [`BwdOptions::deterministic`]); both allocate their outputs, and
 //! [`FlashAttention::forward_into`] / [`FlashAttention::backward_into`] write into
-//! preallocated (possibly strided) buffers. One [`AttnParams`] (mask, scale) serves both
-//! passes. [`FlashAttention::forward_kvcache`] (and `_into`) runs the forward against a
-//! KV cache (decoding, per-sequence key counts, the keys split across CTAs:
+//! preallocated (possibly strided) buffers; on compute capability 9.0 the forward runs
+//! the sm_90a kernel where it applies ([`ForwardArch`]). One [`AttnParams`] (mask, scale)
+//! serves both passes. [`FlashAttention::forward_kvcache`] (and `_into`) runs the forward
+//! against a KV cache (decoding, per-sequence key counts, the keys split across CTAs:
 //! [`KvOptions`]), and [`FlashAttention::forward_kvcache_paged`] against a paged one
 //! ([`PagedKv`]: page pools and a page table). [`mod@reference`] holds float64 CPU references of all three for tests.
 //!
@@ -38,9 +39,11 @@ mod bwd_scratch;
 mod embedded;
 pub mod error;
 mod forward;
+mod fwd_arch;
 mod fwd_sm90;
 mod jit;
 mod kvcache;
+mod limits;
 mod outputs;
 mod paged;
 mod params;
@@ -58,8 +61,9 @@ mod varlen;
 pub use attention::{FlashAttention, driver_present};
 pub use backward::{BwdInputs, GradsMut};
 pub use bwd_scratch::BwdScratch;
-pub use embedded::EmbeddedKernel;
+pub use embedded::{EmbeddedKernel, EmbeddedSm90aKernel};
 pub use error::{FlashError, Result};
+pub use fwd_arch::ForwardArch;
 #[doc(hidden)]
 pub use fwd_sm90::Sm90FwdShape;
 pub use outputs::{Forward, Gradients};

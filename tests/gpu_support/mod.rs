@@ -325,7 +325,10 @@ pub fn check_grad<T: flash_runtime::Element>(
 /// block where that variable is set (`101376`: RTX 30/40, L4, L40's 99 KiB), so the whole
 /// GPU matrix runs on the rows such GPUs get (`FlashAttention::limit_smem`), and with
 /// `FLASH_PTX_TEST_SMEM_SM` bytes per SM (`167936`: an A100's 164 KiB;
-/// `FlashAttention::limit_smem_per_sm`).
+/// `FlashAttention::limit_smem_per_sm`), and with `FLASH_PTX_TEST_FWD_ARCH` (`sm80`,
+/// `sm90a`; default `auto`) fixing the forward's kernels (`FlashAttention::set_forward_arch`:
+/// on compute capability 9.0 `auto` runs the sm_90a forward at d64/d128, so `sm80` is how
+/// the forward matrix covers the sm_80 kernels there).
 pub fn device() -> flash_runtime::FlashAttention {
     let mut rt = flash_runtime::FlashAttention::on_device(0)
         .unwrap_or_else(|e| panic!("GPU tests need a GPU: {e}"));
@@ -335,6 +338,12 @@ pub fn device() -> flash_runtime::FlashAttention {
     }
     if let Some(b) = bytes("FLASH_PTX_TEST_SMEM_SM") {
         rt.limit_smem_per_sm(b);
+    }
+    match std::env::var("FLASH_PTX_TEST_FWD_ARCH").as_deref() {
+        Err(_) | Ok("auto") => {}
+        Ok("sm80") => rt.set_forward_arch(flash_runtime::ForwardArch::Sm80),
+        Ok("sm90a") => rt.set_forward_arch(flash_runtime::ForwardArch::Sm90a),
+        Ok(other) => panic!("FLASH_PTX_TEST_FWD_ARCH={other}: auto, sm80 or sm90a"),
     }
     rt
 }

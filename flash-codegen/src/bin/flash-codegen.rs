@@ -8,14 +8,19 @@ use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
-use flash_codegen::{KernelSpec, Tuning, manifest};
+use flash_codegen::{Tuning, manifest};
 
 // Beside the crate root a module would be a binary of its own (src/bin/*.rs).
+#[path = "flash-codegen/kernel.rs"]
+mod kernel;
 #[path = "flash-codegen/out_dir.rs"]
 mod out_dir;
 
-const ABOUT: &str = "Writes flash-ptx's FlashAttention-2 kernels as PTX (generated in pure Rust, no CUDA \
-toolkit), with a manifest.json for launching them from CuPy, PyTorch or C++";
+use kernel::{ArchFilter, Kernel};
+
+const ABOUT: &str = "Writes flash-ptx's FlashAttention-2 kernels (and its sm_90a Hopper forwards) as PTX \
+(generated in pure Rust, no CUDA toolkit), with a manifest.json for launching them from CuPy, \
+PyTorch or C++";
 
 const LONG_ABOUT: &str = "\
 Writes flash-ptx's FlashAttention-2 kernels as PTX, generated in pure Rust (no CUDA toolkit),
@@ -24,8 +29,10 @@ for use outside Rust: CuPy, PyTorch, C++ with the CUDA driver API.
   list                      print every kernel name, one per line
   emit NAME [-o FILE]       write one kernel's PTX to stdout, or to FILE
   emit --all --out-dir DIR  write every kernel as DIR/NAME.ptx, plus DIR/manifest.json (each
-                            kernel's parameters, launch geometry and tiles) and
-                            DIR/manifest.schema.json (the manifest's JSON Schema)
+                            kernel's parameters, launch geometry and tiles; the sm_90a
+                            kernels' tensor maps) and DIR/manifest.schema.json (the
+                            manifest's JSON Schema); --arch sm80 or --arch sm90a writes
+                            one architecture's kernels only
 
 --all writes DIR all or nothing: a failure leaves DIR as it was (see `emit --help`).
 
@@ -39,11 +46,12 @@ Examples:
   flash-codegen emit fa2_fwd_d128_bf16_causal_sm80 -o fwd.ptx
   flash-codegen emit fa2_fwd_d128_bf16_causal_sm80 | head
   flash-codegen emit --all --out-dir ptx-out
+  flash-codegen emit --all --arch sm90a --out-dir ptx-sm90a
   flash-codegen emit --all --out-dir ptx-tuned --tile fwd:128=128,64,4,2,1,resident";
 
 const EMIT_USAGE: &str = "\
 flash-codegen emit NAME [-o FILE] [--tile ROW]...
-       flash-codegen emit --all --out-dir DIR [--tile ROW]...";
+       flash-codegen emit --all --out-dir DIR [--arch ARCH] [--tile ROW]...";
 
 const EMIT_LONG_ABOUT: &str = "\
 Write the PTX of one kernel (to stdout or -o FILE), or of every kernel plus manifest.json and
@@ -71,8 +79,8 @@ enum Command {
     #[command(override_usage = EMIT_USAGE, long_about = EMIT_LONG_ABOUT, after_help = EXAMPLES)]
     Emit {
         /// The kernel's name, e.g. fa2_fwd_d128_bf16_causal_sm80 (see `flash-codegen list`).
-        #[arg(value_parser = parse_spec)]
-        name: Option<KernelSpec>,
+        #[arg(value_parser = kernel::parse)]
+        name: Option<Kernel>,
         /// Write the one kernel's PTX to FILE instead of stdout.
         #[arg(short, long, value_name = "FILE")]
         output: Option<PathBuf>,
@@ -83,6 +91,10 @@ enum Command {
         /// The directory --all writes to (created if missing).
         #[arg(long, value_name = "DIR")]
         out_dir: Option<PathBuf>,
+        /// With --all: only the kernels of this architecture (the other's manifest list
+        /// stays empty).
+        #[arg(long, value_name = "ARCH")]
+        arch: Option<ArchFilter>,
         /// Tuning: build (pass, head dim) with other tiles than the table's, e.g.
         /// `fwd:256=128,32,8,2,1`, `bwd:64=64,64,4,2,1,resident` or
         /// `bwd:128=64,128,8,2,1,exchange,late` (repeatable). Replaces standard rows only.
@@ -96,11 +108,14 @@ enum Command {
 enum Emit {
     /// One kernel, to stdout or a file.
     One {
-        spec: KernelSpec,
+        kernel: Kernel,
         output: Option<PathBuf>,
     },
-    /// Every kernel, the manifest and its schema, into a directory.
-    All { dir: PathBuf },
+    /// Every kernel (of `arch`, if given), the manifest and its schema, into a directory.
+    All {
+        dir: PathBuf,
+        arch: Option<ArchFilter>,
+    },
 }
 
 /// The two forms of `emit`, for the messages of the flag combinations that are neither.
@@ -110,16 +125,19 @@ const FORMS: &str = "
 
 /// Reads `emit`'s flags as one of its two forms, or says which combination is wrong.
 fn emit_form(
-    name: Option<KernelSpec>,
+    name: Option<Kernel>,
     output: Option<PathBuf>,
     all: bool,
-    out_dir: Option<PathBuf>,
+    (out_dir, arch): (Option<PathBuf>, Option<ArchFilter>),
 ) -> Result<Emit, (ErrorKind, String)> {
     use ErrorKind::{ArgumentConflict as Conflict, MissingRequiredArgument as Missing};
     let e = |kind, what: &str| Err((kind, format!("{what}{FORMS}")));
+    if arch.is_some() && !all {
+        return e(Conflict, "--arch is only for --all");
+    }
     match (name, output, all, out_dir) {
-        (Some(spec), output, false, None) => Ok(Emit::One { spec, output }),
-        (None, None, true, Some(dir)) => Ok(Emit::All { dir }),
+        (Some(kernel), output, false, None) => Ok(Emit::One { kernel, output }),
+        (None, None, true, Some(dir)) => Ok(Emit::All { dir, arch }),
         (Some(_), _, true, _) => e(Conflict, "a kernel NAME and --all exclude each other"),
         (Some(_), _, false, Some(_)) => e(
             Conflict,
@@ -137,45 +155,6 @@ fn emit_form(
         (None, None, false, Some(_)) => e(Missing, "--out-dir DIR is only for --all"),
         (None, None, false, None) => e(Missing, "emit needs a kernel NAME or --all --out-dir DIR"),
     }
-}
-
-/// Parses a kernel name; on failure names the closest valid one.
-fn parse_spec(s: &str) -> Result<KernelSpec, String> {
-    s.parse::<KernelSpec>().map_err(|e| {
-        let names: Vec<String> = KernelSpec::all().iter().map(KernelSpec::name).collect();
-        let hint = match closest(s, &names) {
-            Some(best) => format!("did you mean `{best}`? "),
-            None => String::new(),
-        };
-        format!("{e}\n  {hint}(`flash-codegen list` prints every name)")
-    })
-}
-
-/// The candidate with the smallest edit distance to `s` (the first one on ties), when it
-/// is close enough to be a plausible typo (at most half its length away).
-fn closest<'a>(s: &str, candidates: &'a [String]) -> Option<&'a str> {
-    candidates
-        .iter()
-        .map(|c| (levenshtein(s, c), c))
-        .min_by_key(|(d, _)| *d)
-        .filter(|(d, c)| *d <= c.len() / 2)
-        .map(|(_, c)| c.as_str())
-}
-
-/// Edit distance (insertions, deletions, substitutions) between two strings.
-fn levenshtein(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let sub = diag + usize::from(ca != *cb);
-            diag = row[j + 1];
-            row[j + 1] = sub.min(row[j] + 1).min(diag + 1);
-        }
-    }
-    row[b.len()]
 }
 
 fn write(path: &Path, text: &str) -> Result<(), String> {
@@ -197,22 +176,21 @@ fn note(line: &str) {
     let _ = writeln!(io::stderr().lock(), "{line}");
 }
 
-/// The files of `emit --all`, in the order they take their place: the kernels, the
-/// schema, then manifest.json (so that a reader who sees the new manifest sees the rest).
-fn all_files(specs: &[KernelSpec], tuning: &Tuning) -> Result<Vec<out_dir::OutFile>, String> {
+/// The files of `emit --all` (the kernels of `arch`, or all), in the order they take
+/// their place: the kernels, the schema, then manifest.json (so that a reader who sees the
+/// new manifest sees the rest).
+fn all_files(arch: Option<ArchFilter>, tuning: &Tuning) -> Result<Vec<out_dir::OutFile>, String> {
+    let (specs, variants) = kernel::selected(arch);
+    let kernels: Vec<Kernel> = (specs.iter().map(|s| Kernel::Sm80(*s)))
+        .chain(variants.iter().map(|v| Kernel::Sm90a(*v)))
+        .collect();
     // Kernels are independent: generate them on all cores, keep them in order.
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let chunk = specs.len().div_ceil(threads).max(1);
+    let chunk = kernels.len().div_ceil(threads).max(1);
     let ptx: Vec<String> = std::thread::scope(|s| -> Result<Vec<String>, String> {
-        let handles: Vec<_> = specs
+        let handles: Vec<_> = kernels
             .chunks(chunk)
-            .map(|part| {
-                s.spawn(|| {
-                    part.iter()
-                        .map(|spec| flash_codegen::generate_tuned(spec, tuning))
-                        .collect::<Vec<_>>()
-                })
-            })
+            .map(|part| s.spawn(|| part.iter().map(|k| k.ptx(tuning)).collect::<Vec<_>>()))
             .collect();
         handles
             .into_iter()
@@ -220,29 +198,31 @@ fn all_files(specs: &[KernelSpec], tuning: &Tuning) -> Result<Vec<out_dir::OutFi
             .collect::<Result<Vec<_>, _>>()
             .map(|parts| parts.into_iter().flatten().collect())
     })?;
-    let mut files: Vec<out_dir::OutFile> = specs.iter().map(manifest::file_name).zip(ptx).collect();
+    let mut files: Vec<out_dir::OutFile> = kernels.iter().map(Kernel::file_name).zip(ptx).collect();
     files.push((
         manifest::SCHEMA_FILE.to_string(),
         manifest::SCHEMA.to_string(),
     ));
     files.push((
         manifest::MANIFEST_FILE.to_string(),
-        manifest::manifest_tuned(specs, tuning).to_json(),
+        manifest::manifest_with_sm90a(&specs, &variants, tuning).to_json(),
     ));
     Ok(files)
 }
 
-fn emit_all(dir: &Path, tuning: &Tuning) -> Result<(), String> {
-    let specs = KernelSpec::all();
-    let names: Vec<String> = specs.iter().map(manifest::file_name).collect();
+fn emit_all(dir: &Path, arch: Option<ArchFilter>, tuning: &Tuning) -> Result<(), String> {
+    let (specs, variants) = kernel::selected(arch);
+    let names = (specs.iter().map(manifest::file_name))
+        .chain(variants.iter().map(manifest::sm90a::file_name))
+        .collect::<Vec<String>>();
     let fixed = [manifest::SCHEMA_FILE, manifest::MANIFEST_FILE];
     // Fail before the generation's seconds where the directory cannot take the files.
     out_dir::precheck(dir, names.iter().map(String::as_str).chain(fixed))?;
-    let files = all_files(&specs, tuning)?;
+    let files = all_files(arch, tuning)?;
     out_dir::write_all(dir, &files)?;
     note(&format!(
         "wrote {} kernels, {} and {} to {}",
-        specs.len(),
+        names.len(),
         manifest::MANIFEST_FILE,
         manifest::SCHEMA_FILE,
         dir.display()
@@ -277,7 +257,7 @@ impl From<String> for Failure {
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::List => {
-            let names: Vec<String> = KernelSpec::all().iter().map(KernelSpec::name).collect();
+            let names: Vec<String> = kernel::all().iter().map(Kernel::name).collect();
             Ok(print_stdout(&(names.join("\n") + "\n"))?)
         }
         Command::Emit {
@@ -285,15 +265,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             output,
             all,
             out_dir,
+            arch,
             tiles,
         } => {
-            let form =
-                emit_form(name, output, all, out_dir).map_err(|(k, m)| Failure::Usage(k, m))?;
+            let form = emit_form(name, output, all, (out_dir, arch))
+                .map_err(|(k, m)| Failure::Usage(k, m))?;
             let tuning = Tuning::new(tiles)?;
             match form {
-                Emit::All { dir } => Ok(emit_all(&dir, &tuning)?),
-                Emit::One { spec, output } => {
-                    let ptx = flash_codegen::generate_tuned(&spec, &tuning);
+                Emit::All { dir, arch } => Ok(emit_all(&dir, arch, &tuning)?),
+                Emit::One { kernel, output } => {
+                    let ptx = kernel.ptx(&tuning);
                     Ok(match output {
                         Some(path) => write(&path, &ptx),
                         None => print_stdout(&ptx),
@@ -325,24 +306,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn edit_distance() {
-        assert_eq!(levenshtein("", "abc"), 3);
-        assert_eq!(levenshtein("kitten", "sitting"), 3);
-        assert_eq!(levenshtein("same", "same"), 0);
-    }
-
-    #[test]
-    fn suggests_the_closest_name() {
-        let e = parse_spec("fa2_fwd_d128_bf16_casual_sm80").unwrap_err();
-        assert!(
-            e.contains("did you mean `fa2_fwd_d128_bf16_causal_sm80`?"),
-            "{e}"
-        );
-        let far = parse_spec("x").unwrap_err();
-        assert!(!far.contains("did you mean"), "{far}");
-    }
 
     #[test]
     fn clap_definition_is_valid() {

@@ -20,6 +20,7 @@ mod kvcache;
 mod layout;
 mod modifiers;
 mod paged;
+mod sm90;
 mod split_rule;
 mod varlen;
 pub use bwd::{
@@ -33,6 +34,10 @@ pub use layout::contiguous_runs;
 pub use modifiers::AlibiDesc;
 pub(crate) use modifiers::check_alibi_kernels;
 pub use paged::PagedDesc;
+pub use sm90::{
+    SM90_MAX_SEQLEN, Sm90FwdCall, Sm90Out, Sm90Runtime, TmaSource, sm90_fwd_call,
+    sm90_fwd_call_with,
+};
 pub use split_rule::{GpuFill, kvcache_splits, num_splits_for, num_splits_for_paged};
 pub use varlen::{
     VarlenDesc, plan_bwd_varlen, plan_bwd_varlen_fill, plan_bwd_varlen_on, plan_fwd_varlen,

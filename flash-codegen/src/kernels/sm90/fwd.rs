@@ -18,9 +18,13 @@
 //! [`SCALARS`].
 
 use super::EntryParams;
-use super::fwd_consumer::{Consumer, Out};
+use super::fwd_consumer::Consumer;
 pub use super::fwd_ctx::BLOCK_N;
-use super::fwd_ctx::{Ctx, K_EMPTY, K_FULL, Layout, Q_FULL, STAGES, V_EMPTY, V_FULL, WG_ROWS};
+use super::fwd_ctx::{
+    Ctx, K_EMPTY, K_FULL, Layout, Q_EMPTY, Q_FULL, STAGES, Stage, V_EMPTY, V_FULL, WG_ROWS,
+};
+use super::fwd_epilogue::Out;
+use super::fwd_sched::{Sched, Tile};
 use crate::kernels::half_fmt;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, LaunchBounds, Module, Operand, Reg, Special, Target, Ty,
@@ -33,8 +37,9 @@ pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
 
 /// Scalar parameters after the maps: `o` (u64), `lse` (u64, 0 = none: `[b, h, sq]` f32),
 /// u32 `seqlen_q`, `seqlen_k`, `group` (heads / heads_k), `heads`, `o_row` and `o_head`
-/// (o's strides in elements), u64 `o_batch`, f32 `scale_log2` (softmax scale * log2 e).
-pub const SCALARS: [(&str, Ty); 10] = [
+/// (o's strides in elements), u64 `o_batch`, f32 `scale_log2` (softmax scale * log2 e),
+/// u32 `batch` (the batch size: the persistent kernel's tile count).
+pub const SCALARS: [(&str, Ty); 11] = [
     ("o", Ty::U64),
     ("lse", Ty::U64),
     ("seqlen_q", Ty::U32),
@@ -45,6 +50,7 @@ pub const SCALARS: [(&str, Ty); 10] = [
     ("o_head", Ty::U32),
     ("o_batch", Ty::U64),
     ("scale_log2", Ty::F32),
+    ("batch", Ty::U32),
 ];
 
 /// Head dims the kernel takes.
@@ -66,23 +72,42 @@ pub struct Variant {
     pub pingpong: bool,
     /// Consumer warpgroups, 64 query rows each (2 or 3; [`Variant::default_consumers`]).
     pub consumers: u32,
+    /// A persistent grid (one CTA per SM, [`Variant::grid`]) walking the tiles in a
+    /// static round-robin, causal longest first.
+    pub persistent: bool,
     /// Bounded mbarrier waits that fail naming the barrier ([`Builder::bound_waits`]).
     pub debug: bool,
 }
 
 impl Variant {
-    /// Entry name: `fa3_fwd_d{D}_{dtype}[_causal][_ovl][_pp]_m{rows}_sm90a[_debug]`.
+    /// Entry name: `fa3_fwd_d{D}_{dtype}[_causal][_ovl][_pp]_m{rows}[_pers]_sm90a[_debug]`.
     pub fn name(&self) -> String {
         let mask = if self.causal { "_causal" } else { "" };
         let ovl = if self.overlap { "_ovl" } else { "" };
         let pp = if self.pingpong { "_pp" } else { "" };
+        let pers = if self.persistent { "_pers" } else { "" };
         let dbg = if self.debug { "_debug" } else { "" };
         format!(
-            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}_sm90a{dbg}",
+            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}_sm90a{dbg}",
             self.head_dim,
             self.dtype.name(),
             self.block_m()
         )
+    }
+
+    /// The configuration the runtime runs and `emit --all` writes: overlapped, pingpong,
+    /// the default consumers, no debug build.
+    pub fn shipping(dtype: DType, head_dim: u32, causal: bool) -> Variant {
+        Variant {
+            dtype,
+            head_dim,
+            causal,
+            overlap: true,
+            pingpong: true,
+            consumers: Self::default_consumers(head_dim),
+            persistent: false,
+            debug: false,
+        }
     }
 
     /// FA3's choice: three consumers (192 query rows) at d64, where a warpgroup's
@@ -101,6 +126,20 @@ impl Variant {
         128 * (1 + self.consumers)
     }
 
+    /// The launch grid for `seqlen_q` queries, `heads` and `batch` on a GPU of `sms`
+    /// multiprocessors: (query blocks, heads, batch), or, persistent, one CTA per SM up to
+    /// the tile count. None when a count passes u32.
+    pub fn grid(&self, seqlen_q: u64, heads: u64, batch: u64, sms: u32) -> Option<(u32, u32, u32)> {
+        let m_blocks = seqlen_q.div_ceil(self.block_m() as u64);
+        if self.persistent {
+            let tiles = m_blocks.checked_mul(heads)?.checked_mul(batch)?;
+            u32::try_from(tiles).ok()?;
+            return Some((tiles.min(sms.max(1) as u64) as u32, 1, 1));
+        }
+        let u = |x: u64| u32::try_from(x).ok();
+        Some((u(m_blocks)?, u(heads)?, u(batch)?))
+    }
+
     /// Dynamic shared memory.
     pub fn smem_bytes(&self) -> u32 {
         Layout::new(self.head_dim, self.block_m()).bytes()
@@ -117,8 +156,8 @@ impl Variant {
     }
 
     /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
-    /// and overlapped + pingpong schedules, release and debug builds; at d64 with two
-    /// consumers too (beside the default three).
+    /// and overlapped + pingpong schedules (the last also persistent), release and debug
+    /// builds; at d64 with two consumers too (beside the default three).
     pub fn all() -> Vec<Variant> {
         let mut v = Vec::new();
         for dtype in [DType::F16, DType::Bf16] {
@@ -129,7 +168,12 @@ impl Variant {
                 }
                 for consumers in wgs {
                     for causal in [false, true] {
-                        for (overlap, pingpong) in [(false, false), (true, false), (true, true)] {
+                        for (overlap, pingpong, persistent) in [
+                            (false, false, false),
+                            (true, false, false),
+                            (true, true, false),
+                            (true, true, true),
+                        ] {
                             for debug in [false, true] {
                                 v.push(Variant {
                                     dtype,
@@ -138,6 +182,7 @@ impl Variant {
                                     overlap,
                                     pingpong,
                                     consumers,
+                                    persistent,
                                     debug,
                                 });
                             }
@@ -159,6 +204,7 @@ pub fn module(var: Variant) -> Module {
         overlap,
         pingpong,
         consumers,
+        persistent,
         debug,
     } = var;
     assert!(HEAD_DIMS.contains(&d), "generator bug: sm90 forward d{d}");
@@ -177,31 +223,24 @@ pub fn module(var: Variant) -> Module {
     let tm = ep.maps.clone();
     let (o_ptr, lse_ptr, sq, sk) = (ep.u64(0), ep.u64(1), ep.u32(2), ep.u32(3));
     let (group, heads, o_row, o_head) = (ep.u32(4), ep.u32(5), ep.u32(6), ep.u32(7));
-    let (o_batch, scale_log2) = (ep.u64(8), ep.f32(9));
+    let (o_batch, scale_log2, batches) = (ep.u64(8), ep.f32(9), ep.u32(10));
 
     let tid = b.special(Special::TidX);
     let smem = b.smem_base();
     let first = b.setp_u32(Cmp::Eq, tid, 0u32);
-    let m0 = {
-        // causal: the longest query blocks (the last) are scheduled first
-        let x = b.special(Special::CtaIdX);
-        let x = if causal {
-            let nx = b.special(Special::NCtaIdX);
-            let nx = b.sub_u32(nx, 1u32);
-            b.sub_u32(nx, x)
-        } else {
-            x
-        };
-        b.mul_lo_u32(x, block_m)
+    let sched = Sched {
+        persistent,
+        causal,
+        block_m,
+        sq,
+        sk,
+        heads,
+        group,
+        batches,
     };
-    let head = b.special(Special::CtaIdY);
-    let batch = b.special(Special::CtaIdZ);
-    let kv_head = b.div_u32(head, group);
-    let n_blocks = key_blocks(&mut b, causal, (m0, block_m), sq, sk);
-    let n_masked = masked_blocks(&mut b, causal, (m0, n_blocks), sq, sk);
     let bar = |off: i32| Addr::Shared(smem, off);
 
-    b.comment("-- barriers: Q full; per stage K full / empty, V full / empty --");
+    b.comment("-- barriers: Q full; per stage K full / empty, V full / empty; Q empty --");
     b.when(first, false, |b| {
         b.mbarrier_init(bar(Q_FULL), 1);
         for s in 0..STAGES as i32 {
@@ -210,28 +249,36 @@ pub fn module(var: Variant) -> Module {
             b.mbarrier_init(bar(K_EMPTY + 8 * s), consumers);
             b.mbarrier_init(bar(V_EMPTY + 8 * s), consumers);
         }
+        b.mbarrier_init(bar(Q_EMPTY), consumers);
     });
     b.fence_mbarrier_init();
     b.bar_sync();
     let wg = b.shr_u32(tid, 7);
     let producer = b.setp_u32(Cmp::Eq, wg, 0u32);
-    let ctx = Ctx {
+    let ctx = |tile: &Tile, it0: Reg<B32>| Ctx {
         d,
         consumers,
         lay,
         smem,
-        n_blocks,
-        n_masked,
-        head,
-        kv_head,
-        batch,
+        n_blocks: tile.n_blocks,
+        n_masked: tile.n_masked,
+        head: tile.head,
+        kv_head: tile.kv_head,
+        batch: tile.batch,
+        it0,
     };
     b.if_else_uniform(
         producer,
         |b| {
             b.setmaxnreg(false, producer_regs);
             let others = b.setp_u32(Cmp::Ne, tid, 0u32);
-            b.unless(others, |b| ctx.produce(b, &tm, m0));
+            b.unless(others, |b| {
+                let total = sched.for_each_tile(b, true, |b, tile, at| {
+                    let q_free = persistent.then_some(at.j);
+                    ctx(tile, at.it0).produce(b, &tm, tile.m0, q_free);
+                });
+                drain(b, (smem, lay.tile_bytes), total);
+            });
         },
         |b| {
             b.setmaxnreg(true, consumer_regs);
@@ -242,7 +289,7 @@ pub fn module(var: Variant) -> Module {
                 sq,
                 sk,
             };
-            let (o, lse, w) = c.consume(b, &ctx, (tid, wg, m0), (overlap, pingpong));
+            let turn = pingpong.then(|| c.first_turn(b, wg, consumers));
             let out = Out {
                 o_ptr,
                 lse_ptr,
@@ -251,7 +298,14 @@ pub fn module(var: Variant) -> Module {
                 o_batch,
                 heads,
             };
-            c.epilogue(b, &ctx, &out, (&o, &lse), &w);
+            sched.for_each_tile(b, false, |b, tile, at| {
+                let ctx = ctx(tile, at.it0);
+                let (o, lse, w) = c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
+                if persistent {
+                    c.release_q(b, &w, &ctx);
+                }
+                c.epilogue(b, &ctx, &out, (&o, &lse), &w);
+            });
         },
     );
     let entry: Entry = b.finish(
@@ -266,56 +320,6 @@ pub fn module(var: Variant) -> Module {
         target: Target::Sm90a,
         entries: vec![entry],
     }
-}
-
-/// Key blocks the query block of `block_m` rows at `m0` visits: `ceil(sk / 128)`, causal:
-/// up to its last row's diagonal `m0 + block_m - 1 + sk - sq` (none when that is negative).
-fn key_blocks(
-    b: &mut Builder,
-    causal: bool,
-    (m0, block_m): (Reg<B32>, u32),
-    sq: Reg<B32>,
-    sk: Reg<B32>,
-) -> Reg<B32> {
-    let nk = b.add_u32(sk, BLOCK_N - 1);
-    let nk = b.shr_u32(nk, BLOCK_N.trailing_zeros());
-    if !causal {
-        return nk;
-    }
-    let end = b.add_u32(m0, block_m);
-    let end = b.add_u32(end, sk);
-    let end = b.sub_s32(end, sq);
-    let end = b.max_s32(end, 0i32);
-    let nc = b.add_u32(end, BLOCK_N - 1);
-    let nc = b.shr_u32(nc, BLOCK_N.trailing_zeros());
-    b.min_u32(nk, nc)
-}
-
-/// Of the `n_blocks` key blocks, the last ones that need a mask: those past the first
-/// key a query of the block at `m0` does not see (its first row's causal limit
-/// `m0 + 1 + sk - sq`, or `sk`). At least 1 when `n_blocks` is not 0 (the consumers mask
-/// the first block they visit, the last one, in any case).
-fn masked_blocks(
-    b: &mut Builder,
-    causal: bool,
-    (m0, n_blocks): (Reg<B32>, Reg<B32>),
-    sq: Reg<B32>,
-    sk: Reg<B32>,
-) -> Reg<B32> {
-    let seen = if causal {
-        let lim = b.add_u32(m0, 1u32);
-        let lim = b.add_u32(lim, sk);
-        let lim = b.sub_s32(lim, sq);
-        let lim = b.min_s32(lim, sk);
-        b.max_s32(lim, 0i32)
-    } else {
-        sk
-    };
-    let clean = b.shr_u32(seen, BLOCK_N.trailing_zeros());
-    let clean = b.min_u32(clean, n_blocks);
-    let masked = b.sub_u32(n_blocks, clean);
-    let one = b.min_u32(n_blocks, 1u32);
-    b.max_u32(masked, one)
 }
 
 impl Ctx {
@@ -345,9 +349,15 @@ impl Ctx {
         }
     }
 
-    /// The producer thread: Q, then K and V of every key block, last first, into the
-    /// rings; then waits for the consumers' last release so no copy outlives it.
-    fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>) {
+    /// The producer thread on one tile: Q (persistent: once the consumers are done with
+    /// the previous tile's, the `j`-th tile waiting for the `j`-th release), then K and V
+    /// of every key block, last first, into the rings.
+    fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>, q_free: Option<Reg<B32>>) {
+        if let Some(j) = q_free {
+            let ph = b.and_b32(j, 1u32);
+            let ph = b.xor_b32(ph, 1u32);
+            b.mbarrier_wait(Addr::Shared(self.smem, Q_EMPTY), ph, "Q empty");
+        }
         let q_full = Addr::Shared(self.smem, Q_FULL);
         let q_at = (self.smem, self.lay.q);
         self.load(b, (tm[0], self.block_m()), q_at, m0, self.head, q_full);
@@ -366,11 +376,16 @@ impl Ctx {
         let n1 = b.add_u32(n, 1u32);
         b.assign(n, n1);
         b.loop_end(lp);
-        let none = b.setp_u32(Cmp::Eq, self.n_blocks, 0u32);
-        b.unless(none, |b| {
-            let last = b.sub_u32(self.n_blocks, 1u32);
-            let st = self.stage(b, last);
-            b.mbarrier_wait(st.bar(V_EMPTY), st.ph, "V empty (drain)");
-        });
     }
+}
+
+/// Waits, after the producer's last tile, for the consumers' release of the last of the
+/// `total` key blocks, so that no copy outlives the producer.
+fn drain(b: &mut Builder, (smem, tile_bytes): (Reg<B32>, u32), total: Reg<B32>) {
+    let none = b.setp_u32(Cmp::Eq, total, 0u32);
+    b.unless(none, |b| {
+        let last = b.sub_u32(total, 1u32);
+        let st = Stage::at(b, (smem, tile_bytes), last);
+        b.mbarrier_wait(st.bar(V_EMPTY), st.ph, "V empty (drain)");
+    });
 }

@@ -1,13 +1,13 @@
 //! Kernel layer, sm_90a: the first forward's consumer warpgroups (see `fwd`): per key
 //! block S = Q K^T (SS `wgmma`), the mask, the shared online softmax, O += P V (RS
-//! `wgmma`), the stage released after each product; then the epilogue.
+//! `wgmma`), the stage released after each product (the epilogue: `fwd_epilogue`).
 
 use super::fwd_ctx::{
-    BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_FULL, Stage, V_EMPTY, V_FULL, WG_ROWS,
+    BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, Stage, V_EMPTY, V_FULL, WG_ROWS,
 };
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Reg, Space, Special, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Reg, Special};
 use crate::tile::acc::AccTile;
 use crate::tile::desc::{Major, WgmmaDesc};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
@@ -21,22 +21,12 @@ pub(super) struct Consumer {
     pub(super) sk: Reg<B32>,
 }
 
-/// Where the epilogue writes.
-pub(super) struct Out {
-    pub(super) o_ptr: Reg<B64>,
-    pub(super) lse_ptr: Reg<B64>,
-    pub(super) o_row: Reg<B32>,
-    pub(super) o_head: Reg<B32>,
-    pub(super) o_batch: Reg<B64>,
-    pub(super) heads: Reg<B32>,
-}
-
 /// A consumer warpgroup's view of the CTA: its thread's first query row, lane column,
 /// leader, the causal diagonal's offset `sk - sq`, and the descriptors of Q (its 64
 /// rows), K and V.
 pub(super) struct Wg {
-    row: Reg<B32>,
-    t2: Reg<B32>,
+    pub(super) row: Reg<B32>,
+    pub(super) t2: Reg<B32>,
     lead: Reg<crate::ptx::Pred>,
     q: WgmmaDesc,
     q0: Reg<B64>,
@@ -48,7 +38,8 @@ pub(super) struct Wg {
 
 /// FA3's scheduler barrier: consumer `c` waits at named barrier `ISSUE_BAR + c` (with the
 /// arrival of the consumer before it) to issue its products, then lets the next one go.
-struct Turn {
+#[derive(Clone, Copy)]
+pub(super) struct Turn {
     mine: Reg<B32>,
     next: Reg<B32>,
 }
@@ -74,15 +65,17 @@ impl Consumer {
     /// (for the epilogue). `overlap`: each block's S = Q K^T is issued before the previous
     /// block's O += P V and its softmax runs while that product is in flight (FA3's
     /// intra-warpgroup overlap); otherwise every product is waited for at once.
-    /// `pingpong`: the consumers take turns to issue their products.
+    /// `turn` (pingpong): the consumers take turns to issue their products. `j`: the
+    /// CTA's tiles before this one (the parity of Q's barrier).
     pub(super) fn consume(
         &self,
         b: &mut Builder,
         ctx: &Ctx,
         (tid, wg, m0): (Reg<B32>, Reg<B32>, Reg<B32>),
-        (overlap, pingpong): (bool, bool),
+        (overlap, turn): (bool, Option<Turn>),
+        j: Reg<B32>,
     ) -> (AccTile, Vec<Reg<F32>>, Wg) {
-        let w = self.setup(b, ctx, (tid, wg, m0), pingpong);
+        let w = self.setup(b, ctx, (tid, wg, m0), (turn, j));
         let mut o = AccTile::zeros(b, 1, ctx.d);
         let mut softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
         if overlap {
@@ -94,14 +87,36 @@ impl Consumer {
         (o, lse, w)
     }
 
-    /// The warpgroup's rows, descriptors and turn, after Q has landed; with `pingpong`
-    /// the first consumer's first turn is given.
+    /// The pingpong order's barriers of consumer warpgroup `wg` (1..=consumers); gives
+    /// the first consumer its first turn. Once per CTA.
+    pub(super) fn first_turn(&self, b: &mut Builder, wg: Reg<B32>, consumers: u32) -> Turn {
+        let cw = b.sub_u32(wg, 1u32);
+        let mine = b.add_u32(cw, ISSUE_BAR);
+        let nx = b.add_u32(cw, 1u32);
+        let wrap = b.setp_u32(Cmp::Eq, nx, consumers);
+        let nx = b.selp_b32(0u32, nx, wrap);
+        let next = b.add_u32(nx, ISSUE_BAR);
+        let first = b.setp_u32(Cmp::Eq, cw, 0u32);
+        b.when(first, false, |b| b.bar_arrive(mine, 256));
+        Turn { mine, next }
+    }
+
+    /// The persistent kernel: this warpgroup is done with the tile's Q (one arrival of
+    /// its leader on Q empty).
+    pub(super) fn release_q(&self, b: &mut Builder, w: &Wg, ctx: &Ctx) {
+        b.when(w.lead, false, |b| {
+            b.mbarrier_arrive(Addr::Shared(ctx.smem, Q_EMPTY))
+        });
+    }
+
+    /// The warpgroup's rows and descriptors for one tile, after its Q has landed (the
+    /// `j`-th completion of Q full).
     fn setup(
         &self,
         b: &mut Builder,
         ctx: &Ctx,
         (tid, wg, m0): (Reg<B32>, Reg<B32>, Reg<B32>),
-        pingpong: bool,
+        (turn, j): (Option<Turn>, Reg<B32>),
     ) -> Wg {
         let (d, lay, smem) = (ctx.d, &ctx.lay, ctx.smem);
         let cw = b.sub_u32(wg, 1u32);
@@ -117,21 +132,12 @@ impl Consumer {
             let x = b.and_b32(tid, 127u32);
             b.setp_u32(Cmp::Eq, x, 0u32)
         };
-        b.mbarrier_wait(Addr::Shared(smem, Q_FULL), 0u32, "Q full");
+        let q_ph = b.and_b32(j, 1u32);
+        b.mbarrier_wait(Addr::Shared(smem, Q_FULL), q_ph, "Q full");
         let q = WgmmaDesc::new(SmemTile::new(lay.q, ctx.block_m(), d), Major::K);
         let q_rows = b.mad_lo_u32(cw, WG_ROWS * ROW_BYTES, smem);
         let q0 = q.emit(b, q_rows);
         let diag = b.sub_s32(self.sk, self.sq);
-        let turn = pingpong.then(|| {
-            let mine = b.add_u32(cw, ISSUE_BAR);
-            let nx = b.add_u32(cw, 1u32);
-            let wrap = b.setp_u32(Cmp::Eq, nx, ctx.consumers);
-            let nx = b.selp_b32(0u32, nx, wrap);
-            let next = b.add_u32(nx, ISSUE_BAR);
-            let first = b.setp_u32(Cmp::Eq, cw, 0u32);
-            b.when(first, false, |b| b.bar_arrive(mine, 256));
-            Turn { mine, next }
-        });
         Wg {
             row,
             t2,
@@ -326,61 +332,5 @@ impl Consumer {
             b.wgmma_wait(0);
             Self::release(b, w, &lat, V_EMPTY);
         });
-    }
-
-    /// O (normalised) to the dtype, stored pair by pair for rows below `seqlen_q`; the
-    /// LSE by lane t = 0 of each quad when `lse` is not null.
-    pub(super) fn epilogue(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        out: &Out,
-        (o, lse): (&AccTile, &[Reg<F32>]),
-        w: &Wg,
-    ) {
-        b.comment("-- epilogue: O and the LSE --");
-        let (row, t2) = (w.row, w.t2);
-        let bo = b.cvt_u64_u32(ctx.batch);
-        let bo = b.mul_lo_u64(bo, out.o_batch);
-        let ho = b.mul_wide_u32(ctx.head, out.o_head);
-        let base = b.add_s64(bo, ho);
-        let base = b.shl_b64(base, 1);
-        let base = b.add_s64(out.o_ptr, base);
-        let base = b.cvta_global(base);
-        let col = b.mul_wide_u32(t2, 2u32);
-        let base = b.add_s64(base, col);
-        let no_lse = b.setp_u64(Cmp::Eq, out.lse_ptr, 0i64);
-        let other = b.setp_u32(Cmp::Ne, t2, 0u32);
-        let skip_lse = b.or_pred(no_lse, other);
-        // (batch * heads + head) * seqlen_q, in 64 bits: b * h * sq may pass 2^32
-        let bh = b.mad_lo_u32(ctx.batch, out.heads, ctx.head);
-        let lse_row0 = b.mul_wide_u32(bh, self.sq);
-        let lse_row0 = b.shl_b64(lse_row0, 2);
-        let lse_row0 = b.add_s64(out.lse_ptr, lse_row0);
-        let lse_row0 = b.cvta_global(lse_row0);
-        for r in 0..o.rows() {
-            let rr = b.add_u32(row, AccTile::row_offset(r));
-            let out_of = b.setp_u32(Cmp::Ge, rr, self.sq);
-            let off = b.mul_wide_u32(rr, out.o_row);
-            let off = b.shl_b64(off, 1);
-            let at = b.add_s64(base, off);
-            b.unless(out_of, |b| {
-                for nt in 0..o.n_tiles() {
-                    let [lo, hi] = o.pair(r, nt);
-                    let w = b.pack(self.fmt, lo, hi);
-                    b.st(
-                        Space::Global,
-                        Ty::B32,
-                        Addr::Global(at, 16 * nt as i32),
-                        &[w],
-                    );
-                }
-            });
-            let skip = b.or_pred(skip_lse, out_of);
-            b.unless(skip, |b| {
-                let a = b.mad_wide_u32(rr, 4u32, lse_row0);
-                b.st(Space::Global, Ty::F32, Addr::Global(a, 0), &[lse[r]]);
-            });
-        }
     }
 }

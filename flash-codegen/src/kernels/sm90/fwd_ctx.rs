@@ -13,7 +13,8 @@ pub(super) const WG_ROWS: u32 = 64;
 /// The first named barrier of the consumers' GEMM-issue order (`bar.sync 0` is the CTA's).
 pub(super) const ISSUE_BAR: u32 = 1;
 
-/// Shared memory: 9 mbarriers, then Q, the K stages, the V stages (1024-byte aligned).
+/// Shared memory: 10 mbarriers, then Q, the K stages, the V stages (1024-byte aligned).
+#[derive(Clone, Copy)]
 pub(super) struct Layout {
     pub(super) tile_bytes: u32,
     pub(super) q: u32,
@@ -21,12 +22,14 @@ pub(super) struct Layout {
     pub(super) v: u32,
 }
 
-/// Barrier offsets: Q full; K full, K empty, V full, V empty per stage.
+/// Barrier offsets: Q full; K full, K empty, V full, V empty per stage; Q empty (the
+/// persistent kernel's: the consumers are done with a tile's Q).
 pub(super) const Q_FULL: i32 = 0;
 pub(super) const K_FULL: i32 = 8;
 pub(super) const K_EMPTY: i32 = 24;
 pub(super) const V_FULL: i32 = 40;
 pub(super) const V_EMPTY: i32 = 56;
+pub(super) const Q_EMPTY: i32 = 72;
 
 impl Layout {
     /// `block_m` query rows of head dim `d`.
@@ -46,7 +49,7 @@ impl Layout {
     }
 }
 
-/// What both roles share.
+/// What both roles share about one tile.
 pub(super) struct Ctx {
     pub(super) d: u32,
     /// Consumer warpgroups (64 query rows each).
@@ -61,6 +64,8 @@ pub(super) struct Ctx {
     pub(super) head: Reg<B32>,
     pub(super) kv_head: Reg<B32>,
     pub(super) batch: Reg<B32>,
+    /// Key blocks of the CTA's earlier tiles: the rings' position at this tile's first.
+    pub(super) it0: Reg<B32>,
 }
 
 /// One key block's place in the K/V rings.
@@ -74,6 +79,18 @@ pub(super) struct Stage {
 }
 
 impl Stage {
+    /// Ring position `n`'s stage `s = n & 1` in the shared memory at `smem` (stages
+    /// `tile_bytes` apart).
+    pub(super) fn at(b: &mut Builder, (smem, tile_bytes): (Reg<B32>, u32), n: Reg<B32>) -> Self {
+        let s = b.and_b32(n, 1u32);
+        let ph = b.shr_u32(n, 1u32);
+        let ph = b.and_b32(ph, 1u32);
+        let off = b.mul_lo_u32(s, tile_bytes);
+        let st = b.add_u32(smem, off);
+        let bars = b.mad_lo_u32(s, 8u32, smem);
+        Stage { ph, smem: st, bars }
+    }
+
     /// The stage's barrier at `base` (`K_FULL`, `K_EMPTY`, `V_FULL`, `V_EMPTY`).
     pub(super) fn bar(&self, base: i32) -> Addr {
         Addr::Shared(self.bars, base)
@@ -99,14 +116,10 @@ impl Ctx {
         b.mul_lo_u32(n, BLOCK_N)
     }
 
-    /// The `n`-th visited block's stage `s = n & 1`: its parity, address and barriers.
-    pub(super) fn stage(&self, b: &mut Builder, n: Reg<B32>) -> Stage {
-        let s = b.and_b32(n, 1u32);
-        let ph = b.shr_u32(n, 1u32);
-        let ph = b.and_b32(ph, 1u32);
-        let off = b.mul_lo_u32(s, self.lay.tile_bytes);
-        let smem = b.add_u32(self.smem, off);
-        let bars = b.mad_lo_u32(s, 8u32, self.smem);
-        Stage { ph, smem, bars }
+    /// The `i`-th visited block's stage: ring position `n = it0 + i`, stage `s = n & 1`;
+    /// its parity, address and barriers.
+    pub(super) fn stage(&self, b: &mut Builder, i: Reg<B32>) -> Stage {
+        let n = b.add_u32(self.it0, i);
+        Stage::at(b, (self.smem, self.lay.tile_bytes), n)
     }
 }

@@ -5,6 +5,8 @@
 pub mod fwd;
 mod fwd_consumer;
 mod fwd_ctx;
+mod fwd_epilogue;
+mod fwd_sched;
 pub mod probe;
 
 use crate::ptx::{AnyReg, B32, B64, Builder, F32, Param, ParamTy, Reg, Ty};

@@ -1,0 +1,180 @@
+//! Kernel layer, sm_90a: which (query block, head, batch) tiles a forward CTA computes.
+//! One per CTA from its grid coordinates, or, persistent, a static round-robin over every
+//! tile (CTA `c` of `G` takes tiles `c, c + G, ...`) so that a tile's prologue and
+//! epilogue overlap the loads of the next; causal tiles are ordered longest first.
+
+use super::fwd_ctx::BLOCK_N;
+use crate::ptx::{B32, Builder, Cmp, Reg, Special};
+
+/// The problem as the scheduler sees it.
+pub(super) struct Sched {
+    pub(super) persistent: bool,
+    pub(super) causal: bool,
+    pub(super) block_m: u32,
+    pub(super) sq: Reg<B32>,
+    pub(super) sk: Reg<B32>,
+    pub(super) heads: Reg<B32>,
+    pub(super) group: Reg<B32>,
+    pub(super) batches: Reg<B32>,
+}
+
+/// One tile's coordinates and key-block counts.
+pub(super) struct Tile {
+    pub(super) m0: Reg<B32>,
+    pub(super) head: Reg<B32>,
+    pub(super) kv_head: Reg<B32>,
+    pub(super) batch: Reg<B32>,
+    /// Key blocks the tile visits (see [`key_blocks`]).
+    pub(super) n_blocks: Reg<B32>,
+    /// How many of them, visited first, need a mask (see [`masked_blocks`]).
+    pub(super) n_masked: Reg<B32>,
+}
+
+/// Where a tile's work sits in the CTA's sequence: the tiles before it (`j`, the parity of
+/// the Q barriers) and the key blocks before it (`it0`, the rings' position).
+#[derive(Clone, Copy)]
+pub(super) struct Place {
+    pub(super) j: Reg<B32>,
+    pub(super) it0: Reg<B32>,
+}
+
+impl Sched {
+    /// Runs `body` on each of the CTA's tiles (a uniform loop, or `divergent` for the
+    /// producer's single thread); returns the key blocks of all of them.
+    pub(super) fn for_each_tile(
+        &self,
+        b: &mut Builder,
+        divergent: bool,
+        mut body: impl FnMut(&mut Builder, &Tile, Place),
+    ) -> Reg<B32> {
+        if !self.persistent {
+            let tile = self.grid_tile(b);
+            let zero = b.mov(0u32);
+            body(b, &tile, Place { j: zero, it0: zero });
+            return tile.n_blocks;
+        }
+        let m_blocks = b.add_u32(self.sq, self.block_m - 1);
+        let m_blocks = b.div_u32(m_blocks, self.block_m);
+        let bh = b.mul_lo_u32(self.heads, self.batches);
+        let tiles = b.mul_lo_u32(m_blocks, bh);
+        let step = b.special(Special::NCtaIdX);
+        let t = b.special(Special::CtaIdX);
+        let t = b.mov(t);
+        let (j, it) = (b.mov(0u32), b.mov(0u32));
+        let lp = if divergent {
+            b.loop_start_divergent()
+        } else {
+            b.loop_start()
+        };
+        let more = b.setp_u32(Cmp::Lt, t, tiles);
+        b.loop_exit_unless(&lp, more);
+        let tile = self.tile(b, t, (m_blocks, bh));
+        body(b, &tile, Place { j, it0: it });
+        let it1 = b.add_u32(it, tile.n_blocks);
+        b.assign(it, it1);
+        let j1 = b.add_u32(j, 1u32);
+        b.assign(j, j1);
+        let t1 = b.add_u32(t, step);
+        b.assign(t, t1);
+        b.loop_end(lp);
+        it
+    }
+
+    /// The tile of the CTA's grid coordinates: query block x (the last first when
+    /// causal: the longest are scheduled first), head y, batch z.
+    fn grid_tile(&self, b: &mut Builder) -> Tile {
+        let x = b.special(Special::CtaIdX);
+        let x = if self.causal {
+            let nx = b.special(Special::NCtaIdX);
+            let nx = b.sub_u32(nx, 1u32);
+            b.sub_u32(nx, x)
+        } else {
+            x
+        };
+        let head = b.special(Special::CtaIdY);
+        let batch = b.special(Special::CtaIdZ);
+        self.coords(b, x, head, batch)
+    }
+
+    /// Tile `t` of `m_blocks * bh` (`bh` = heads * batches): causal, query blocks from
+    /// the last, each over every (head, batch); otherwise a head's query blocks in turn
+    /// (neighbouring CTAs read the same K and V).
+    fn tile(&self, b: &mut Builder, t: Reg<B32>, (m_blocks, bh): (Reg<B32>, Reg<B32>)) -> Tile {
+        let (x, hb) = if self.causal {
+            let q = b.div_u32(t, bh);
+            let hb = b.rem_u32(t, bh);
+            let last = b.sub_u32(m_blocks, 1u32);
+            (b.sub_u32(last, q), hb)
+        } else {
+            (b.rem_u32(t, m_blocks), b.div_u32(t, m_blocks))
+        };
+        let head = b.rem_u32(hb, self.heads);
+        let batch = b.div_u32(hb, self.heads);
+        self.coords(b, x, head, batch)
+    }
+
+    fn coords(&self, b: &mut Builder, x: Reg<B32>, head: Reg<B32>, batch: Reg<B32>) -> Tile {
+        let m0 = b.mul_lo_u32(x, self.block_m);
+        let kv_head = b.div_u32(head, self.group);
+        let n_blocks = key_blocks(b, self.causal, (m0, self.block_m), self.sq, self.sk);
+        let n_masked = masked_blocks(b, self.causal, (m0, n_blocks), self.sq, self.sk);
+        Tile {
+            m0,
+            head,
+            kv_head,
+            batch,
+            n_blocks,
+            n_masked,
+        }
+    }
+}
+
+/// Key blocks the query block of `block_m` rows at `m0` visits: `ceil(sk / 128)`, causal:
+/// up to its last row's diagonal `m0 + block_m - 1 + sk - sq` (none when that is negative).
+fn key_blocks(
+    b: &mut Builder,
+    causal: bool,
+    (m0, block_m): (Reg<B32>, u32),
+    sq: Reg<B32>,
+    sk: Reg<B32>,
+) -> Reg<B32> {
+    let nk = b.add_u32(sk, BLOCK_N - 1);
+    let nk = b.shr_u32(nk, BLOCK_N.trailing_zeros());
+    if !causal {
+        return nk;
+    }
+    let end = b.add_u32(m0, block_m);
+    let end = b.add_u32(end, sk);
+    let end = b.sub_s32(end, sq);
+    let end = b.max_s32(end, 0i32);
+    let nc = b.add_u32(end, BLOCK_N - 1);
+    let nc = b.shr_u32(nc, BLOCK_N.trailing_zeros());
+    b.min_u32(nk, nc)
+}
+
+/// Of the `n_blocks` key blocks, the last ones that need a mask: those past the first
+/// key a query of the block at `m0` does not see (its first row's causal limit
+/// `m0 + 1 + sk - sq`, or `sk`). At least 1 when `n_blocks` is not 0 (the consumers mask
+/// the first block they visit, the last one, in any case).
+fn masked_blocks(
+    b: &mut Builder,
+    causal: bool,
+    (m0, n_blocks): (Reg<B32>, Reg<B32>),
+    sq: Reg<B32>,
+    sk: Reg<B32>,
+) -> Reg<B32> {
+    let seen = if causal {
+        let lim = b.add_u32(m0, 1u32);
+        let lim = b.add_u32(lim, sk);
+        let lim = b.sub_s32(lim, sq);
+        let lim = b.min_s32(lim, sk);
+        b.max_s32(lim, 0i32)
+    } else {
+        sk
+    };
+    let clean = b.shr_u32(seen, BLOCK_N.trailing_zeros());
+    let clean = b.min_u32(clean, n_blocks);
+    let masked = b.sub_u32(n_blocks, clean);
+    let one = b.min_u32(n_blocks, 1u32);
+    b.max_u32(masked, one)
+}

@@ -1,0 +1,353 @@
+//! Manifest layer: the `sm90a` section of `manifest.json` (format 3): the Hopper forward
+//! kernels (`kernels::sm90::fwd`, sm_90a: wgmma, TMA, mbarrier) that `flash-codegen emit
+//! --all` writes, with what a CuPy, cuda-python or C++ caller needs to launch one from its
+//! PTX file: its parameters (three `CUtensorMap`s by value, then the scalars, each with its
+//! offset and alignment), its launch geometry, and per tensor map the arguments of
+//! `cuTensorMapEncodeTiled` ([`maps`]).
+//!
+//! The kernel's facts come from the kernel ([`fwd::Variant`], [`fwd::MAPS`],
+//! [`fwd::SCALARS`], [`fwd::BLOCK_N`]); this file adds their meanings, which the tests
+//! below check against them and tests/manifest_sm90.rs against the PTX entry and
+//! flash-runtime's tensor maps.
+
+use serde::{Deserialize, Serialize};
+
+use super::{LaunchInfo, SMEM_DEFAULT_LIMIT};
+use crate::abi::AbiTy;
+use crate::kernels::sm90::fwd;
+use crate::ptx::{ParamTy, Target};
+use crate::spec::{DType, Mask, Pass};
+
+pub mod maps;
+mod notes;
+
+pub use maps::{Enumerant, TensorMapInfo};
+
+/// The architecture tag of the section's kernels (`arch`).
+pub const ARCH: &str = "sm90a";
+
+/// The one compute capability sm_90a code runs on: its `a` features are not forward
+/// compatible, so it is both the minimum and the maximum.
+pub const COMPUTE_CAPABILITY: &str = "9.0";
+
+/// The `sm90a` section: what its kernels share, then one entry per kernel.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sm90a {
+    /// How to choose, build the tensor maps of, and launch an sm_90a kernel.
+    pub notes: Vec<String>,
+    /// One entry per kernel, in the order given to [`section`].
+    pub kernels: Vec<Sm90aKernel>,
+}
+
+/// One sm_90a kernel: its file, its variant, its ABI, tensor maps and launch geometry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sm90aKernel {
+    /// The `.entry` name (also the file stem), [`fwd::Variant::name`].
+    pub name: String,
+    /// The PTX file, relative to the manifest.
+    pub file: String,
+    /// [`ARCH`].
+    pub arch: String,
+    /// What the kernel computes and how it is scheduled.
+    pub variant: Sm90aVariant,
+    /// The module's `.target` (`sm_90a`).
+    pub target: String,
+    /// The module's `.version` (`8.0`): the driver must support at least this PTX ISA.
+    pub ptx_version: String,
+    /// The lowest compute capability that runs the kernel ([`COMPUTE_CAPABILITY`]).
+    pub min_compute_capability: String,
+    /// The highest one ([`COMPUTE_CAPABILITY`]: sm_90a code runs on 9.0 only).
+    pub max_compute_capability: String,
+    /// Kernel parameters in launch order.
+    pub params: Vec<Sm90aParam>,
+    /// How to encode each tensor-map parameter, in parameter order.
+    pub tensor_maps: Vec<TensorMapInfo>,
+    /// Block, grid formula and dynamic shared memory.
+    pub launch: LaunchInfo,
+    /// The tile sizes the grid formula refers to.
+    pub tiles: Sm90aTiles,
+}
+
+/// The variant's fields ([`fwd::Variant`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sm90aVariant {
+    /// The pass (`fwd`).
+    pub pass: Pass,
+    /// The head dim, which the problem's must equal (64 or 128).
+    pub head_dim: u32,
+    /// Element type of q, k, v and o.
+    pub dtype: DType,
+    /// `none` or `causal` (bottom-right aligned).
+    pub mask: Mask,
+    /// FA3's intra-warpgroup overlap.
+    pub overlap: bool,
+    /// FA3's pingpong between the consumer warpgroups.
+    pub pingpong: bool,
+    /// Consumer warpgroups (64 query rows each).
+    pub consumers: u32,
+    /// Bounded mbarrier waits that fail naming the barrier.
+    pub debug: bool,
+}
+
+/// One parameter of an sm_90a kernel: a [`super::ParamInfo`] with its place in the
+/// parameter buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sm90aParam {
+    /// Position in the launch's argument list (0-based).
+    pub index: usize,
+    /// The parameter's name in the PTX entry.
+    pub name: String,
+    /// The PTX `.param` type ([`AbiTy::name`]): `b8[128]` (a `CUtensorMap`), `u64`, `u32`,
+    /// `f32`.
+    #[serde(rename = "type")]
+    pub ty: String,
+    /// The numpy dtype of its bytes ([`AbiTy::numpy`]).
+    pub numpy: String,
+    /// Bytes it occupies; it must match exactly.
+    pub size: u32,
+    /// Its alignment in the parameter buffer (64 for a tensor map).
+    pub align: u32,
+    /// Its byte offset in the parameter buffer (`CU_LAUNCH_PARAM_BUFFER_POINTER`): the end
+    /// of the one before, rounded up to `align`.
+    pub offset: u32,
+    /// What to pass, in words.
+    pub meaning: String,
+}
+
+/// The tiles of an sm_90a forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sm90aTiles {
+    /// Query rows per CTA ([`fwd::Variant::block_m`]; also the Q map's box rows).
+    pub block_m: u32,
+    /// Keys per block ([`fwd::BLOCK_N`]; also the K and V maps' box rows).
+    pub block_n: u32,
+}
+
+/// The kernel's parameters in order, the tensor maps ([`fwd::MAPS`]) then the scalars
+/// ([`fwd::SCALARS`]), with the type the caller passes and what to pass.
+pub const PARAMS: [(&str, AbiTy, &str); 14] = [
+    (
+        "tm_q",
+        AbiTy::TensorMap,
+        "the CUtensorMap of q (tensor_maps entry with param tm_q), 128 bytes by value",
+    ),
+    (
+        "tm_k",
+        AbiTy::TensorMap,
+        "the CUtensorMap of k (tensor_maps entry with param tm_k), 128 bytes by value",
+    ),
+    (
+        "tm_v",
+        AbiTy::TensorMap,
+        "the CUtensorMap of v (tensor_maps entry with param tm_v), 128 bytes by value",
+    ),
+    (
+        "o",
+        AbiTy::Ptr,
+        "device pointer to o [batch, seqlen_q, heads, head_dim] (written; head_dim contiguous), 4-byte aligned",
+    ),
+    (
+        "lse",
+        AbiTy::Ptr,
+        "device pointer to lse f32 [batch, heads, seqlen_q], contiguous (written, natural log), or 0 to skip",
+    ),
+    (
+        "seqlen_q",
+        AbiTy::U32,
+        "query sequence length (below 2^31 - 256)",
+    ),
+    (
+        "seqlen_k",
+        AbiTy::U32,
+        "key/value sequence length (at least 1, below 2^31 - 256)",
+    ),
+    (
+        "group",
+        AbiTy::U32,
+        "heads / heads_k (1 = MHA, heads = MQA)",
+    ),
+    ("heads", AbiTy::U32, "number of query heads"),
+    (
+        "o_row",
+        AbiTy::U32,
+        "o's row (sequence position) stride in elements, even",
+    ),
+    ("o_head", AbiTy::U32, "o's head stride in elements, even"),
+    ("o_batch", AbiTy::U64, "o's batch stride in elements, even"),
+    (
+        "scale_log2",
+        AbiTy::F32,
+        "softmax scale times log2(e) (default 1/sqrt(head_dim) * 1.4426950408889634)",
+    ),
+    ("batch", AbiTy::U32, "batch size (q's first dimension)"),
+];
+
+/// The kernels `emit --all` writes: the configuration the runtime runs
+/// (`validate::sm90_fwd_call`): overlapped and pingpong schedules, the default consumers,
+/// no debug build; both dtypes, every head dim, causal or not.
+pub fn shipping() -> Vec<fwd::Variant> {
+    let mut v = Vec::new();
+    for dtype in DType::ALL {
+        for head_dim in fwd::HEAD_DIMS {
+            for causal in [false, true] {
+                v.push(fwd::Variant::shipping(dtype, head_dim, causal));
+            }
+        }
+    }
+    v
+}
+
+/// The PTX module text of variant `var`.
+pub fn ptx(var: fwd::Variant) -> String {
+    crate::ptx::print::module(&fwd::module(var))
+}
+
+/// The file a variant's PTX is written to.
+pub fn file_name(var: &fwd::Variant) -> String {
+    format!("{}.ptx", var.name())
+}
+
+/// The section of `variants`, in the order given.
+pub fn section(variants: &[fwd::Variant]) -> Sm90a {
+    Sm90a {
+        notes: notes::notes(),
+        kernels: variants.iter().map(kernel).collect(),
+    }
+}
+
+/// The manifest entry of one variant.
+pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
+    let target = Target::Sm90a;
+    let (major, minor) = target.ptx_version();
+    let smem = var.smem_bytes();
+    Sm90aKernel {
+        name: var.name(),
+        file: file_name(var),
+        arch: ARCH.to_string(),
+        variant: Sm90aVariant {
+            pass: Pass::Fwd,
+            head_dim: var.head_dim,
+            dtype: var.dtype,
+            mask: if var.causal { Mask::Causal } else { Mask::None },
+            overlap: var.overlap,
+            pingpong: var.pingpong,
+            consumers: var.consumers,
+            debug: var.debug,
+        },
+        target: target.name().to_string(),
+        ptx_version: format!("{major}.{minor}"),
+        min_compute_capability: COMPUTE_CAPABILITY.to_string(),
+        max_compute_capability: COMPUTE_CAPABILITY.to_string(),
+        params: params(),
+        tensor_maps: maps::tensor_maps(var),
+        launch: LaunchInfo {
+            block: [var.threads(), 1, 1],
+            grid: ["ceil(seqlen_q / block_m)", "heads", "batch"].map(str::to_string),
+            dynamic_smem_bytes: smem,
+            needs_smem_opt_in: smem > SMEM_DEFAULT_LIMIT,
+        },
+        tiles: Sm90aTiles {
+            block_m: var.block_m(),
+            block_n: fwd::BLOCK_N,
+        },
+    }
+}
+
+/// [`PARAMS`] as manifest rows, each at the offset the PTX parameter layout gives it.
+fn params() -> Vec<Sm90aParam> {
+    let mut end = 0u32;
+    PARAMS
+        .iter()
+        .enumerate()
+        .map(|(index, &(name, ty, meaning))| {
+            let align = match ty.param_ty() {
+                ParamTy::Bytes { align, .. } => align,
+                ParamTy::Scalar(_) => ty.size(),
+            };
+            let offset = end.next_multiple_of(align);
+            end = offset + ty.size();
+            Sm90aParam {
+                index,
+                name: name.to_string(),
+                ty: ty.name().to_string(),
+                numpy: ty.numpy().to_string(),
+                size: ty.size(),
+                align,
+                offset,
+                meaning: meaning.to_string(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table's names and types are the kernel's, maps first.
+    #[test]
+    fn the_parameter_table_is_the_kernels() {
+        let (maps, scalars) = PARAMS.split_at(fwd::MAPS.len());
+        for ((name, ty, _), want) in maps.iter().zip(fwd::MAPS) {
+            assert_eq!((*name, *ty), (want, AbiTy::TensorMap));
+        }
+        assert_eq!(scalars.len(), fwd::SCALARS.len());
+        for ((name, ty, meaning), (want, t)) in scalars.iter().zip(fwd::SCALARS) {
+            assert_eq!((*name, ty.scalar()), (want, Some(t)));
+            assert!(!meaning.is_empty());
+        }
+    }
+
+    /// Offsets follow the PTX layout: the maps at 0, 128, 256, then the scalars packed
+    /// at their natural alignment (o_batch, a u64 after six 4-byte ones, at 424).
+    #[test]
+    fn offsets_follow_the_alignment() {
+        let p = params();
+        let at: Vec<(&str, u32, u32)> = p
+            .iter()
+            .map(|r| (r.name.as_str(), r.offset, r.align))
+            .collect();
+        assert_eq!(
+            &at[..4],
+            &[
+                ("tm_q", 0, 64),
+                ("tm_k", 128, 64),
+                ("tm_v", 256, 64),
+                ("o", 384, 8)
+            ]
+        );
+        assert_eq!(at[11], ("o_batch", 424, 8));
+        assert_eq!(at[12], ("scale_log2", 432, 4));
+        assert_eq!(at[13], ("batch", 436, 4));
+    }
+
+    /// Eight shipping kernels, the runtime's schedule, distinct names; each entry's
+    /// launch is its variant's.
+    #[test]
+    fn shipping_kernels_and_their_entries() {
+        let vars = shipping();
+        assert_eq!(vars.len(), 8);
+        let mut names: Vec<String> = vars.iter().map(fwd::Variant::name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), 8);
+        for v in &vars {
+            // the grid formula is the non-persistent kernel's
+            assert!(
+                v.overlap && v.pingpong && !v.debug && !v.persistent,
+                "{v:?}"
+            );
+            let k = kernel(v);
+            assert_eq!(k.file, format!("{}.ptx", k.name));
+            assert_eq!(k.launch.block, [v.threads(), 1, 1]);
+            assert_eq!(k.launch.dynamic_smem_bytes, v.smem_bytes());
+            assert!(k.launch.needs_smem_opt_in, "{}", k.name);
+            assert_eq!((k.tiles.block_m, k.tiles.block_n), (v.block_m(), 128));
+            assert_eq!(
+                (k.target.as_str(), k.ptx_version.as_str()),
+                ("sm_90a", "8.0")
+            );
+            assert_eq!(k.tensor_maps.len(), 3);
+        }
+    }
+}
