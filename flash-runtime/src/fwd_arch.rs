@@ -66,7 +66,8 @@ impl FlashAttention {
     /// accept (they never change the choice): an sm_80 spec's name (`fa2_fwd_..._sm80`) or
     /// the sm_90a forward's (`fa3_fwd_..._sm90a`); `None` when the call launches nothing
     /// (batch, seqlen_q or heads 0). Runs the forward's checks (their errors, and
-    /// [`FlashError::ArchUnavailable`] under [`ForwardArch::Sm90a`]); loads and launches
+    /// [`FlashError::ArchUnavailable`] under [`ForwardArch::Sm90a`], and
+    /// [`FlashError::KernelNotEmbedded`] where the forward would fail with it); loads and launches
     /// nothing. `stream` is the one the forward would run on: taking the tensors'
     /// addresses orders it after their pending writes, as the forward would.
     pub fn forward_kernel_name<T: Element>(
@@ -110,6 +111,10 @@ impl FlashAttention {
         }
         Ok(Some(match self.sm90_fwd_choice(&args)? {
             Some(call) => call.variant.name(),
+            // the error the forward would fail with on a runtime that lacks the kernel
+            None if !self.generates_on_demand() && !self.has_ptx(&plan.spec) => {
+                return Err(FlashError::KernelNotEmbedded { spec: plan.spec });
+            }
             None => plan.spec.name(),
         }))
     }
@@ -121,6 +126,7 @@ impl FlashAttention {
             cc: self.cc,
             generates: self.generates_on_demand(),
             smem_optin: self.smem_optin,
+            tma: crate::tensor_map::encoder_present(),
         };
         choose(self.fwd_arch, || {
             sm90_fwd_call_with(a, rt, &|v| self.has_sm90a_ptx(v))
@@ -174,6 +180,7 @@ mod tests {
             cc: (9, 0),
             generates: true,
             smem_optin: 227 << 10,
+            tma: true,
         };
         crate::validate::sm90_fwd_call(&args, rt).expect("eligible")
     }

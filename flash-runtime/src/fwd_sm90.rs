@@ -112,14 +112,24 @@ impl FlashAttention {
                 "the sm_90a forward needs at least one key".into(),
             ));
         }
-        let (nq, nk) = (b * sq * h * d, b * sk * hk * d);
-        let lse_len = lse.as_ref().map_or(b * h * sq, |l| l.len());
+        let prod = |xs: [usize; 4]| {
+            xs.iter()
+                .try_fold(1usize, |acc, &x| acc.checked_mul(x))
+                .ok_or_else(|| {
+                    FlashError::ShapeMismatch(format!("{sh:?}: the tensors' sizes overflow usize"))
+                })
+        };
+        let (nq, nk, nl) = (
+            prod([b, sq, h, d])?,
+            prod([b, sk, hk, d])?,
+            prod([b, h, sq, 1])?,
+        );
+        let lse_len = lse.as_ref().map_or(nl, |l| l.len());
         let lens = [q.len(), k.len(), v.len(), o.len()];
-        if lens[0] < nq || lens[1] < nk || lens[2] < nk || lens[3] < nq || lse_len < b * h * sq {
+        if lens[0] < nq || lens[1] < nk || lens[2] < nk || lens[3] < nq || lse_len < nl {
             return Err(FlashError::ShapeMismatch(format!(
                 "{sh:?}: q, k, v, o hold {lens:?} elements, need {nq}, {nk}, {nk}, {nq}; lse \
-                 {lse_len}, needs {}",
-                b * h * sq
+                 {lse_len}, needs {nl}"
             )));
         }
         if b == 0 || sq == 0 || h == 0 {

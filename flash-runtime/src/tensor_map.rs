@@ -205,6 +205,11 @@ fn encoder() -> Option<&'static libloading::Symbol<'static, EncodeTiled>> {
     .as_ref()
 }
 
+/// Whether the driver has the tensor-map encoder (CUDA 12.0, driver r525, or newer).
+pub(crate) fn encoder_present() -> bool {
+    encoder().is_some()
+}
+
 impl TensorMap {
     /// Encodes the map of the tensor at device address `addr` (checked first).
     pub fn encode(layout: &TensorMapLayout, addr: u64) -> Result<TensorMap> {

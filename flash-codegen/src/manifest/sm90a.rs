@@ -242,7 +242,18 @@ pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
         tensor_maps: maps::tensor_maps(var),
         launch: LaunchInfo {
             block: [var.threads(), 1, 1],
-            grid: ["ceil(seqlen_q / block_m)", "heads", "batch"].map(str::to_string),
+            // a persistent variant (`_pers` in its name; not among those `emit` writes)
+            // walks every tile from one CTA per SM
+            grid: if var.persistent {
+                [
+                    "min(ceil(seqlen_q / block_m) * heads * batch, multiprocessors)",
+                    "1",
+                    "1",
+                ]
+            } else {
+                ["ceil(seqlen_q / block_m)", "heads", "batch"]
+            }
+            .map(str::to_string),
             dynamic_smem_bytes: smem,
             needs_smem_opt_in: smem > SMEM_DEFAULT_LIMIT,
         },

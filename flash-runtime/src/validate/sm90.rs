@@ -30,6 +30,9 @@ pub struct Sm90Runtime {
     pub generates: bool,
     /// Dynamic shared memory per block the runtime plans for (`FlashAttention::smem_limit`).
     pub smem_optin: u64,
+    /// Whether the driver encodes tensor maps (`cuTensorMapEncodeTiled`: CUDA 12.0, driver
+    /// r525, or newer; the same drivers load `.version 8.0` PTX).
+    pub tma: bool,
 }
 
 /// One of q, k, v as its tensor map takes it.
@@ -118,6 +121,13 @@ pub fn sm90_fwd_call_with(
              FlashAttention::limit_compute_capability's): the sm_90a forward runs on 9.0 \
              (H100, H200) only"
         ));
+    }
+    if !rt.tma {
+        return Err(
+            "this CUDA driver has no cuTensorMapEncodeTiled (the sm_90a forward \
+                    needs CUDA 12.0, driver r525, or newer)"
+                .into(),
+        );
     }
     let dtype = a.q.dtype;
     match dtype {

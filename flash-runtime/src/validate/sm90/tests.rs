@@ -13,6 +13,7 @@ const H100: Sm90Runtime = Sm90Runtime {
     cc: (9, 0),
     generates: true,
     smem_optin: 227 << 10,
+    tma: true,
 };
 const BASE: u64 = 0x7f00_0000_0000;
 
@@ -183,6 +184,17 @@ fn the_runtime_must_generate_on_compute_capability_9_0() {
         let want = format!("compute capability {}.{}", cc.0, cc.1);
         assert_refuses(&bf16_128(), rt, &want);
     }
+}
+
+/// A driver without the tensor-map encoder (before CUDA 12.0) keeps the forward on sm_80.
+#[test]
+fn the_driver_must_encode_tensor_maps() {
+    let old = Sm90Runtime { tma: false, ..H100 };
+    assert_refuses(
+        &bf16_128(),
+        old,
+        "this CUDA driver has no cuTensorMapEncodeTiled",
+    );
 }
 
 /// An embedded-only runtime takes a call whose shipping variant is registered (what
