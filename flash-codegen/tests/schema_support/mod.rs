@@ -42,6 +42,23 @@ pub fn edited(m: &Value, pointer: &str, value: Option<Value>) -> Value {
     m
 }
 
+/// Each edit of `good` fails validation with exactly one error containing its message:
+/// the fields at `missing` removed, those at `wrong` given the value beside them.
+pub fn each_edit_fails_once(good: &Value, missing: &[(&str, &str)], wrong: &[(&str, Value, &str)]) {
+    let cases = (missing.iter().map(|&(at, want)| (at, None, want))).chain(
+        wrong
+            .iter()
+            .map(|(at, v, want)| (*at, Some(v.clone()), *want)),
+    );
+    for (at, value, want) in cases {
+        let errs = validate(&edited(good, at, value.clone()));
+        assert!(
+            errs.len() == 1 && errs[0].contains(want),
+            "{at} = {value:?}: want `{want}`, got {errs:#?}"
+        );
+    }
+}
+
 /// The set of values the schema allows at `pointer` (an `enum` or a `const`).
 pub fn allowed(pointer: &str) -> BTreeSet<String> {
     let s = schema();

@@ -218,6 +218,19 @@ impl Consumer {
         });
     }
 
+    /// S of the block visited `i`-th at stage `at`, alone in flight: once its K has
+    /// landed and this warpgroup's turn has come, issued, waited for, K released, masked.
+    fn masked_s(&self, b: &mut Builder, (ctx, w): (&Ctx, &Wg), at: &Stage, i: Reg<B32>) -> AccTile {
+        b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+        w.take_turn(b);
+        let mut s = self.issue_s(b, w, at);
+        w.pass_turn(b);
+        b.wgmma_wait(0);
+        Self::release(b, w, at, K_EMPTY);
+        self.mask(b, (ctx, w), &mut s, i);
+        s
+    }
+
     /// Every product waited for at once.
     fn blocks(
         &self,
@@ -232,13 +245,7 @@ impl Consumer {
         let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
         b.loop_exit_unless(&lp, more);
         let at = ctx.stage(b, n);
-        b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
-        w.take_turn(b);
-        let mut s = self.issue_s(b, w, &at);
-        w.pass_turn(b);
-        b.wgmma_wait(0);
-        Self::release(b, w, &at, K_EMPTY);
-        self.mask(b, (ctx, w), &mut s, n);
+        let mut s = self.masked_s(b, (ctx, w), &at, n);
         softmax.step(b, &mut s, o);
         let p = s.as_a(b, self.fmt, 0);
         b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
@@ -281,13 +288,7 @@ impl Consumer {
             b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
             let zero = b.mov(0u32);
             let at = ctx.stage(b, zero);
-            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
-            w.take_turn(b);
-            let mut s = self.issue_s(b, w, &at);
-            w.pass_turn(b);
-            b.wgmma_wait(0);
-            Self::release(b, w, &at, K_EMPTY);
-            self.mask(b, (ctx, w), &mut s, zero);
+            let mut s = self.masked_s(b, (ctx, w), &at, zero);
             let _ = softmax.step_deferred(b, &mut s);
             carry(b, &s);
             let i = b.mov(1u32);
