@@ -21,7 +21,8 @@ use super::EntryParams;
 use super::fwd_consumer::Consumer;
 pub use super::fwd_ctx::BLOCK_N;
 use super::fwd_ctx::{
-    Ctx, K_EMPTY, K_FULL, Layout, Q_EMPTY, Q_FULL, STAGES, Stage, V_EMPTY, V_FULL, WG_ROWS,
+    Ctx, K_EMPTY, K_FULL, Layout, Q_EMPTY, Q_FULL, Q_SLOT_BARS, QSlot, STAGES, Stage, V_EMPTY,
+    V_FULL, WG_ROWS,
 };
 use super::fwd_epilogue::Out;
 use super::fwd_sched::{Sched, Tile};
@@ -142,7 +143,12 @@ impl Variant {
 
     /// Dynamic shared memory.
     pub fn smem_bytes(&self) -> u32 {
-        Layout::new(self.head_dim, self.block_m()).bytes()
+        self.layout().bytes()
+    }
+
+    /// The shared-memory layout: two Q slots when persistent.
+    fn layout(&self) -> Layout {
+        Layout::new(self.head_dim, self.block_m(), 1 + self.persistent as u32)
     }
 
     /// Registers per thread after `setmaxnreg`: (producer, consumer), FA3's split of the
@@ -213,7 +219,7 @@ pub fn module(var: Variant) -> Module {
         "generator bug: sm90 forward d{d} with {consumers} consumers"
     );
     let block_m = var.block_m();
-    let (fmt, lay) = (half_fmt(dtype), Layout::new(d, block_m));
+    let (fmt, lay) = (half_fmt(dtype), var.layout());
     let (producer_regs, consumer_regs) = var.registers();
     let mut b = Builder::new();
     if debug {
@@ -250,6 +256,10 @@ pub fn module(var: Variant) -> Module {
             b.mbarrier_init(bar(V_EMPTY + 8 * s), consumers);
         }
         b.mbarrier_init(bar(Q_EMPTY), consumers);
+        for s in 1..lay.q_slots as i32 {
+            b.mbarrier_init(bar(Q_FULL + s * Q_SLOT_BARS as i32), 1);
+            b.mbarrier_init(bar(Q_EMPTY + s * Q_SLOT_BARS as i32), consumers);
+        }
     });
     b.fence_mbarrier_init();
     b.bar_sync();
@@ -274,8 +284,7 @@ pub fn module(var: Variant) -> Module {
             let others = b.setp_u32(Cmp::Ne, tid, 0u32);
             b.unless(others, |b| {
                 let total = sched.for_each_tile(b, true, |b, tile, at| {
-                    let q_free = persistent.then_some(at.j);
-                    ctx(tile, at.it0).produce(b, &tm, tile.m0, q_free);
+                    ctx(tile, at.it0).produce(b, &tm, tile.m0, at.j, persistent);
                 });
                 drain(b, (smem, lay.tile_bytes), total);
             });
@@ -302,7 +311,7 @@ pub fn module(var: Variant) -> Module {
                 let ctx = ctx(tile, at.it0);
                 let (o, lse, w) = c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
                 if persistent {
-                    c.release_q(b, &w, &ctx);
+                    c.release_q(b, &w);
                 }
                 c.epilogue(b, &ctx, &out, (&o, &lse), &w);
             });
@@ -349,18 +358,32 @@ impl Ctx {
         }
     }
 
-    /// The producer thread on one tile: Q (persistent: once the consumers are done with
-    /// the previous tile's, the `j`-th tile waiting for the `j`-th release), then K and V
-    /// of every key block, last first, into the rings.
-    fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>, q_free: Option<Reg<B32>>) {
-        if let Some(j) = q_free {
-            let ph = b.and_b32(j, 1u32);
+    /// The producer thread on the CTA's `j`-th tile: Q (persistent: once the consumers
+    /// are done with the Q of the tile before in the same slot, `j - 2`), then K and V of
+    /// every key block, last first, into the rings.
+    fn produce(
+        &self,
+        b: &mut Builder,
+        tm: &[Reg<B64>],
+        m0: Reg<B32>,
+        j: Reg<B32>,
+        persistent: bool,
+    ) {
+        let slot = QSlot::of(b, (self.smem, &self.lay), j);
+        if persistent {
+            let ph = slot.ph(b);
             let ph = b.xor_b32(ph, 1u32);
-            b.mbarrier_wait(Addr::Shared(self.smem, Q_EMPTY), ph, "Q empty");
+            b.mbarrier_wait(slot.bar(Q_EMPTY), ph, "Q empty");
         }
-        let q_full = Addr::Shared(self.smem, Q_FULL);
-        let q_at = (self.smem, self.lay.q);
-        self.load(b, (tm[0], self.block_m()), q_at, m0, self.head, q_full);
+        let q_at = (slot.smem, self.lay.q);
+        self.load(
+            b,
+            (tm[0], self.block_m()),
+            q_at,
+            m0,
+            self.head,
+            slot.bar(Q_FULL),
+        );
         let n = b.mov(0u32);
         let lp = b.loop_start_divergent();
         let more = b.setp_u32(Cmp::Lt, n, self.n_blocks);

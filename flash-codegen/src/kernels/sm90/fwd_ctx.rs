@@ -13,39 +13,104 @@ pub(super) const WG_ROWS: u32 = 64;
 /// The first named barrier of the consumers' GEMM-issue order (`bar.sync 0` is the CTA's).
 pub(super) const ISSUE_BAR: u32 = 1;
 
-/// Shared memory: 10 mbarriers, then Q, the K stages, the V stages (1024-byte aligned).
+/// Shared memory: the mbarriers, then the Q slots, the K stages, the V stages (1024-byte
+/// aligned). The persistent kernel has two Q slots (tile `j` in slot `j & 1`), so that the
+/// producer loads a tile's Q while the consumers still work on the tile before.
 #[derive(Clone, Copy)]
 pub(super) struct Layout {
     pub(super) tile_bytes: u32,
     pub(super) q: u32,
+    /// Bytes of one Q slot.
+    pub(super) q_bytes: u32,
+    pub(super) q_slots: u32,
     pub(super) k: u32,
     pub(super) v: u32,
 }
 
 /// Barrier offsets: Q full; K full, K empty, V full, V empty per stage; Q empty (the
-/// persistent kernel's: the consumers are done with a tile's Q).
+/// persistent kernel's: the consumers are done with a tile's Q); the second Q slot's
+/// Q full and Q empty `Q_SLOT_BARS` further on.
 pub(super) const Q_FULL: i32 = 0;
 pub(super) const K_FULL: i32 = 8;
 pub(super) const K_EMPTY: i32 = 24;
 pub(super) const V_FULL: i32 = 40;
 pub(super) const V_EMPTY: i32 = 56;
 pub(super) const Q_EMPTY: i32 = 72;
+pub(super) const Q_SLOT_BARS: u32 = 80;
 
 impl Layout {
-    /// `block_m` query rows of head dim `d`.
-    pub(super) fn new(d: u32, block_m: u32) -> Self {
+    /// `block_m` query rows of head dim `d` in `q_slots` (1 or 2) Q slots.
+    pub(super) fn new(d: u32, block_m: u32, q_slots: u32) -> Self {
+        assert!(
+            (1..=2).contains(&q_slots),
+            "generator bug: {q_slots} Q slots"
+        );
         let tile_bytes = BLOCK_N * d * 2;
-        let q = 1024;
-        let k = q + block_m * d * 2;
+        let (q, q_bytes) = (1024, block_m * d * 2);
+        assert_eq!(
+            q_bytes % 1024,
+            0,
+            "generator bug: a Q slot breaks the 1024-byte alignment"
+        );
+        let k = q + q_slots * q_bytes;
         Layout {
             tile_bytes,
             q,
+            q_bytes,
+            q_slots,
             k,
             v: k + STAGES * tile_bytes,
         }
     }
     pub(super) fn bytes(&self) -> u32 {
         self.v + STAGES * self.tile_bytes
+    }
+}
+
+/// The CTA's `j`-th tile's Q slot: its address (`smem + slot * q_bytes`: add `Layout::q`)
+/// and its barriers' base (`Q_FULL` and `Q_EMPTY` sit at their offsets from it).
+pub(super) struct QSlot {
+    pub(super) smem: Reg<B32>,
+    pub(super) bars: Reg<B32>,
+    j: Reg<B32>,
+    slots: u32,
+}
+
+impl QSlot {
+    pub(super) fn of(b: &mut Builder, (smem, lay): (Reg<B32>, &Layout), j: Reg<B32>) -> Self {
+        let slots = lay.q_slots;
+        if slots == 1 {
+            return QSlot {
+                smem,
+                bars: smem,
+                j,
+                slots,
+            };
+        }
+        let s = b.and_b32(j, 1u32);
+        let q = b.mad_lo_u32(s, lay.q_bytes, smem);
+        let bars = b.mad_lo_u32(s, Q_SLOT_BARS, smem);
+        QSlot {
+            smem: q,
+            bars,
+            j,
+            slots,
+        }
+    }
+
+    /// The parity of the slot's `j`-th tile's use: `j & 1`, with two slots `(j >> 1) & 1`.
+    pub(super) fn ph(&self, b: &mut Builder) -> Reg<B32> {
+        let u = if self.slots == 1 {
+            self.j
+        } else {
+            b.shr_u32(self.j, 1u32)
+        };
+        b.and_b32(u, 1u32)
+    }
+
+    /// The slot's barrier at `base` (`Q_FULL`, `Q_EMPTY`).
+    pub(super) fn bar(&self, base: i32) -> Addr {
+        Addr::Shared(self.bars, base)
     }
 }
 

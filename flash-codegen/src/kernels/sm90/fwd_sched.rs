@@ -1,8 +1,11 @@
 //! Kernel layer, sm_90a: which (query block, head, batch) tiles a forward CTA computes.
-//! One per CTA from its grid coordinates, or, persistent, a static round-robin over every
-//! tile (CTA `c` of `G` takes tiles `c, c + G, ...`) so that a tile's prologue and
+//! One per CTA from its grid coordinates, or, persistent, a static zigzag over every tile
+//! (CTA `c` of `G` takes tiles `c, 2G - 1 - c, 2G + c, ...`) so that a tile's prologue and
 //! epilogue overlap the loads of the next; both in the grid's order (a head's query
-//! blocks together, causal ones longest first).
+//! blocks together, causal ones longest first). The zigzag pairs a CTA's long causal
+//! tile with a short one: with a plain round-robin and `G` a multiple of the query
+//! blocks per head (132 SMs, d64 causal 2K: 11), every CTA would take the same query
+//! block of each head, the first CTA all the longest.
 
 use super::fwd_ctx::BLOCK_N;
 use crate::ptx::{B32, Builder, Cmp, Reg, Special};
@@ -58,15 +61,21 @@ impl Sched {
         let m_blocks = b.div_u32(m_blocks, self.block_m);
         let bh = b.mul_lo_u32(self.heads, self.batches);
         let tiles = b.mul_lo_u32(m_blocks, bh);
-        let step = b.special(Special::NCtaIdX);
-        let t = b.special(Special::CtaIdX);
-        let t = b.mov(t);
+        let ctas = b.special(Special::NCtaIdX);
+        let c = b.special(Special::CtaIdX);
+        // round j: tile j * ctas + c, or + (ctas - 1 - c) in odd rounds (zigzag)
+        let back = b.sub_u32(ctas, 1u32);
+        let back = b.sub_u32(back, c);
         let (j, it) = (b.mov(0u32), b.mov(0u32));
         let lp = if divergent {
             b.loop_start_divergent()
         } else {
             b.loop_start()
         };
+        let odd = b.and_b32(j, 1u32);
+        let odd = b.setp_u32(Cmp::Ne, odd, 0u32);
+        let k = b.selp_b32(back, c, odd);
+        let t = b.mad_lo_u32(j, ctas, k);
         let more = b.setp_u32(Cmp::Lt, t, tiles);
         b.loop_exit_unless(&lp, more);
         let tile = self.tile(b, t, m_blocks);
@@ -75,8 +84,6 @@ impl Sched {
         b.assign(it, it1);
         let j1 = b.add_u32(j, 1u32);
         b.assign(j, j1);
-        let t1 = b.add_u32(t, step);
-        b.assign(t, t1);
         b.loop_end(lp);
         it
     }
@@ -132,9 +139,9 @@ impl Sched {
     }
 }
 
-/// Key blocks the query block of `block_m` rows at `m0` visits: `ceil(sk / 128)`, causal:
+/// Key blocks the query block (or warpgroup) of `block_m` rows at `m0` visits: `ceil(sk / 128)`, causal:
 /// up to its last row's diagonal `m0 + block_m - 1 + sk - sq` (none when that is negative).
-fn key_blocks(
+pub(super) fn key_blocks(
     b: &mut Builder,
     causal: bool,
     (m0, block_m): (Reg<B32>, u32),
