@@ -42,6 +42,7 @@ TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
 MAP_DTYPE = {"CU_TENSOR_MAP_DATA_TYPE_FLOAT16": torch.float16,
              "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16": torch.bfloat16}
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 CU_JIT_ERROR_LOG_BUFFER = 5
 CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6
 
@@ -70,6 +71,7 @@ class Driver:
             "cuGetErrorName": [CUresult, POINTER(c_char_p)],
             "cuInit": [c_uint],
             "cuDeviceGet": [POINTER(CUdevice), c_int],
+            "cuDeviceGetAttribute": [POINTER(c_int), c_int, CUdevice],
             "cuDevicePrimaryCtxRetain": [POINTER(CUcontext), CUdevice],
             "cuCtxSetCurrent": [CUcontext],
             "cuModuleLoadDataEx": [POINTER(CUmodule), c_void_p, c_uint, POINTER(c_int), POINTER(c_void_p)],
@@ -103,6 +105,10 @@ class Driver:
         self.check(lib.cuDevicePrimaryCtxRetain(byref(ctx), dev), "cuDevicePrimaryCtxRetain")
         self.check(lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
         self.ctx = ctx
+        sms = c_int()
+        rc = lib.cuDeviceGetAttribute(byref(sms), CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev)
+        self.check(rc, "cuDeviceGetAttribute(MULTIPROCESSOR_COUNT)")
+        self.multiprocessors = sms.value
 
     def check(self, rc, what, log=None):
         if rc != 0:
@@ -151,7 +157,7 @@ class Driver:
 
 def evaluate(formula, names):
     """A manifest formula such as `ceil(seqlen_q / block_m)` or `2 * q_row_stride`: names,
-    integers, + - * / <<, ceil()."""
+    integers, + - * / <<, ceil(), min(a, b)."""
     def ev(n):
         if isinstance(n, ast.Expression):
             return ev(n.body)
@@ -163,6 +169,8 @@ def evaluate(formula, names):
             return OPS[type(n.op)](ev(n.left), ev(n.right))
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "ceil" and len(n.args) == 1:
             return Fraction(math.ceil(ev(n.args[0])))
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "min" and len(n.args) == 2:
+            return min(ev(n.args[0]), ev(n.args[1]))
         raise ValueError(f"unsupported formula `{formula}`")
     v = ev(ast.parse(formula, mode="eval"))
     if v.denominator != 1:
@@ -208,7 +216,7 @@ class Manifest:
 
     def launch(self, k, tensors, sizes, scalars):
         """The tensor maps of q, k, v, then every parameter by name, then the launch."""
-        names = dict(sizes, **k["tiles"])
+        names = dict(sizes, **k["tiles"], multiprocessors=self.drv.multiprocessors)
         for t in ("q", "k", "v"):
             for dim, suffix in enumerate(("batch_stride", "row_stride", "head_stride")):
                 names[f"{t}_{suffix}"] = tensors[t].stride(dim)

@@ -9,6 +9,7 @@
 # 2. tests/gpu_fwd_sm90 (the first sm_90a forward against the float64 reference, the debug
 #    build with bounded waits first);
 # 3. tests/gpu_fwd_select (forward_into's choice of the sm_90a kernel, ForwardArch),
+#    tests/gpu_embed_sm90 (flash_kernel!'s embedded sm_90a kernels),
 #    scripts/manifest_sm90.py on target/gb/ptx-sm90a (a launch from the manifest alone)
 #    and tests/gpu_fwd (the dense forward suite on forward_into's own choice);
 # 4. only when the probe passed: memcheck and racecheck of the forward's test on its first
@@ -21,7 +22,8 @@
 #    env (defaults here: BENCH_D=64,128 BENCH_SEQ=2048,4096,8192,16384 BENCH_CAUSAL=0,1
 #    BENCH_DTYPE=bf16,f16).
 # Every step runs under `timeout` and is tarred into OUT_DIR/sm90.tgz after it; the whole
-# script ends within SM90_DEADLINE seconds (default 560).
+# script ends within SM90_DEADLINE seconds (default 560). SM90_BENCH_ONLY=1: step 4's bench
+# alone (a separate device command after the checks).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${1:?usage: sm90_all.sh OUT_DIR}"
@@ -40,47 +42,61 @@ left() {
 pack() { tar czf "$OUT/sm90.tgz" -C "$OUT" --exclude sm90.tgz . 2>/dev/null; }
 
 nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
-timeout "$(left 120)" tests/gpu_probe_sm90 --nocapture > "$OUT/probe.log" 2>&1
-probe=$?
-echo "gpu_probe_sm90 rc=$probe (${SECONDS}s)"
-grep -E "err|NOTICE|test result|panicked|timed out|mbarrier" "$OUT/probe.log" | tail -8
-pack
-timeout "$(left 300)" tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
-fwd=$?
-echo "gpu_fwd_sm90 rc=$fwd (${SECONDS}s)"
-grep -E "FAIL|NOTICE|test result|panicked|timed out|mbarrier|failures" "$OUT/fwd.log" | tail -12
-pack
-timeout "$(left 120)" tests/gpu_fwd_select --nocapture > "$OUT/select.log" 2>&1
-echo "gpu_fwd_select rc=$? (${SECONDS}s)"
-grep -E "FAIL|NOTICE|test result|panicked|failures" "$OUT/select.log" | tail -8
-if [ -d ptx-sm90a ]; then
-  timeout "$(left 120)" python3 scripts/manifest_sm90.py ptx-sm90a > "$OUT/manifest.log" 2>&1
-  echo "manifest_sm90.py rc=$? (${SECONDS}s)"
-  tail -n 4 "$OUT/manifest.log"
-fi
-if [ -x tests/gpu_fwd ]; then
-  # the dense forward suite, forward_into's own choice (sm_90a at d64/d128 here)
-  timeout "$(left 100)" tests/gpu_fwd > "$OUT/gpu_fwd.log" 2>&1
-  echo "gpu_fwd (auto) rc=$? (${SECONDS}s)"
-  grep -E "test result|panicked|FAILED|failures:" "$OUT/gpu_fwd.log" | tail -6
-fi
-pack
-if [ "$probe" -ne 0 ]; then
-  echo "sm90_all: not benchmarking an sm_90a path whose probe failed"
-  exit 1
-fi
-[ "$fwd" -ne 0 ] && echo "sm90_all: WARNING gpu_fwd_sm90 failed: benchmarking anyway, see fwd.log"
-for tool in memcheck racecheck; do
-  GPU_FWD_SM90_SHAPES="${SM90_SANITIZE_SHAPES:-3}" timeout "$(left 90)" \
-    compute-sanitizer --tool "$tool" --print-limit 10 tests/gpu_fwd_sm90 --nocapture \
-    > "$OUT/$tool.log" 2>&1
-  echo "$tool rc=$? (${SECONDS}s)"
-  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|test result" "$OUT/$tool.log" | tail -4
+if [ -n "${SM90_BENCH_ONLY:-}" ]; then
+  echo "sm90_all: SM90_BENCH_ONLY: the bench alone (checks skipped)"
+else
+  timeout "$(left 120)" tests/gpu_probe_sm90 --nocapture > "$OUT/probe.log" 2>&1
+  probe=$?
+  echo "gpu_probe_sm90 rc=$probe (${SECONDS}s)"
+  grep -E "err|NOTICE|test result|panicked|timed out|mbarrier" "$OUT/probe.log" | tail -8
   pack
-done
+  timeout "$(left 300)" tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
+  fwd=$?
+  echo "gpu_fwd_sm90 rc=$fwd (${SECONDS}s)"
+  grep -E "FAIL|NOTICE|test result|panicked|timed out|mbarrier|failures" "$OUT/fwd.log" | tail -12
+  pack
+  timeout "$(left 120)" tests/gpu_fwd_select --nocapture > "$OUT/select.log" 2>&1
+  echo "gpu_fwd_select rc=$? (${SECONDS}s)"
+  grep -E "FAIL|NOTICE|test result|panicked|failures" "$OUT/select.log" | tail -8
+  if [ -x tests/gpu_embed_sm90 ]; then
+    timeout "$(left 60)" tests/gpu_embed_sm90 --nocapture > "$OUT/embed.log" 2>&1
+    echo "gpu_embed_sm90 rc=$? (${SECONDS}s)"
+    grep -E "FAIL|NOTICE|test result|panicked" "$OUT/embed.log" | tail -4
+  fi
+  if [ -d ptx-sm90a ]; then
+    timeout "$(left 120)" python3 scripts/manifest_sm90.py ptx-sm90a > "$OUT/manifest.log" 2>&1
+    echo "manifest_sm90.py rc=$? (${SECONDS}s)"
+    tail -n 4 "$OUT/manifest.log"
+  fi
+  if [ -x tests/gpu_fwd ]; then
+    # the dense forward suite, forward_into's own choice (sm_90a at d64/d128 here)
+    timeout "$(left 100)" tests/gpu_fwd > "$OUT/gpu_fwd.log" 2>&1
+    echo "gpu_fwd (auto) rc=$? (${SECONDS}s)"
+    grep -E "test result|panicked|FAILED|failures:" "$OUT/gpu_fwd.log" | tail -6
+  fi
+  pack
+  if [ "$probe" -ne 0 ]; then
+    echo "sm90_all: not benchmarking an sm_90a path whose probe failed"
+    exit 1
+  fi
+  [ "$fwd" -ne 0 ] && echo "sm90_all: WARNING gpu_fwd_sm90 failed: benchmarking anyway, see fwd.log"
+  for tool in memcheck racecheck; do
+    GPU_FWD_SM90_SHAPES="${SM90_SANITIZE_SHAPES:-3}" timeout "$(left 90)" \
+      compute-sanitizer --tool "$tool" --print-limit 10 tests/gpu_fwd_sm90 --nocapture \
+      > "$OUT/$tool.log" 2>&1
+    echo "$tool rc=$? (${SECONDS}s)"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|test result" "$OUT/$tool.log" | tail -4
+    pack
+  done
+fi
 # SM90_RUNS: label=BENCH_PATH[:consumer warpgroups[:head dims]] per timed path; the first
-# label's JSON carries the rows the peers are timed on
-RUNS="${SM90_RUNS:-ovl=sm90ovl pp=sm90pp ovl2=sm90ovl:2:64 pp2=sm90pp:2:64 sm80=sm80}"
+# label's JSON carries the rows the peers are timed on; SM90_RUNS="" (set, empty): the
+# checks alone
+RUNS="${SM90_RUNS-ovl=sm90ovl pp=sm90pp ovl2=sm90ovl:2:64 pp2=sm90pp:2:64 sm80=sm80}"
+if [ -z "$RUNS" ]; then
+  echo "sm90_all: SM90_RUNS is empty: no bench (${SECONDS}s)"
+  exit 0
+fi
 for i in 1 2 3; do
   t=$(left 60)
   if [ "$t" -lt 20 ]; then echo "round $i skipped (deadline)"; break; fi

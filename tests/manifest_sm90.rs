@@ -103,7 +103,11 @@ fn every_entry_has_its_ptx_entrys_parameters() {
 }
 
 /// A formula of the manifest (`ceil(seqlen_q / block_m)`, `2 * q_row_stride`, `heads_k`)
-/// evaluated over `names`: integers, names, `+ - * /`, parentheses and `ceil()`.
+/// evaluated over `names`: integers, names, `+ - * /`, parentheses, `ceil()` and
+/// `min(a, b)`.
+/// An H100 SXM's multiprocessors, for the persistent kernels' grid formula.
+const SMS: u32 = 132;
+
 fn eval(formula: &str, names: &BTreeMap<String, u64>) -> u64 {
     fn expr(t: &[String], i: &mut usize, n: &BTreeMap<String, u64>) -> f64 {
         let mut v = term(t, i, n);
@@ -128,6 +132,17 @@ fn eval(formula: &str, names: &BTreeMap<String, u64>) -> u64 {
     fn atom(t: &[String], i: &mut usize, n: &BTreeMap<String, u64>) -> f64 {
         let tok = t[*i].clone();
         *i += 1;
+        if tok == "min" {
+            assert_eq!(t[*i], "(");
+            *i += 1;
+            let a = expr(t, i, n);
+            assert_eq!(t[*i], ",");
+            *i += 1;
+            let b = expr(t, i, n);
+            assert_eq!(t[*i], ")");
+            *i += 1;
+            return a.min(b);
+        }
         if tok == "(" || tok == "ceil" {
             if tok == "ceil" {
                 assert_eq!(t[*i], "(");
@@ -143,7 +158,10 @@ fn eval(formula: &str, names: &BTreeMap<String, u64>) -> u64 {
             Err(_) => *n.get(&tok).unwrap_or_else(|| panic!("unknown name {tok}")) as f64,
         }
     }
-    let spaced = formula.replace('(', " ( ").replace(')', " ) ");
+    let spaced = formula
+        .replace('(', " ( ")
+        .replace(')', " ) ")
+        .replace(',', " , ");
     let toks: Vec<String> = spaced.split_whitespace().map(str::to_string).collect();
     let mut i = 0;
     let v = expr(&toks, &mut i, names);
@@ -174,6 +192,7 @@ impl Call {
             ("head_dim", d),
             ("block_m", k.tiles.block_m as usize),
             ("block_n", k.tiles.block_n as usize),
+            ("multiprocessors", SMS as usize),
         ]
         .into_iter()
         .map(|(a, x)| (a.to_string(), x as u64))
@@ -282,8 +301,8 @@ fn every_map_description_is_the_runtimes_map() {
                 );
             }
             let grid: Vec<u64> = k.launch.grid.iter().map(|f| eval(f, &names)).collect();
-            let x = sq.div_ceil(var.block_m() as usize) as u64;
-            assert_eq!(grid, [x, h as u64, b as u64], "{}", k.name);
+            let want = var.grid(sq as u64, h as u64, b as u64, SMS).unwrap();
+            assert_eq!(grid, [want.0, want.1, want.2].map(u64::from), "{}", k.name);
         }
     }
 }

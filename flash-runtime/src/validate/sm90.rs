@@ -168,6 +168,7 @@ pub fn sm90_fwd_call_with(
         tma_source("v", &a.v, d)?,
     );
     let o = out(&a.o)?;
+    let ship = fwd::Variant::shipping(dtype, d as u32, causal);
     let shape = Sm90FwdShape {
         batch: b,
         seqlen_q: sq,
@@ -176,11 +177,11 @@ pub fn sm90_fwd_call_with(
         heads_k: hk,
         head_dim: d,
         causal,
-        overlap: true,
-        pingpong: true,
+        overlap: ship.overlap,
+        pingpong: ship.pingpong,
         consumers: None,
-        persistent: false,
-        debug: false,
+        persistent: ship.persistent,
+        debug: ship.debug,
     };
     let variant = fwd_variant(dtype, &shape).map_err(|e| e.to_string())?;
     if !rt.generates && !embedded(&variant) {

@@ -6,7 +6,6 @@ use super::fwd_ctx::{
     BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_EMPTY, V_FULL,
     WG_ROWS,
 };
-use super::fwd_sched::key_blocks;
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Reg, Special};
@@ -27,8 +26,6 @@ pub(super) struct Consumer {
 /// leader, the causal diagonal's offset `sk - sq`, and the descriptors of Q (its 64
 /// rows), K and V.
 pub(super) struct Wg {
-    /// The warpgroup's first query row.
-    row0: Reg<B32>,
     pub(super) row: Reg<B32>,
     pub(super) t2: Reg<B32>,
     lead: Reg<crate::ptx::Pred>,
@@ -129,8 +126,8 @@ impl Consumer {
         let warp = b.and_b32(warp, 3u32);
         let g = AccTile::lane_row(b, lane);
         let t2 = AccTile::lane_col(b, lane);
-        let row0 = b.mad_lo_u32(cw, WG_ROWS, m0);
-        let row = b.mad_lo_u32(warp, 16u32, row0);
+        let row = b.mad_lo_u32(cw, WG_ROWS, m0);
+        let row = b.mad_lo_u32(warp, 16u32, row);
         let row = b.add_u32(row, g);
         let lead = {
             let x = b.and_b32(tid, 127u32);
@@ -144,7 +141,6 @@ impl Consumer {
         let q0 = q.emit(b, q_rows);
         let diag = b.sub_s32(self.sk, self.sq);
         Wg {
-            row0,
             row,
             t2,
             lead,
@@ -238,27 +234,6 @@ impl Consumer {
         s
     }
 
-    /// The first `skip` visited blocks, none of whose keys this warpgroup's rows see:
-    /// each one's turn taken and passed on, its K and V released once landed (an arrival
-    /// before the stage's fill would complete the phase of its previous use).
-    fn pass_over(&self, b: &mut Builder, ctx: &Ctx, w: &Wg, skip: Reg<B32>) {
-        b.comment("-- key blocks wholly past this warpgroup's diagonal: released unread --");
-        let i = b.mov(0u32);
-        let lp = b.loop_start();
-        let more = b.setp_u32(Cmp::Lt, i, skip);
-        b.loop_exit_unless(&lp, more);
-        let at = ctx.stage(b, i);
-        b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
-        w.take_turn(b);
-        w.pass_turn(b);
-        Self::release(b, w, &at, K_EMPTY);
-        b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
-        Self::release(b, w, &at, V_EMPTY);
-        let i1 = b.add_u32(i, 1u32);
-        b.assign(i, i1);
-        b.loop_end(lp);
-    }
-
     /// Every product waited for at once.
     fn blocks(
         &self,
@@ -301,18 +276,7 @@ impl Consumer {
         softmax: &mut OnlineSoftmax,
         o: &mut AccTile,
     ) {
-        // causal: the first visited blocks all of whose keys lie past this warpgroup's
-        // diagonal are passed over (their turns taken, their stages released)
-        let (first, mine) = if self.causal {
-            let mine = key_blocks(b, true, (w.row0, WG_ROWS), self.sq, self.sk);
-            let mine = b.min_u32(mine, ctx.n_blocks);
-            let skip = b.sub_u32(ctx.n_blocks, mine);
-            self.pass_over(b, ctx, w, skip);
-            (Some(skip), mine)
-        } else {
-            (None, ctx.n_blocks)
-        };
-        let none = b.setp_u32(Cmp::Eq, mine, 0u32);
+        let none = b.setp_u32(Cmp::Eq, ctx.n_blocks, 0u32);
         b.unless_uniform(none, |b| {
             let p: Vec<[Reg<B32>; 4]> = (0..BLOCK_N / 16)
                 .map(|_| std::array::from_fn(|_| b.reg()))
@@ -325,16 +289,12 @@ impl Consumer {
                 }
             };
             b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
-            let first = first.unwrap_or_else(|| b.mov(0u32));
-            let at = ctx.stage(b, first);
-            let mut s = self.masked_s(b, (ctx, w), &at, first);
+            let zero = b.mov(0u32);
+            let at = ctx.stage(b, zero);
+            let mut s = self.masked_s(b, (ctx, w), &at, zero);
             let _ = softmax.step_deferred(b, &mut s);
             carry(b, &s);
-            let i = if self.causal {
-                b.add_u32(first, 1u32)
-            } else {
-                b.mov(1u32)
-            };
+            let i = b.mov(1u32);
             for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
                 b.comment(if masked {
                     "-- blocks that need the mask --"

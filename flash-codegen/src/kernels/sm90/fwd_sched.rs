@@ -139,9 +139,9 @@ impl Sched {
     }
 }
 
-/// Key blocks the query block (or warpgroup) of `block_m` rows at `m0` visits: `ceil(sk / 128)`, causal:
+/// Key blocks the query block of `block_m` rows at `m0` visits: `ceil(sk / 128)`, causal:
 /// up to its last row's diagonal `m0 + block_m - 1 + sk - sq` (none when that is negative).
-pub(super) fn key_blocks(
+fn key_blocks(
     b: &mut Builder,
     causal: bool,
     (m0, block_m): (Reg<B32>, u32),
