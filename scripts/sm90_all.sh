@@ -89,7 +89,8 @@ else
     pack
   done
 fi
-# SM90_RUNS: label=BENCH_PATH[:consumer warpgroups[:head dims]] per timed path; the first
+# SM90_RUNS: label=BENCH_PATH[:consumer warpgroups[:head dims]] per timed path (BENCH_PATH:
+# sm80, auto, sm90, sm90ovl, sm90pp, sm90pers, sm90dyn: examples/bench_fwd.rs); the first
 # label's JSON carries the rows the peers are timed on; SM90_RUNS="" (set, empty): the
 # checks alone
 RUNS="${SM90_RUNS-ovl=sm90ovl pp=sm90pp ovl2=sm90ovl:2:64 pp2=sm90pp:2:64 sm80=sm80}"

@@ -139,6 +139,7 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
         pingpong: true,
         consumers: None,
         persistent: false,
+        dynamic: false,
         debug: false,
     };
     let e = rt

@@ -125,15 +125,16 @@ fn sm90_forward_matches_f64_reference() {
     let mut seed = 1;
     // (head dim, consumer warpgroups): the defaults, and d64 with two consumers too
     let tiles = [(64, 3), (64, 2), (128, 2)];
-    // (overlap, pingpong, persistent)
+    // (overlap, pingpong, persistent, dynamic)
     let schedules = [
-        (false, false, false),
-        (true, false, false),
-        (true, true, false),
-        (true, true, true),
+        (false, false, false, false),
+        (true, false, false, false),
+        (true, true, false, false),
+        (true, true, true, false),
+        (true, true, true, true),
     ];
     for debug in builds {
-        for ((overlap, pingpong, persistent), (d, consumers)) in schedules
+        for ((overlap, pingpong, persistent, dynamic), (d, consumers)) in schedules
             .into_iter()
             .flat_map(|s| tiles.into_iter().map(move |t| (s, t)))
         {
@@ -150,6 +151,7 @@ fn sm90_forward_matches_f64_reference() {
                     pingpong,
                     consumers: Some(consumers),
                     persistent,
+                    dynamic,
                     debug,
                 };
                 for bf16 in [false, true] {

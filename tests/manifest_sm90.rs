@@ -59,7 +59,12 @@ fn entry_params(ptx: &str, name: &str) -> Vec<(String, String, u32, u32)> {
 
 #[test]
 fn every_entry_has_its_ptx_entrys_parameters() {
-    for (var, k) in entries() {
+    // the shipping kernels, and a dynamic-scheduler one (its `tile_counter` last)
+    let mut dynamic = fwd::Variant::shipping(flash_codegen::DType::Bf16, 64, true);
+    (dynamic.persistent, dynamic.dynamic) = (true, true);
+    let extra = (dynamic, sm90a::kernel(&dynamic));
+    assert_eq!(extra.1.params.last().unwrap().name, "tile_counter");
+    for (var, k) in entries().into_iter().chain([extra]) {
         let ptx = sm90a::ptx(var);
         let decls = entry_params(&ptx, &k.name);
         assert_eq!(decls.len(), k.params.len(), "{}", k.name);
@@ -85,7 +90,7 @@ fn every_entry_has_its_ptx_entrys_parameters() {
         let names: Vec<&str> = k.params.iter().map(|p| p.name.as_str()).collect();
         let want: Vec<&str> = fwd::MAPS
             .into_iter()
-            .chain(fwd::SCALARS.map(|s| s.0))
+            .chain(var.scalars().iter().map(|s| s.0))
             .collect();
         assert_eq!(names, want);
         let [x, ..] = k.launch.block;

@@ -214,6 +214,8 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
         (Inst::BarSync { id: Operand::Imm(0), threads: None }, "bar.sync 0;"),
         (Inst::BarSync { id: Operand::Reg(x[2]), threads: Some(64) }, "bar.sync %r2, 64;"),
         (Inst::RedAddF32 { addr: Addr::Global(rd[0], 4), v: f[0] }, "red.global.add.f32 [%rd0+4], %f0;"),
+        (Inst::AtomAddU32 { d: x[1], addr: Addr::Global(rd[0], 0), v: Operand::Imm(1), acq_rel: false }, "atom.global.add.u32 %r1, [%rd0], 1;"),
+        (Inst::AtomAddU32 { d: x[1], addr: Addr::Global(rd[0], 4), v: Operand::Reg(x[2]), acq_rel: true }, "atom.acq_rel.gpu.global.add.u32 %r1, [%rd0+4], %r2;"),
         (Inst::Bra { target: label, uni: false }, "bra L0;"),
         (Inst::Bra { target: label, uni: true }, "bra.uni L0;"),
         (Inst::Ret, "ret;"),

@@ -129,6 +129,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         pingpong,
         consumers,
         persistent,
+        dynamic,
         debug,
     } = *var;
     let dtype = match dtype {
@@ -148,6 +149,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
             pingpong: #pingpong,
             consumers: #consumers,
             persistent: #persistent,
+            dynamic: #dynamic,
             debug: #debug,
         }
     }

@@ -3,6 +3,8 @@
 //! accepts (`ForwardArch`) and for [`FlashAttention::launch_fwd_sm90`], which tests and
 //! benches call directly on contiguous `[b, s, h, d]` tensors with a chosen schedule.
 
+use std::sync::Arc;
+
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
@@ -44,6 +46,9 @@ pub struct Sm90FwdShape {
     pub consumers: Option<u32>,
     /// A persistent grid (one CTA per SM walking the tiles; `fwd::Variant::persistent`).
     pub persistent: bool,
+    /// With `persistent`: the tiles claimed from a counter (`fwd::Variant::dynamic`; the
+    /// launch allocates the zeroed counter).
+    pub dynamic: bool,
     /// The debug build: mbarrier waits bounded, failing with the barrier's name.
     pub debug: bool,
 }
@@ -69,7 +74,7 @@ impl FlashAttention {
     #[allow(clippy::too_many_arguments)]
     pub fn launch_fwd_sm90<T: Element>(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         sh: Sm90FwdShape,
         q: &CudaSlice<T>,
         k: &CudaSlice<T>,
@@ -187,8 +192,9 @@ impl FlashAttention {
 
     /// Enqueues the sm_90a forward `call` on `stream`: its tensor maps (encoded here, the
     /// driver's limits checked first), its entry (registered or generated, loaded on first use), its
-    /// parameters (three maps, then `fwd::SCALARS`) and grid `[ceil(seqlen_q / block_m),
-    /// heads, batch]`.
+    /// parameters (three maps, then `Variant::scalars`, a dynamic kernel's claim counter
+    /// allocated zeroed here) and grid `[ceil(seqlen_q / block_m), heads, batch]`
+    /// (persistent: one CTA per SM).
     ///
     /// # Safety
     /// Every pointer of `call` must be a device address of this runtime's context, of a
@@ -200,7 +206,7 @@ impl FlashAttention {
     /// [`FlashAttention::launch_fwd_sm90`]'s checks, prove of a call.
     pub(crate) unsafe fn launch_sm90_call(
         &self,
-        stream: &CudaStream,
+        stream: &Arc<CudaStream>,
         call: &Sm90FwdCall,
     ) -> Result<()> {
         let (var, sh) = (call.variant, call.shape);
@@ -231,6 +237,17 @@ impl FlashAttention {
         lb.arg(&call.o.row).arg(&call.o.head).arg(&call.o.batch);
         let batch = u(b)?;
         lb.arg(&call.scale_log2).arg(&batch);
+        // the dynamic scheduler's claim counter: a zeroed u32[2] of its own per launch
+        // (the kernel leaves it zeroed, but launches on other streams may overlap this
+        // one), freed in stream order after it
+        let counter = match var.persistent && var.dynamic {
+            true => Some(stream.alloc_zeros::<u32>(2)?),
+            false => None,
+        };
+        let counter_ptr = counter.as_ref().map(|c| c.device_ptr(stream).0);
+        if let Some(p) = &counter_ptr {
+            lb.arg(p);
+        }
         let grid = var
             .grid(sq as u64, h as u64, b as u64, self.sms)
             .ok_or_else(|| {
@@ -249,8 +266,10 @@ impl FlashAttention {
         // enqueued; the grid's y and z are the heads and batch (persistent: 1, x at most
         // the SM count, the kernel walking every tile), within the driver's limits for
         // any u32 heads below 65536 (checked by the driver: an error, not undefined
-        // behaviour).
+        // behaviour); a dynamic kernel's tile_counter is a zeroed u32[2] of this launch
+        // alone.
         unsafe { lb.launch(cfg) }?;
+        drop(counter);
         Ok(())
     }
 
@@ -283,6 +302,11 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
             "{sh:?}: the sm_90a forward runs 2 consumer warpgroups, or 3 at head dim 64"
         )));
     }
+    if sh.dynamic && !sh.persistent {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: the dynamic scheduler runs on the persistent grid (set persistent too)"
+        )));
+    }
     Ok(fwd::Variant {
         dtype,
         head_dim,
@@ -291,6 +315,7 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
         pingpong: sh.pingpong,
         consumers,
         persistent: sh.persistent,
+        dynamic: sh.dynamic,
         debug: sh.debug,
     })
 }

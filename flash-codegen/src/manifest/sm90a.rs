@@ -125,7 +125,7 @@ pub struct Sm90aTiles {
 
 /// The kernel's parameters in order, the tensor maps ([`fwd::MAPS`]) then the scalars
 /// ([`fwd::SCALARS`]), with the type the caller passes and what to pass.
-pub const PARAMS: [(&str, AbiTy, &str); 14] = [
+pub const PARAMS: [(&str, AbiTy, &str); 15] = [
     (
         "tm_q",
         AbiTy::TensorMap,
@@ -180,6 +180,11 @@ pub const PARAMS: [(&str, AbiTy, &str); 14] = [
         "softmax scale times log2(e) (default 1/sqrt(head_dim) * 1.4426950408889634)",
     ),
     ("batch", AbiTy::U32, "batch size (q's first dimension)"),
+    (
+        "tile_counter",
+        AbiTy::U64,
+        "dynamic-scheduler kernels (_dyn) only: device pointer to a zeroed u32[2], 4-byte aligned, that no launch running at the same time uses (the kernel leaves it zeroed)",
+    ),
 ];
 
 /// The kernels `emit --all` writes: the configuration the runtime runs
@@ -238,7 +243,7 @@ pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
         ptx_version: format!("{major}.{minor}"),
         min_compute_capability: COMPUTE_CAPABILITY.to_string(),
         max_compute_capability: COMPUTE_CAPABILITY.to_string(),
-        params: params(),
+        params: params(var),
         tensor_maps: maps::tensor_maps(var),
         launch: LaunchInfo {
             block: [var.threads(), 1, 1],
@@ -265,9 +270,9 @@ pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
 }
 
 /// [`PARAMS`] as manifest rows, each at the offset the PTX parameter layout gives it.
-fn params() -> Vec<Sm90aParam> {
+fn params(var: &fwd::Variant) -> Vec<Sm90aParam> {
     let mut end = 0u32;
-    PARAMS
+    PARAMS[..fwd::MAPS.len() + var.scalars().len()]
         .iter()
         .enumerate()
         .map(|(index, &(name, ty, meaning))| {
@@ -313,7 +318,14 @@ mod tests {
     /// at their natural alignment (o_batch, a u64 after six 4-byte ones, at 424).
     #[test]
     fn offsets_follow_the_alignment() {
-        let p = params();
+        let mut var = fwd::Variant::shipping(DType::Bf16, 64, true);
+        let p = params(&var);
+        assert_eq!(p.last().unwrap().name, "batch");
+        (var.persistent, var.dynamic) = (true, true);
+        let dynamic = params(&var);
+        assert_eq!(dynamic[..p.len()], p[..]);
+        let last = dynamic.last().unwrap();
+        assert_eq!((last.name.as_str(), last.offset), ("tile_counter", 440));
         let at: Vec<(&str, u32, u32)> = p
             .iter()
             .map(|r| (r.name.as_str(), r.offset, r.align))

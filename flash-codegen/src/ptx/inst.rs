@@ -246,6 +246,19 @@ pub enum Inst {
         /// The value added.
         v: Reg<F32>,
     },
+    /// `atom[.acq_rel.gpu].global.add.u32 d, [addr], v`: atomically adds `v` at `addr`,
+    /// `d` the value before; relaxed (at GPU scope) unless `acq_rel` (the earlier memory
+    /// operations of the thread are ordered before it, the later ones after).
+    AtomAddU32 {
+        /// The value before the addition.
+        d: Reg<B32>,
+        /// The address (global).
+        addr: Addr,
+        /// The value added.
+        v: Operand<B32>,
+        /// Acquire-release at GPU scope.
+        acq_rel: bool,
+    },
     /// `bar.arrive id, threads`: arrives at named barrier `id` without waiting (the
     /// other side `bar.sync`s on it with the same thread count).
     BarArrive {

@@ -78,6 +78,10 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         }
         Inst::Shfl { d, a, .. } => out.extend([*d, *a]),
         Inst::RedAddF32 { addr: a, v } => out.extend::<[AnyReg; 2]>([addr(a), (*v).into()]),
+        Inst::AtomAddU32 { d, addr: a, v, .. } => {
+            out.extend::<[AnyReg; 2]>([(*d).into(), addr(a)]);
+            out.extend(b32(v));
+        }
         Inst::BarSync { id, .. } | Inst::BarArrive { id, .. } => out.extend(b32(id)),
         Inst::Wgmma(op) => wgmma_regs(op, &mut out),
         Inst::Mbarrier(op) => match op {

@@ -181,6 +181,7 @@ pub fn sm90_fwd_call_with(
         pingpong: ship.pingpong,
         consumers: None,
         persistent: ship.persistent,
+        dynamic: ship.dynamic,
         debug: ship.debug,
     };
     let variant = fwd_variant(dtype, &shape).map_err(|e| e.to_string())?;

@@ -25,7 +25,7 @@ use super::fwd_ctx::{
     V_FULL, WG_ROWS,
 };
 use super::fwd_epilogue::Out;
-use super::fwd_sched::{Sched, Tile};
+use super::fwd_sched::{Grid, Sched, Tile};
 use crate::kernels::half_fmt;
 use crate::ptx::{
     Addr, B32, B64, Builder, Cmp, Entry, LaunchBounds, Module, Operand, Reg, Special, Target, Ty,
@@ -39,8 +39,10 @@ pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
 /// Scalar parameters after the maps: `o` (u64), `lse` (u64, 0 = none: `[b, h, sq]` f32),
 /// u32 `seqlen_q`, `seqlen_k`, `group` (heads / heads_k), `heads`, `o_row` and `o_head`
 /// (o's strides in elements), u64 `o_batch`, f32 `scale_log2` (softmax scale * log2 e),
-/// u32 `batch` (the batch size: the persistent kernel's tile count).
-pub const SCALARS: [(&str, Ty); 11] = [
+/// u32 `batch` (the batch size: the persistent kernel's tile count); the dynamic
+/// scheduler's kernels also u64 `tile_counter` (a zeroed global `u32[2]`, left zeroed:
+/// [`Variant::scalars`]).
+pub const SCALARS: [(&str, Ty); 12] = [
     ("o", Ty::U64),
     ("lse", Ty::U64),
     ("seqlen_q", Ty::U32),
@@ -52,6 +54,7 @@ pub const SCALARS: [(&str, Ty); 11] = [
     ("o_batch", Ty::U64),
     ("scale_log2", Ty::F32),
     ("batch", Ty::U32),
+    ("tile_counter", Ty::U64),
 ];
 
 /// Head dims the kernel takes.
@@ -76,6 +79,9 @@ pub struct Variant {
     /// A persistent grid (one CTA per SM, [`Variant::grid`]) walking the tiles in a
     /// static zigzag (`fwd_sched`), Q double-buffered.
     pub persistent: bool,
+    /// With `persistent`: the tiles claimed from a counter instead, in L2-sized head
+    /// groups, causal longest first (`fwd_dynamic`; the `tile_counter` parameter).
+    pub dynamic: bool,
     /// Bounded mbarrier waits that fail naming the barrier ([`Builder::bound_waits`]).
     pub debug: bool,
 }
@@ -86,7 +92,11 @@ impl Variant {
         let mask = if self.causal { "_causal" } else { "" };
         let ovl = if self.overlap { "_ovl" } else { "" };
         let pp = if self.pingpong { "_pp" } else { "" };
-        let pers = if self.persistent { "_pers" } else { "" };
+        let pers = match (self.persistent, self.dynamic) {
+            (true, true) => "_dyn",
+            (true, false) => "_pers",
+            _ => "",
+        };
         let dbg = if self.debug { "_debug" } else { "" };
         format!(
             "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}_sm90a{dbg}",
@@ -109,6 +119,7 @@ impl Variant {
             pingpong: true,
             consumers: Self::default_consumers(head_dim),
             persistent: !causal,
+            dynamic: false,
             debug: false,
         }
     }
@@ -136,7 +147,8 @@ impl Variant {
         let m_blocks = seqlen_q.div_ceil(self.block_m() as u64);
         if self.persistent {
             let tiles = m_blocks.checked_mul(heads)?.checked_mul(batch)?;
-            u32::try_from(tiles).ok()?;
+            // the claims run to `tiles + grid - 1`
+            u32::try_from(tiles.checked_add(sms as u64)?).ok()?;
             return Some((tiles.min(sms.max(1) as u64) as u32, 1, 1));
         }
         let u = |x: u64| u32::try_from(x).ok();
@@ -146,6 +158,15 @@ impl Variant {
     /// Dynamic shared memory.
     pub fn smem_bytes(&self) -> u32 {
         self.layout().bytes()
+    }
+
+    /// The scalar parameters (`SCALARS`; `tile_counter` for the dynamic scheduler only).
+    pub fn scalars(&self) -> &'static [(&'static str, Ty)] {
+        if self.persistent && self.dynamic {
+            &SCALARS
+        } else {
+            &SCALARS[..SCALARS.len() - 1]
+        }
     }
 
     /// The shared-memory layout: two Q slots when persistent.
@@ -164,37 +185,35 @@ impl Variant {
     }
 
     /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
-    /// and overlapped + pingpong schedules (the last also persistent), release and debug
+    /// and overlapped + pingpong schedules (the last also persistent: static, dynamic),
+    /// release and debug
     /// builds; at d64 with two consumers too (beside the default three).
     pub fn all() -> Vec<Variant> {
+        // (overlap, pingpong, persistent, dynamic)
+        let schedules = [
+            (false, false, false, false),
+            (true, false, false, false),
+            (true, true, false, false),
+            (true, true, true, false),
+            (true, true, true, true),
+        ];
         let mut v = Vec::new();
         for dtype in [DType::F16, DType::Bf16] {
             for head_dim in HEAD_DIMS {
-                let mut wgs = vec![Self::default_consumers(head_dim)];
-                if head_dim == 64 {
-                    wgs.push(2);
-                }
-                for consumers in wgs {
-                    for causal in [false, true] {
-                        for (overlap, pingpong, persistent) in [
-                            (false, false, false),
-                            (true, false, false),
-                            (true, true, false),
-                            (true, true, true),
-                        ] {
-                            for debug in [false, true] {
-                                v.push(Variant {
-                                    dtype,
-                                    head_dim,
-                                    causal,
-                                    overlap,
-                                    pingpong,
-                                    consumers,
-                                    persistent,
-                                    debug,
-                                });
-                            }
-                        }
+                let wgs = if head_dim == 64 { vec![3, 2] } else { vec![2] };
+                for (consumers, causal) in wgs.into_iter().flat_map(|w| [(w, false), (w, true)]) {
+                    for (overlap, pingpong, persistent, dynamic) in schedules {
+                        v.extend([false, true].map(|debug| Variant {
+                            dtype,
+                            head_dim,
+                            causal,
+                            overlap,
+                            pingpong,
+                            consumers,
+                            persistent,
+                            dynamic,
+                            debug,
+                        }));
                     }
                 }
             }
@@ -213,6 +232,7 @@ pub fn module(var: Variant) -> Module {
         pingpong,
         consumers,
         persistent,
+        dynamic,
         debug,
     } = var;
     assert!(HEAD_DIMS.contains(&d), "generator bug: sm90 forward d{d}");
@@ -227,19 +247,27 @@ pub fn module(var: Variant) -> Module {
     if debug {
         b.bound_waits(1 << 22);
     }
-    let ep = EntryParams::load(&mut b, &MAPS, &SCALARS);
+    let ep = EntryParams::load(&mut b, &MAPS, var.scalars());
     let tm = ep.maps.clone();
     let (o_ptr, lse_ptr, sq, sk) = (ep.u64(0), ep.u64(1), ep.u32(2), ep.u32(3));
     let (group, heads, o_row, o_head) = (ep.u32(4), ep.u32(5), ep.u32(6), ep.u32(7));
     let (o_batch, scale_log2, batches) = (ep.u64(8), ep.f32(9), ep.u32(10));
+    let counter = (persistent && dynamic).then(|| ep.u64(11));
 
     let tid = b.special(Special::TidX);
     let smem = b.smem_base();
     let first = b.setp_u32(Cmp::Eq, tid, 0u32);
+    let grid = match (persistent, dynamic) {
+        (false, _) => Grid::Plain,
+        (true, false) => Grid::Zigzag,
+        (true, true) => Grid::Dynamic,
+    };
     let sched = Sched {
-        persistent,
+        grid,
         causal,
         block_m,
+        head_dim: d,
+        counter,
         sq,
         sk,
         heads,
@@ -278,6 +306,7 @@ pub fn module(var: Variant) -> Module {
         kv_head: tile.kv_head,
         batch: tile.batch,
         it0,
+        q_landed: grid == Grid::Dynamic,
     };
     b.if_else_uniform(
         producer,
@@ -285,8 +314,8 @@ pub fn module(var: Variant) -> Module {
             b.setmaxnreg(false, producer_regs);
             let others = b.setp_u32(Cmp::Ne, tid, 0u32);
             b.unless(others, |b| {
-                let total = sched.for_each_tile(b, true, |b, tile, at| {
-                    ctx(tile, at.it0).produce(b, &tm, tile.m0, at.j, persistent);
+                let total = sched.produce_tiles(b, (smem, &lay), |b, tile, at, slot| {
+                    ctx(tile, at.it0).produce(b, &tm, tile.m0, slot);
                 });
                 drain(b, (smem, lay.tile_bytes), total);
             });
@@ -309,7 +338,7 @@ pub fn module(var: Variant) -> Module {
                 o_batch,
                 heads,
             };
-            sched.for_each_tile(b, false, |b, tile, at| {
+            sched.consume_tiles(b, (smem, &lay), |b, tile, at| {
                 let ctx = ctx(tile, at.it0);
                 let (o, lse, w) = c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
                 if persistent {
@@ -360,23 +389,10 @@ impl Ctx {
         }
     }
 
-    /// The producer thread on the CTA's `j`-th tile: Q (persistent: once the consumers
-    /// are done with the Q of the tile before in the same slot, `j - 2`), then K and V of
-    /// every key block, last first, into the rings.
-    fn produce(
-        &self,
-        b: &mut Builder,
-        tm: &[Reg<B64>],
-        m0: Reg<B32>,
-        j: Reg<B32>,
-        persistent: bool,
-    ) {
-        let slot = QSlot::of(b, (self.smem, &self.lay), j);
-        if persistent {
-            let ph = slot.ph(b);
-            let ph = b.xor_b32(ph, 1u32);
-            b.mbarrier_wait(slot.bar(Q_EMPTY), ph, "Q empty");
-        }
+    /// The producer thread on one tile: Q into `slot` (free: persistent, the scheduler
+    /// waited for its release), then K and V of every key block, last first, into the
+    /// rings.
+    fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>, slot: &QSlot) {
         let q_at = (slot.smem, self.lay.q);
         self.load(
             b,

@@ -134,8 +134,10 @@ impl Consumer {
             b.setp_u32(Cmp::Eq, x, 0u32)
         };
         let slot = QSlot::of(b, (smem, lay), j);
-        let ph = slot.ph(b);
-        b.mbarrier_wait(slot.bar(Q_FULL), ph, "Q full");
+        if !ctx.q_landed {
+            let ph = slot.ph(b);
+            b.mbarrier_wait(slot.bar(Q_FULL), ph, "Q full");
+        }
         let q = WgmmaDesc::new(SmemTile::new(lay.q, ctx.block_m(), d), Major::K);
         let q_rows = b.mad_lo_u32(cw, WG_ROWS * ROW_BYTES, slot.smem);
         let q0 = q.emit(b, q_rows);

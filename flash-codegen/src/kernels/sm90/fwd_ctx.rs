@@ -131,6 +131,9 @@ pub(super) struct Ctx {
     pub(super) batch: Reg<B32>,
     /// Key blocks of the CTA's earlier tiles: the rings' position at this tile's first.
     pub(super) it0: Reg<B32>,
+    /// The consumers find the tile's Q landed (the dynamic scheduler waited for it to
+    /// read the tile's index).
+    pub(super) q_landed: bool,
 }
 
 /// One key block's place in the K/V rings.

@@ -1,20 +1,34 @@
-//! Kernel layer, sm_90a: which (query block, head, batch) tiles a forward CTA computes.
-//! One per CTA from its grid coordinates, or, persistent, a static zigzag over every tile
-//! (CTA `c` of `G` takes tiles `c, 2G - 1 - c, 2G + c, ...`) so that a tile's prologue and
-//! epilogue overlap the loads of the next; both in the grid's order (a head's query
-//! blocks together, causal ones longest first). The zigzag pairs a CTA's long causal
-//! tile with a short one: with a plain round-robin and `G` a multiple of the query
-//! blocks per head (132 SMs, d64 causal 2K: 11), every CTA would take the same query
-//! block of each head, the first CTA all the longest.
+//! Kernel layer, sm_90a: which (query block, head, batch) tiles a forward CTA computes
+//! ([`Grid`]): one per CTA from its grid coordinates; or, persistent, a static zigzag over
+//! every tile (CTA `c` of `G` takes tiles `c, 2G - 1 - c, 2G + c, ...`) so that a tile's
+//! prologue and epilogue overlap the loads of the next, in the grid's order (a head's
+//! query blocks together, causal ones longest first; the zigzag pairs a CTA's long causal
+//! tile with a short one: with a plain round-robin and `G` a multiple of the query blocks
+//! per head, 132 SMs and d64 causal 2K: 11, every CTA would take the same query block of
+//! each head); or tiles claimed from a counter (`fwd_dynamic`).
 
-use super::fwd_ctx::BLOCK_N;
-use crate::ptx::{B32, Builder, Cmp, Reg, Special};
+use super::fwd_ctx::{BLOCK_N, Layout, Q_EMPTY, QSlot};
+use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
+
+/// How the CTAs find their tiles.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Grid {
+    /// One CTA per tile, from its grid coordinates.
+    Plain,
+    /// One CTA per SM, a static zigzag in the grid's order.
+    Zigzag,
+    /// One CTA per SM, tiles claimed from a counter (FA3's dynamic scheduler).
+    Dynamic,
+}
 
 /// The problem as the scheduler sees it.
 pub(super) struct Sched {
-    pub(super) persistent: bool,
+    pub(super) grid: Grid,
     pub(super) causal: bool,
     pub(super) block_m: u32,
+    pub(super) head_dim: u32,
+    /// The dynamic scheduler's claim counter (global `u32[2]`: claims, CTAs done).
+    pub(super) counter: Option<Reg<B64>>,
     pub(super) sq: Reg<B32>,
     pub(super) sk: Reg<B32>,
     pub(super) heads: Reg<B32>,
@@ -43,27 +57,74 @@ pub(super) struct Place {
 }
 
 impl Sched {
-    /// Runs `body` on each of the CTA's tiles (a uniform loop, or `divergent` for the
-    /// producer's single thread); returns the key blocks of all of them.
-    pub(super) fn for_each_tile(
+    /// The tile count, and the query blocks per head.
+    pub(super) fn tiles(&self, b: &mut Builder) -> (Reg<B32>, Reg<B32>) {
+        let m_blocks = b.add_u32(self.sq, self.block_m - 1);
+        let m_blocks = b.div_u32(m_blocks, self.block_m);
+        let bh = b.mul_lo_u32(self.heads, self.batches);
+        (b.mul_lo_u32(m_blocks, bh), m_blocks)
+    }
+
+    /// The producer thread: runs `body` on each of the CTA's tiles (`slot`: the tile's Q
+    /// slot, free); returns the key blocks of all of them.
+    pub(super) fn produce_tiles(
+        &self,
+        b: &mut Builder,
+        (smem, lay): (Reg<B32>, &Layout),
+        mut body: impl FnMut(&mut Builder, &Tile, Place, &QSlot),
+    ) -> Reg<B32> {
+        match self.grid {
+            Grid::Plain => {
+                let tile = self.grid_tile(b);
+                let zero = b.mov(0u32);
+                let slot = QSlot::of(b, (smem, lay), zero);
+                body(b, &tile, Place { j: zero, it0: zero }, &slot);
+                tile.n_blocks
+            }
+            Grid::Zigzag => self.zigzag(b, true, |b, tile, at| {
+                let slot = QSlot::of(b, (smem, lay), at.j);
+                let ph = slot.ph(b);
+                let ph = b.xor_b32(ph, 1u32);
+                b.mbarrier_wait(slot.bar(Q_EMPTY), ph, "Q empty");
+                body(b, tile, at, &slot);
+            }),
+            Grid::Dynamic => self.produce_claimed(b, (smem, lay), body),
+        }
+    }
+
+    /// The consumers: runs `body` on each of the CTA's tiles (dynamic: once its Q has
+    /// landed, `fwd_dynamic`; otherwise `body` waits for it).
+    pub(super) fn consume_tiles(
+        &self,
+        b: &mut Builder,
+        (smem, lay): (Reg<B32>, &Layout),
+        mut body: impl FnMut(&mut Builder, &Tile, Place),
+    ) {
+        match self.grid {
+            Grid::Plain => {
+                let tile = self.grid_tile(b);
+                let zero = b.mov(0u32);
+                body(b, &tile, Place { j: zero, it0: zero });
+            }
+            Grid::Zigzag => {
+                self.zigzag(b, false, body);
+            }
+            Grid::Dynamic => self.consume_claimed(b, (smem, lay), body),
+        }
+    }
+
+    /// The static zigzag: runs `body` on each of the CTA's tiles (a uniform loop, or
+    /// `divergent` for the producer's single thread); returns their key blocks.
+    fn zigzag(
         &self,
         b: &mut Builder,
         divergent: bool,
         mut body: impl FnMut(&mut Builder, &Tile, Place),
     ) -> Reg<B32> {
-        if !self.persistent {
-            let tile = self.grid_tile(b);
-            let zero = b.mov(0u32);
-            body(b, &tile, Place { j: zero, it0: zero });
-            return tile.n_blocks;
-        }
-        let m_blocks = b.add_u32(self.sq, self.block_m - 1);
-        let m_blocks = b.div_u32(m_blocks, self.block_m);
-        let bh = b.mul_lo_u32(self.heads, self.batches);
-        let tiles = b.mul_lo_u32(m_blocks, bh);
+        let (tiles, m_blocks) = self.tiles(b);
         let ctas = b.special(Special::NCtaIdX);
         let c = b.special(Special::CtaIdX);
-        // round j: tile j * ctas + c, or + (ctas - 1 - c) in odd rounds (zigzag)
+        // round j: tile j * ctas + c, or + (ctas - 1 - c) in odd rounds
         let back = b.sub_u32(ctas, 1u32);
         let back = b.sub_u32(back, c);
         let (j, it) = (b.mov(0u32), b.mov(0u32));
@@ -78,7 +139,7 @@ impl Sched {
         let t = b.mad_lo_u32(j, ctas, k);
         let more = b.setp_u32(Cmp::Lt, t, tiles);
         b.loop_exit_unless(&lp, more);
-        let tile = self.tile(b, t, m_blocks);
+        let tile = self.grid_order_tile(b, t, m_blocks);
         body(b, &tile, Place { j, it0: it });
         let it1 = b.add_u32(it, tile.n_blocks);
         b.assign(it, it1);
@@ -109,7 +170,7 @@ impl Sched {
     /// first when causal (the longest). The first order tried, causal query blocks from
     /// the last over every (head, batch), ran d128 causal 2K at 0.74x the non-persistent
     /// kernel (H100, docs/bench/sm90_fwd_v4: 132 heads' K and V at once).
-    fn tile(&self, b: &mut Builder, t: Reg<B32>, m_blocks: Reg<B32>) -> Tile {
+    fn grid_order_tile(&self, b: &mut Builder, t: Reg<B32>, m_blocks: Reg<B32>) -> Tile {
         let x = b.rem_u32(t, m_blocks);
         let x = if self.causal {
             let last = b.sub_u32(m_blocks, 1u32);
@@ -123,7 +184,13 @@ impl Sched {
         self.coords(b, x, head, batch)
     }
 
-    fn coords(&self, b: &mut Builder, x: Reg<B32>, head: Reg<B32>, batch: Reg<B32>) -> Tile {
+    pub(super) fn coords(
+        &self,
+        b: &mut Builder,
+        x: Reg<B32>,
+        head: Reg<B32>,
+        batch: Reg<B32>,
+    ) -> Tile {
         let m0 = b.mul_lo_u32(x, self.block_m);
         let kv_head = b.div_u32(head, self.group);
         let n_blocks = key_blocks(b, self.causal, (m0, self.block_m), self.sq, self.sk);

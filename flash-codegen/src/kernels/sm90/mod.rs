@@ -5,6 +5,7 @@
 pub mod fwd;
 mod fwd_consumer;
 mod fwd_ctx;
+mod fwd_dynamic;
 mod fwd_epilogue;
 mod fwd_sched;
 pub mod probe;

@@ -253,6 +253,24 @@ impl Builder {
     pub fn red_add_f32(&mut self, addr: Addr, v: Reg<F32>) {
         self.push(Inst::RedAddF32 { addr, v });
     }
+
+    /// `atom[.acq_rel.gpu].global.add.u32`: atomically adds `v` at the global `addr`;
+    /// returns the value before.
+    pub fn atom_add_u32(
+        &mut self,
+        addr: Addr,
+        v: impl Into<Operand<B32>>,
+        acq_rel: bool,
+    ) -> Reg<B32> {
+        let d = self.reg();
+        self.push(Inst::AtomAddU32 {
+            d,
+            addr,
+            v: v.into(),
+            acq_rel,
+        });
+        d
+    }
 }
 
 /// Checks a named barrier's thread count: a non-zero multiple of 32 (whole warps).

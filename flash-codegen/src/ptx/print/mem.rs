@@ -95,6 +95,21 @@ pub(super) fn write<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
         Inst::CpAsyncCommit => w.write_str("cp.async.commit_group;"),
         Inst::CpAsyncWait { pending } => write!(w, "cp.async.wait_group {pending};"),
         Inst::RedAddF32 { addr, v } => write!(w, "red.global.add.f32 {}, {};", Ad(*addr), R(*v)),
+        Inst::AtomAddU32 {
+            d,
+            addr,
+            v,
+            acq_rel,
+        } => {
+            let sem = if *acq_rel { ".acq_rel.gpu" } else { "" };
+            write!(
+                w,
+                "atom{sem}.global.add.u32 {}, {}, {};",
+                R(*d),
+                Ad(*addr),
+                O((*v).into())
+            )
+        }
         other => unreachable!("generator bug: {other:?} routed to the memory writer"),
     }
 }

@@ -68,7 +68,8 @@ pub fn write_inst<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
         | Inst::CpAsync { .. }
         | Inst::CpAsyncCommit
         | Inst::CpAsyncWait { .. }
-        | Inst::RedAddF32 { .. } => mem::write(w, i),
+        | Inst::RedAddF32 { .. }
+        | Inst::AtomAddU32 { .. } => mem::write(w, i),
         Inst::Ldmatrix { .. } | Inst::Mma(_) | Inst::Shfl { .. } | Inst::VoteAny { .. } => {
             warp::write(w, i)
         }

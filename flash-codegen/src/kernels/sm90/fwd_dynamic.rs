@@ -1,0 +1,133 @@
+//! Kernel layer, sm_90a: the forward's dynamic scheduler (`fwd_sched::Grid::Dynamic`,
+//! FA3's): CTA `c` of `G` starts with tile `c`, then its producer takes
+//! `G + atom.add(counter, 1)` until the tiles run out and hands each index to the
+//! consumers in shared memory beside the tile's Q barrier (its arrival publishes it). The
+//! order: heads in groups whose K and V fit in L2 together, within a group the query
+//! blocks' rank major (causal: the longest first, so the claims balance the CTAs' work as
+//! longest-first list scheduling does). The counter is a zeroed `u32[2]` workspace
+//! (claims, CTAs done) the last CTA to finish zeroes again.
+
+use super::fwd_ctx::{Layout, Q_EMPTY, Q_FULL, QSlot};
+use super::fwd_sched::{Place, Sched, Tile};
+use crate::ptx::{Addr, B32, Builder, Cmp, LdCache, Reg, Space, Special, Ty};
+
+/// Shared-memory offset of the tile index handed to the consumers, from its Q slot's
+/// barriers' base (`QSlot::bar`), in the barriers' kilobyte.
+pub(super) const TILE_INDEX: i32 = 160;
+/// The K and V bytes the heads of one group of the order keep in L2 at most.
+const L2_KV_BYTES: u32 = 16 << 20;
+
+impl Sched {
+    /// The producer thread: runs `body` on each of the CTA's tiles (`slot`: the tile's Q
+    /// slot, free, its index published); returns the key blocks of all of them. Claims the
+    /// next tile before loading this one's, publishes the final index (past the last tile,
+    /// on a plain arrival on the slot's Q full) and, last CTA out, zeroes the counter.
+    pub(super) fn produce_claimed(
+        &self,
+        b: &mut Builder,
+        (smem, lay): (Reg<B32>, &Layout),
+        mut body: impl FnMut(&mut Builder, &Tile, Place, &QSlot),
+    ) -> Reg<B32> {
+        let counter = self
+            .counter
+            .expect("generator bug: a dynamic grid without its counter");
+        let counter = b.cvta_global(counter);
+        let (tiles, m_blocks) = self.tiles(b);
+        let ctas = b.special(Special::NCtaIdX);
+        let t = b.special(Special::CtaIdX);
+        let t = b.mov(t);
+        let (j, it) = (b.mov(0u32), b.mov(0u32));
+        let lp = b.loop_start_divergent();
+        let slot = QSlot::of(b, (smem, lay), j);
+        let ph = slot.ph(b);
+        let ph = b.xor_b32(ph, 1u32);
+        b.mbarrier_wait(slot.bar(Q_EMPTY), ph, "Q empty");
+        b.st(Space::Shared, Ty::U32, slot.bar(TILE_INDEX), &[t]);
+        let more = b.setp_u32(Cmp::Lt, t, tiles);
+        b.when(more, true, |b| b.mbarrier_arrive(slot.bar(Q_FULL)));
+        b.loop_exit_unless(&lp, more);
+        let claimed = b.atom_add_u32(Addr::Global(counter, 0), 1u32, false);
+        let tile = self.grouped_tile(b, t, m_blocks);
+        body(b, &tile, Place { j, it0: it }, &slot);
+        let it1 = b.add_u32(it, tile.n_blocks);
+        b.assign(it, it1);
+        let j1 = b.add_u32(j, 1u32);
+        b.assign(j, j1);
+        let next = b.add_u32(ctas, claimed);
+        b.assign(t, next);
+        b.loop_end(lp);
+        b.comment("-- the last CTA out zeroes the counter for the next launch --");
+        let done = b.atom_add_u32(Addr::Global(counter, 4), 1u32, true);
+        let last = b.sub_u32(ctas, 1u32);
+        let last = b.setp_u32(Cmp::Eq, done, last);
+        let zero = b.mov(0u32);
+        b.when(last, false, |b| {
+            b.st(Space::Global, Ty::U32, Addr::Global(counter, 0), &[zero]);
+            b.st(Space::Global, Ty::U32, Addr::Global(counter, 4), &[zero]);
+        });
+        it
+    }
+
+    /// The consumers: runs `body` on each of the CTA's tiles once its Q has landed, its
+    /// index read beside the barrier (past the last tile: done).
+    pub(super) fn consume_claimed(
+        &self,
+        b: &mut Builder,
+        (smem, lay): (Reg<B32>, &Layout),
+        mut body: impl FnMut(&mut Builder, &Tile, Place),
+    ) {
+        let (tiles, m_blocks) = self.tiles(b);
+        let (j, it) = (b.mov(0u32), b.mov(0u32));
+        let lp = b.loop_start();
+        let slot = QSlot::of(b, (smem, lay), j);
+        let ph = slot.ph(b);
+        b.mbarrier_wait(slot.bar(Q_FULL), ph, "Q full");
+        let [t] = b.ld::<B32, 1>(
+            Space::Shared,
+            LdCache::Default,
+            Ty::U32,
+            slot.bar(TILE_INDEX),
+        );
+        let more = b.setp_u32(Cmp::Lt, t, tiles);
+        b.loop_exit_unless(&lp, more);
+        let tile = self.grouped_tile(b, t, m_blocks);
+        body(b, &tile, Place { j, it0: it });
+        let it1 = b.add_u32(it, tile.n_blocks);
+        b.assign(it, it1);
+        let j1 = b.add_u32(j, 1u32);
+        b.assign(j, j1);
+        b.loop_end(lp);
+    }
+
+    /// Tile `t` of `m_blocks * bh` (`bh` = heads * batches) in the persistent order:
+    /// groups of `gh` consecutive (batch, head)s whose K and V fit `L2_KV_BYTES` together
+    /// (`gh = (L2_KV_BYTES / (4 d) / sk) * group`, at least 1), within a group the query
+    /// block's rank major (causal: the last, longest, first), its heads minor.
+    fn grouped_tile(&self, b: &mut Builder, t: Reg<B32>, m_blocks: Reg<B32>) -> Tile {
+        let bh = b.mul_lo_u32(self.heads, self.batches);
+        let budget = b.mov(L2_KV_BYTES / (4 * self.head_dim));
+        let per = b.div_u32(budget, self.sk);
+        let shared = b.min_u32(self.group, 64u32);
+        let gh = b.mul_lo_u32(per, shared);
+        let gh = b.max_u32(gh, 1u32);
+        let gh = b.min_u32(gh, bh);
+        let span = b.mul_lo_u32(gh, m_blocks);
+        let g = b.div_u32(t, span);
+        let u = b.rem_u32(t, span);
+        let g0 = b.mul_lo_u32(g, gh);
+        let rest = b.sub_u32(bh, g0);
+        let size = b.min_u32(gh, rest);
+        let x = b.div_u32(u, size);
+        let x = if self.causal {
+            let last = b.sub_u32(m_blocks, 1u32);
+            b.sub_u32(last, x)
+        } else {
+            x
+        };
+        let hb = b.rem_u32(u, size);
+        let hb = b.add_u32(g0, hb);
+        let head = b.rem_u32(hb, self.heads);
+        let batch = b.div_u32(hb, self.heads);
+        self.coords(b, x, head, batch)
+    }
+}
