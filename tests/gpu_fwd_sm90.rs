@@ -125,18 +125,11 @@ fn sm90_forward_matches_f64_reference() {
     let mut seed = 1;
     // (head dim, consumer warpgroups): the defaults, and d64 with two consumers too
     let tiles = [(64, 3), (64, 2), (128, 2)];
-    // (overlap, pingpong, persistent, dynamic)
-    let schedules = [
-        (false, false, false, false),
-        (true, false, false, false),
-        (true, true, false, false),
-        (true, true, true, false),
-        (true, true, true, true),
-    ];
     for debug in builds {
-        for ((overlap, pingpong, persistent, dynamic), (d, consumers)) in schedules
-            .into_iter()
-            .flat_map(|s| tiles.into_iter().map(move |t| (s, t)))
+        for ((overlap, pingpong, persistent, dynamic), (d, consumers)) in
+            flash_codegen::kernels::sm90::fwd::Variant::SCHEDULES
+                .into_iter()
+                .flat_map(|s| tiles.into_iter().map(move |t| (s, t)))
         {
             for &(b, sq, sk, h, hk, causal) in shapes.iter().take(n_shapes) {
                 let sh = Sm90FwdShape {

@@ -184,25 +184,27 @@ impl Variant {
         }
     }
 
+    /// The schedules (overlap, pingpong, persistent, dynamic): serial, overlapped,
+    /// overlapped + pingpong, that on the persistent grid, static or dynamic.
+    pub const SCHEDULES: [(bool, bool, bool, bool); 5] = [
+        (false, false, false, false),
+        (true, false, false, false),
+        (true, true, false, false),
+        (true, true, true, false),
+        (true, true, true, true),
+    ];
+
     /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
     /// and overlapped + pingpong schedules (the last also persistent: static, dynamic),
     /// release and debug
     /// builds; at d64 with two consumers too (beside the default three).
     pub fn all() -> Vec<Variant> {
-        // (overlap, pingpong, persistent, dynamic)
-        let schedules = [
-            (false, false, false, false),
-            (true, false, false, false),
-            (true, true, false, false),
-            (true, true, true, false),
-            (true, true, true, true),
-        ];
         let mut v = Vec::new();
         for dtype in [DType::F16, DType::Bf16] {
             for head_dim in HEAD_DIMS {
                 let wgs = if head_dim == 64 { vec![3, 2] } else { vec![2] };
                 for (consumers, causal) in wgs.into_iter().flat_map(|w| [(w, false), (w, true)]) {
-                    for (overlap, pingpong, persistent, dynamic) in schedules {
+                    for (overlap, pingpong, persistent, dynamic) in Self::SCHEDULES {
                         v.extend([false, true].map(|debug| Variant {
                             dtype,
                             head_dim,

@@ -49,10 +49,7 @@ impl Sched {
         let claimed = b.atom_add_u32(Addr::Global(counter, 0), 1u32, false);
         let tile = self.grouped_tile(b, t, m_blocks);
         body(b, &tile, Place { j, it0: it }, &slot);
-        let it1 = b.add_u32(it, tile.n_blocks);
-        b.assign(it, it1);
-        let j1 = b.add_u32(j, 1u32);
-        b.assign(j, j1);
+        Place { j, it0: it }.advance(b, tile.n_blocks);
         let next = b.add_u32(ctas, claimed);
         b.assign(t, next);
         b.loop_end(lp);
@@ -92,10 +89,7 @@ impl Sched {
         b.loop_exit_unless(&lp, more);
         let tile = self.grouped_tile(b, t, m_blocks);
         body(b, &tile, Place { j, it0: it });
-        let it1 = b.add_u32(it, tile.n_blocks);
-        b.assign(it, it1);
-        let j1 = b.add_u32(j, 1u32);
-        b.assign(j, j1);
+        Place { j, it0: it }.advance(b, tile.n_blocks);
         b.loop_end(lp);
     }
 

@@ -56,6 +56,17 @@ pub(super) struct Place {
     pub(super) it0: Reg<B32>,
 }
 
+impl Place {
+    /// Past a tile of `n_blocks` key blocks: the next tile's place (in the same registers,
+    /// for a loop).
+    pub(super) fn advance(self, b: &mut Builder, n_blocks: Reg<B32>) {
+        let it1 = b.add_u32(self.it0, n_blocks);
+        b.assign(self.it0, it1);
+        let j1 = b.add_u32(self.j, 1u32);
+        b.assign(self.j, j1);
+    }
+}
+
 impl Sched {
     /// The tile count, and the query blocks per head.
     pub(super) fn tiles(&self, b: &mut Builder) -> (Reg<B32>, Reg<B32>) {
@@ -141,10 +152,7 @@ impl Sched {
         b.loop_exit_unless(&lp, more);
         let tile = self.grid_order_tile(b, t, m_blocks);
         body(b, &tile, Place { j, it0: it });
-        let it1 = b.add_u32(it, tile.n_blocks);
-        b.assign(it, it1);
-        let j1 = b.add_u32(j, 1u32);
-        b.assign(j, j1);
+        Place { j, it0: it }.advance(b, tile.n_blocks);
         b.loop_end(lp);
         it
     }
