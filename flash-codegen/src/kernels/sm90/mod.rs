@@ -7,6 +7,7 @@ mod fwd_consumer;
 mod fwd_ctx;
 mod fwd_dynamic;
 mod fwd_epilogue;
+mod fwd_producer;
 mod fwd_sched;
 pub mod probe;
 
