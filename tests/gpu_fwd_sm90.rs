@@ -110,6 +110,10 @@ fn sm90_forward_matches_f64_reference() {
         (1, 333, 1, 2, 1, true),
         (3, 77, 77, 2, 2, true),
         (1, 2048, 2048, 2, 2, true),
+        // more tiles than any Hopper has SMs (114-132): a persistent CTA walks several,
+        // its Q slots and rings reused; causal with sq >> sk: tiles with no key block
+        (8, 130, 130, 20, 4, false),
+        (2, 400, 64, 40, 8, true),
     ];
     // GPU_FWD_SM90_SHAPES=n: the first n shapes only, release build only (the
     // sanitizer runs of scripts/sm90_all.sh)

@@ -247,8 +247,8 @@ pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
         tensor_maps: maps::tensor_maps(var),
         launch: LaunchInfo {
             block: [var.threads(), 1, 1],
-            // a persistent variant (`_pers` in its name: the non-causal ones `emit` writes)
-            // walks every tile from one CTA per SM
+            // a persistent variant (`_pers`, `_dyn`; not among those `emit` writes) walks
+            // every tile from one CTA per SM
             grid: if var.persistent {
                 [
                     "min(ceil(seqlen_q / block_m) * heads * batch, multiprocessors)",
@@ -355,9 +355,9 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), 8);
         for v in &vars {
-            // persistent (the grid formula's min) exactly when not causal
+            // the grid formula is the plain grid's
             assert!(
-                v.overlap && v.pingpong && !v.debug && v.persistent != v.causal,
+                v.overlap && v.pingpong && !v.debug && !v.persistent,
                 "{v:?}"
             );
             let k = kernel(v);

@@ -104,9 +104,9 @@ impl Variant {
     }
 
     /// The configuration the runtime runs and `emit --all` writes: overlapped, pingpong,
-    /// the default consumers, no debug build; persistent when not causal (H100, same run:
-    /// 1.01-1.08x the non-persistent grid on the non-causal rows from 2K; on causal rows
-    /// the static order's imbalance costs up to 0.7x at 16K).
+    /// the default consumers, no debug build, the plain grid. (The persistent grid
+    /// measured 1.00-1.07x on the non-causal rows, H100 v5, but no device test had run a
+    /// persistent CTA over more than one tile then: it ships once one has.)
     pub fn shipping(dtype: DType, head_dim: u32, causal: bool) -> Variant {
         Variant {
             dtype,
@@ -115,7 +115,7 @@ impl Variant {
             overlap: true,
             pingpong: true,
             consumers: Self::default_consumers(head_dim),
-            persistent: !causal,
+            persistent: false,
             dynamic: false,
             debug: false,
         }
@@ -284,10 +284,12 @@ pub fn module(var: Variant) -> Module {
             b.mbarrier_init(bar(K_EMPTY + 8 * s), consumers);
             b.mbarrier_init(bar(V_EMPTY + 8 * s), consumers);
         }
-        b.mbarrier_init(bar(Q_EMPTY), consumers);
+        // persistent: one arrival per consumer warp (`Consumer::release_q`)
+        let q_users = if persistent { 4 * consumers } else { consumers };
+        b.mbarrier_init(bar(Q_EMPTY), q_users);
         for s in 1..lay.q_slots as i32 {
             b.mbarrier_init(bar(Q_FULL + s * Q_SLOT_BARS as i32), 1);
-            b.mbarrier_init(bar(Q_EMPTY + s * Q_SLOT_BARS as i32), consumers);
+            b.mbarrier_init(bar(Q_EMPTY + s * Q_SLOT_BARS as i32), q_users);
         }
     });
     b.fence_mbarrier_init();

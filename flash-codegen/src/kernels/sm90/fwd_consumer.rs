@@ -104,10 +104,15 @@ impl Consumer {
         Turn { mine, next }
     }
 
-    /// The persistent kernel: this warpgroup is done with the tile's Q (one arrival of
-    /// its leader on its slot's Q empty).
+    /// The persistent kernel: this warp is done with the tile's Q and its index (one
+    /// arrival of its lane 0 on the slot's Q empty, which counts every consumer warp: a
+    /// tile with no key block runs no warpgroup-wide `wgmma` that would line a
+    /// warpgroup's warps up, and a warp still behind must not find the slot refilled for
+    /// the tile after next).
     pub(super) fn release_q(&self, b: &mut Builder, w: &Wg) {
-        b.when(w.lead, false, |b| b.mbarrier_arrive(w.q_empty));
+        let lane = b.special(Special::LaneId);
+        let first = b.setp_u32(Cmp::Eq, lane, 0u32);
+        b.when(first, false, |b| b.mbarrier_arrive(w.q_empty));
     }
 
     /// The warpgroup's rows and descriptors for one tile, after its Q has landed (the
