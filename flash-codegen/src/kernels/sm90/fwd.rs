@@ -239,6 +239,10 @@ pub fn module(var: Variant) -> Module {
         consumers == 2 || (consumers == 3 && d == 64),
         "generator bug: sm90 forward d{d} with {consumers} consumers"
     );
+    assert!(
+        persistent || !dynamic,
+        "generator bug: the dynamic scheduler runs on the persistent grid"
+    );
     let block_m = var.block_m();
     let (fmt, lay) = (half_fmt(dtype), var.layout());
     let (producer_regs, consumer_regs) = var.registers();
