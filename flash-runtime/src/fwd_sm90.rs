@@ -240,12 +240,13 @@ impl FlashAttention {
         // the dynamic scheduler's claim counter: a zeroed u32[2] of its own per launch
         // (the kernel leaves it zeroed, but launches on other streams may overlap this
         // one), freed in stream order after it
-        let counter = match var.persistent && var.dynamic {
+        let mut counter = match var.takes_tile_counter() {
             true => Some(stream.alloc_zeros::<u32>(2)?),
             false => None,
         };
-        let counter_ptr = counter.as_ref().map(|c| c.device_ptr(stream).0);
-        if let Some(p) = &counter_ptr {
+        // written by the kernel: the write guard held until the launch is enqueued
+        let counter_arg = counter.as_mut().map(|c| c.device_ptr_mut(stream));
+        if let Some((p, _)) = &counter_arg {
             lb.arg(p);
         }
         let grid = var
@@ -269,6 +270,7 @@ impl FlashAttention {
         // behaviour); a dynamic kernel's tile_counter is a zeroed u32[2] of this launch
         // alone.
         unsafe { lb.launch(cfg) }?;
+        drop(counter_arg);
         drop(counter);
         Ok(())
     }

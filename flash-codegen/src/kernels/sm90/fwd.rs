@@ -89,10 +89,10 @@ impl Variant {
         let mask = if self.causal { "_causal" } else { "" };
         let ovl = if self.overlap { "_ovl" } else { "" };
         let pp = if self.pingpong { "_pp" } else { "" };
-        let pers = match (self.persistent, self.dynamic) {
-            (true, true) => "_dyn",
-            (true, false) => "_pers",
-            _ => "",
+        let pers = match self.grid_kind() {
+            Grid::Dynamic => "_dyn",
+            Grid::Zigzag => "_pers",
+            Grid::Plain => "",
         };
         let dbg = if self.debug { "_debug" } else { "" };
         format!(
@@ -157,9 +157,23 @@ impl Variant {
         self.layout().bytes()
     }
 
+    /// How the CTAs find their tiles (`dynamic` counts on the persistent grid only).
+    pub(super) fn grid_kind(&self) -> Grid {
+        match (self.persistent, self.dynamic) {
+            (false, _) => Grid::Plain,
+            (true, false) => Grid::Zigzag,
+            (true, true) => Grid::Dynamic,
+        }
+    }
+
+    /// Whether the kernel takes the `tile_counter` parameter (the dynamic scheduler's).
+    pub fn takes_tile_counter(&self) -> bool {
+        self.grid_kind() == Grid::Dynamic
+    }
+
     /// The scalar parameters (`SCALARS`; `tile_counter` for the dynamic scheduler only).
     pub fn scalars(&self) -> &'static [(&'static str, Ty)] {
-        if self.persistent && self.dynamic {
+        if self.takes_tile_counter() {
             &SCALARS
         } else {
             &SCALARS[..SCALARS.len() - 1]
@@ -255,16 +269,12 @@ pub fn module(var: Variant) -> Module {
     let (o_ptr, lse_ptr, sq, sk) = (ep.u64(0), ep.u64(1), ep.u32(2), ep.u32(3));
     let (group, heads, o_row, o_head) = (ep.u32(4), ep.u32(5), ep.u32(6), ep.u32(7));
     let (o_batch, scale_log2, batches) = (ep.u64(8), ep.f32(9), ep.u32(10));
-    let counter = (persistent && dynamic).then(|| ep.u64(11));
+    let counter = var.takes_tile_counter().then(|| ep.u64(11));
 
     let tid = b.special(Special::TidX);
     let smem = b.smem_base();
     let first = b.setp_u32(Cmp::Eq, tid, 0u32);
-    let grid = match (persistent, dynamic) {
-        (false, _) => Grid::Plain,
-        (true, false) => Grid::Zigzag,
-        (true, true) => Grid::Dynamic,
-    };
+    let grid = var.grid_kind();
     let sched = Sched {
         grid,
         causal,
