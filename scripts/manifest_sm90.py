@@ -317,7 +317,8 @@ def case(man, b, sq, sk, h, hk, d, dt, causal, layout="contiguous", with_lse=Tru
     l_full, l_pad, lse = guarded((b, h, sq), torch.float32)
     scale = 1.0 / math.sqrt(d)
     sizes = dict(batch=b, seqlen_q=sq, seqlen_k=sk, heads=h, heads_k=hk, head_dim=d)
-    # a persistent kernel's tile counter (zeroed; the kernel leaves it zeroed), with
+    # a dynamic kernel's tile counter (zeroed; the kernel leaves it zeroed; the others do not
+    # take it), with
     # guard words either side
     counter_full = torch.full((6,), 0x5A5A5A5A, device="cuda", dtype=torch.int32)
     counter = counter_full[2:4]
