@@ -10,7 +10,8 @@
 //! `forward_into`'s own choice, sm_90a on Hopper where it applies; sm90: the sm_90a forward,
 //! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
 //! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; sm90pers: that
-//! on a persistent grid, sm90dyn: its tiles claimed from a counter; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups).
+//! on a persistent grid, sm90dyn: its tiles claimed from a counter, sm90chain: that with
+//! the tile edges chained; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -122,6 +123,7 @@ fn time_row<T: Element>(
                 consumers: sm90_consumers(),
                 persistent: sm90_persistent(),
                 dynamic: sm90_dynamic(),
+                chained: sm90_chained(),
                 debug: false,
             };
             rt.launch_fwd_sm90(
@@ -234,28 +236,36 @@ fn sm90() -> bool {
     std::env::var("BENCH_PATH").is_ok_and(|p| p.starts_with("sm90"))
 }
 
-/// BENCH_PATH=sm90ovl, sm90pp, sm90pers or sm90dyn.
+/// Whether BENCH_PATH is one of `paths`.
+fn bench_path_in(paths: &[&str]) -> bool {
+    std::env::var("BENCH_PATH").is_ok_and(|p| paths.contains(&p.as_str()))
+}
+
+/// BENCH_PATH=sm90ovl, sm90pp, sm90pers, sm90dyn or sm90chain.
 fn sm90_overlap() -> bool {
-    std::env::var("BENCH_PATH")
-        .is_ok_and(|p| ["sm90ovl", "sm90pp", "sm90pers", "sm90dyn"].contains(&p.as_str()))
+    bench_path_in(&["sm90ovl", "sm90pp", "sm90pers", "sm90dyn", "sm90chain"])
 }
 
-/// BENCH_PATH=sm90pers (static zigzag) or sm90dyn (dynamic scheduler): the pingpong
-/// schedule on a persistent grid.
+/// BENCH_PATH=sm90pers (static zigzag), sm90dyn (dynamic scheduler) or sm90chain (that
+/// with the tile edges chained): the pingpong schedule on a persistent grid.
 fn sm90_persistent() -> bool {
-    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90pers" || p == "sm90dyn")
+    bench_path_in(&["sm90pers", "sm90dyn", "sm90chain"])
 }
 
-/// BENCH_PATH=sm90dyn: the persistent grid's tiles claimed from a counter.
+/// BENCH_PATH=sm90dyn or sm90chain: the persistent grid's tiles claimed from a counter.
 fn sm90_dynamic() -> bool {
-    std::env::var("BENCH_PATH").is_ok_and(|p| p == "sm90dyn")
+    bench_path_in(&["sm90dyn", "sm90chain"])
 }
 
-/// BENCH_PATH=sm90pp (or sm90pers, sm90dyn): overlapped, the consumers taking turns to
-/// issue.
+/// BENCH_PATH=sm90chain: the tile edges chained.
+fn sm90_chained() -> bool {
+    bench_path_in(&["sm90chain"])
+}
+
+/// BENCH_PATH=sm90pp (or sm90pers, sm90dyn, sm90chain): overlapped, the consumers taking
+/// turns to issue.
 fn sm90_pingpong() -> bool {
-    std::env::var("BENCH_PATH")
-        .is_ok_and(|p| ["sm90pp", "sm90pers", "sm90dyn"].contains(&p.as_str()))
+    bench_path_in(&["sm90pp", "sm90pers", "sm90dyn", "sm90chain"])
 }
 
 /// BENCH_SM90_WGS: consumer warpgroups (default: the kernel's choice per head dim).

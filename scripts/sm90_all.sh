@@ -13,8 +13,9 @@
 #    scripts/manifest_sm90.py on target/gb/ptx-sm90a (a launch from the manifest alone)
 #    and tests/gpu_fwd (the dense forward suite on forward_into's own choice);
 # 4. only when the probe passed: memcheck and racecheck of the forward's test on its first
-#    SM90_SANITIZE_SHAPES shapes (default 3; release build, every schedule), then three
-#    interleaved rounds of examples/bench_fwd on the same rows, one run per SM90_RUNS
+#    SM90_SANITIZE_SHAPES shapes (default 3; or i,j,..: those, 0-based; memcheck's:
+#    SM90_MEMCHECK_SHAPES where set; release build, every schedule), then three interleaved
+#    rounds of examples/bench_fwd on the same rows, one run per SM90_RUNS
 #    entry (default: the overlapped and pingpong schedules at the default tiles, both
 #    with two consumers at d64, and the sm80 path), each round followed by
 #    scripts/bench_compare.py (SDPA flash and cuDNN; FlexAttention with BENCH_FLEX=1);
@@ -81,7 +82,9 @@ else
   fi
   [ "$fwd" -ne 0 ] && echo "sm90_all: WARNING gpu_fwd_sm90 failed: benchmarking anyway, see fwd.log"
   for tool in memcheck racecheck; do
-    GPU_FWD_SM90_SHAPES="${SM90_SANITIZE_SHAPES:-3}" timeout "$(left 90)" \
+    shapes="${SM90_SANITIZE_SHAPES:-3}"
+    [ "$tool" = memcheck ] && shapes="${SM90_MEMCHECK_SHAPES:-$shapes}"
+    GPU_FWD_SM90_SHAPES="$shapes" timeout "$(left 90)" \
       compute-sanitizer --tool "$tool" --print-limit 10 tests/gpu_fwd_sm90 --nocapture \
       > "$OUT/$tool.log" 2>&1
     echo "$tool rc=$? (${SECONDS}s)"
@@ -90,7 +93,7 @@ else
   done
 fi
 # SM90_RUNS: label=BENCH_PATH[:consumer warpgroups[:head dims]] per timed path (BENCH_PATH:
-# sm80, auto, sm90, sm90ovl, sm90pp, sm90pers, sm90dyn: examples/bench_fwd.rs); the first
+# sm80, auto, sm90, sm90ovl, sm90pp, sm90pers, sm90dyn, sm90chain: examples/bench_fwd.rs); the first
 # label's JSON carries the rows the peers are timed on; SM90_RUNS="" (set, empty): the
 # checks alone
 RUNS="${SM90_RUNS-ovl=sm90ovl pp=sm90pp ovl2=sm90ovl:2:64 pp2=sm90pp:2:64 sm80=sm80}"

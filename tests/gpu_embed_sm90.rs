@@ -140,6 +140,7 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
         consumers: None,
         persistent: false,
         dynamic: false,
+        chained: false,
         debug: false,
     };
     let e = rt

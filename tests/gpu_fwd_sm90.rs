@@ -114,15 +114,24 @@ fn sm90_forward_matches_f64_reference() {
         // its Q slots and rings reused; causal with sq >> sk: tiles with no key block
         (8, 130, 130, 20, 4, false),
         (2, 400, 64, 40, 8, true),
+        // causal, sk > sq, GQA 4:1: every tile has keys, two or three per CTA (chained:
+        // each edge's first block masked)
+        (4, 300, 420, 24, 6, true),
     ];
-    // GPU_FWD_SM90_SHAPES=n: the first n shapes only, release build only (the
-    // sanitizer runs of scripts/sm90_all.sh)
-    let (n_shapes, builds) = match std::env::var("GPU_FWD_SM90_SHAPES") {
-        Ok(n) => (
-            n.parse().expect("GPU_FWD_SM90_SHAPES: a count"),
+    // GPU_FWD_SM90_SHAPES=n: the first n shapes only, or =i,j,..: those (0-based), release
+    // build only (the sanitizer runs of scripts/sm90_all.sh)
+    let (picked, builds): (Vec<usize>, _) = match std::env::var("GPU_FWD_SM90_SHAPES") {
+        Ok(n) if n.contains(',') => (
+            n.split(',')
+                .map(|i| i.trim().parse().expect("GPU_FWD_SM90_SHAPES: indices"))
+                .collect(),
             vec![false],
         ),
-        Err(_) => (shapes.len(), vec![true, false]),
+        Ok(n) => (
+            (0..n.parse().expect("GPU_FWD_SM90_SHAPES: a count")).collect(),
+            vec![false],
+        ),
+        Err(_) => ((0..shapes.len()).collect(), vec![true, false]),
     };
     let mut bad = Vec::new();
     let mut ratios = Vec::new();
@@ -130,12 +139,12 @@ fn sm90_forward_matches_f64_reference() {
     // (head dim, consumer warpgroups): the defaults, and d64 with two consumers too
     let tiles = [(64, 3), (64, 2), (128, 2)];
     for debug in builds {
-        for ((overlap, pingpong, persistent, dynamic), (d, consumers)) in
+        for ((overlap, pingpong, persistent, dynamic, chained), (d, consumers)) in
             flash_codegen::kernels::sm90::fwd::Variant::SCHEDULES
                 .into_iter()
                 .flat_map(|s| tiles.into_iter().map(move |t| (s, t)))
         {
-            for &(b, sq, sk, h, hk, causal) in shapes.iter().take(n_shapes) {
+            for &(b, sq, sk, h, hk, causal) in picked.iter().filter_map(|&i| shapes.get(i)) {
                 let sh = Sm90FwdShape {
                     batch: b,
                     seqlen_q: sq,
@@ -149,6 +158,7 @@ fn sm90_forward_matches_f64_reference() {
                     consumers: Some(consumers),
                     persistent,
                     dynamic,
+                    chained,
                     debug,
                 };
                 for bf16 in [false, true] {

@@ -130,6 +130,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         consumers,
         persistent,
         dynamic,
+        chained,
         debug,
     } = *var;
     let dtype = match dtype {
@@ -150,6 +151,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
             consumers: #consumers,
             persistent: #persistent,
             dynamic: #dynamic,
+            chained: #chained,
             debug: #debug,
         }
     }

@@ -11,7 +11,7 @@ use cudarc::driver::{
 use flash_codegen::DType;
 use flash_codegen::kernels::sm90::fwd;
 
-use crate::attention::FlashAttention;
+use crate::attention::{FlashAttention, lock};
 use crate::error::{FlashError, Result};
 use crate::tensor::Element;
 use crate::tensor_map::{TensorMap, TensorMapLayout};
@@ -47,8 +47,11 @@ pub struct Sm90FwdShape {
     /// A persistent grid (one CTA per SM walking the tiles; `fwd::Variant::persistent`).
     pub persistent: bool,
     /// With `persistent`: the tiles claimed from a counter (`fwd::Variant::dynamic`; the
-    /// launch allocates the zeroed counter).
+    /// runtime keeps a zeroed one per stream).
     pub dynamic: bool,
+    /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined
+    /// (`fwd::Variant::chained`).
+    pub chained: bool,
     /// The debug build: mbarrier waits bounded, failing with the barrier's name.
     pub debug: bool,
 }
@@ -192,8 +195,8 @@ impl FlashAttention {
 
     /// Enqueues the sm_90a forward `call` on `stream`: its tensor maps (encoded here, the
     /// driver's limits checked first), its entry (registered or generated, loaded on first use), its
-    /// parameters (three maps, then `Variant::scalars`, a dynamic kernel's claim counter
-    /// allocated zeroed here) and grid `[ceil(seqlen_q / block_m), heads, batch]`
+    /// parameters (three maps, then `Variant::scalars`, a dynamic kernel's claim counter,
+    /// this stream's) and grid `[ceil(seqlen_q / block_m), heads, batch]`
     /// (persistent: one CTA per SM).
     ///
     /// # Safety
@@ -237,15 +240,19 @@ impl FlashAttention {
         lb.arg(&call.o.row).arg(&call.o.head).arg(&call.o.batch);
         let batch = u(b)?;
         lb.arg(&call.scale_log2).arg(&batch);
-        // the dynamic scheduler's claim counter: a zeroed u32[2] of its own per launch
-        // (the kernel leaves it zeroed, but launches on other streams may overlap this
-        // one), freed in stream order after it
-        let mut counter = match var.takes_tile_counter() {
-            true => Some(stream.alloc_zeros::<u32>(2)?),
+        // the dynamic scheduler's claim counter: a u32[2] per stream, allocated zeroed on
+        // the stream's first dynamic launch and kept (every launch leaves it zeroed: its
+        // last CTA resets it); launches on one stream are ordered by it, and the lock
+        // (with the counter's write guard) is held until this one is enqueued
+        let mut counters = lock(&self.tile_counters);
+        let key = stream.cu_stream() as usize;
+        if var.takes_tile_counter() && !counters.contains_key(&key) {
+            counters.insert(key, stream.alloc_zeros::<u32>(2)?);
+        }
+        let counter_arg = match var.takes_tile_counter() {
+            true => counters.get_mut(&key).map(|c| c.device_ptr_mut(stream)),
             false => None,
         };
-        // written by the kernel: the write guard held until the launch is enqueued
-        let counter_arg = counter.as_mut().map(|c| c.device_ptr_mut(stream));
         if let Some((p, _)) = &counter_arg {
             lb.arg(p);
         }
@@ -267,11 +274,11 @@ impl FlashAttention {
         // enqueued; the grid's y and z are the heads and batch (persistent: 1, x at most
         // the SM count, the kernel walking every tile), within the driver's limits for
         // any u32 heads below 65536 (checked by the driver: an error, not undefined
-        // behaviour); a dynamic kernel's tile_counter is a zeroed u32[2] of this launch
-        // alone.
+        // behaviour); a dynamic kernel's tile_counter is this stream's u32[2], zeroed
+        // when the launch runs (fresh, or reset by the launch before it on the stream).
         unsafe { lb.launch(cfg) }?;
         drop(counter_arg);
-        drop(counter);
+        drop(counters);
         Ok(())
     }
 
@@ -309,6 +316,12 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
             "{sh:?}: the dynamic scheduler runs on the persistent grid (set persistent too)"
         )));
     }
+    if sh.chained && !(sh.persistent && sh.overlap && sh.pingpong) {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: chained tiles run on the persistent grid with the overlapped pingpong \
+             schedule (set persistent, overlap and pingpong too)"
+        )));
+    }
     Ok(fwd::Variant {
         dtype,
         head_dim,
@@ -318,6 +331,7 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
         consumers,
         persistent: sh.persistent,
         dynamic: sh.dynamic,
+        chained: sh.chained,
         debug: sh.debug,
     })
 }

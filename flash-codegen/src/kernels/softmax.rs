@@ -216,8 +216,37 @@ impl OnlineSoftmax {
 
     /// `finish` with the whole row sums `l`, or (`None`) this warp's reduced row by row.
     fn normalise(&self, b: &mut Builder, o: &mut AccTile, l: Option<&[Reg<F32>]>) -> Vec<Reg<F32>> {
-        let mut lse = Vec::new();
-        for row in 0..o.rows() {
+        debug_assert_eq!(o.rows(), self.m_i.len(), "generator bug: O's rows are the state's");
+        let fin = self.final_rows(b, Some(o), l);
+        fin.into_iter().map(|(_, lse)| lse).collect()
+    }
+
+    /// Each row's `1 / l` and LSE, O left alone (its last product may still be in
+    /// flight: scale it with [`AccTile::scale_row`] once it has landed).
+    pub fn finals(&self, b: &mut Builder) -> Vec<(Reg<F32>, Reg<F32>)> {
+        self.final_rows(b, None, None)
+    }
+
+    /// Fresh statistics again (`m_i = -inf`, `l_i = 0`), in the same registers.
+    pub fn reset(&self, b: &mut Builder) {
+        for &m in &self.m_i {
+            b.assign(m, NEG_INF);
+        }
+        for &l in &self.l_i {
+            b.assign(l, 0.0f32);
+        }
+    }
+
+    /// Per row `(1 / l, lse)` (`1` and `-inf` for a row without a valid key), O scaled by
+    /// the first when given.
+    fn final_rows(
+        &self,
+        b: &mut Builder,
+        mut o: Option<&mut AccTile>,
+        l: Option<&[Reg<F32>]>,
+    ) -> Vec<(Reg<F32>, Reg<F32>)> {
+        let mut fin = Vec::new();
+        for row in 0..self.m_i.len() {
             let l = match l {
                 Some(l) => l[row],
                 None => AccTile::quad_sum(b, self.l_i[row]),
@@ -225,15 +254,17 @@ impl OnlineSoftmax {
             let empty = b.setp_f32(Cmp::Eq, l, 0.0f32);
             let r = b.rcp(l);
             let inv = b.selp_f32(1.0f32, r, empty);
-            o.scale_row(b, row, inv);
+            if let Some(o) = o.as_deref_mut() {
+                o.scale_row(b, row, inv);
+            }
             // lse = (m * scale_log2 + log2(l)) * ln 2
             let ms = self.scaled_max(b, self.m_i[row]);
             let lg = b.lg2(l);
             let s = b.add_f32(ms, lg);
             let v = b.mul_f32(s, LN_2);
-            lse.push(b.selp_f32(NEG_INF, v, empty));
+            fin.push((inv, b.selp_f32(NEG_INF, v, empty)));
         }
-        lse
+        fin
     }
 }
 

@@ -189,7 +189,7 @@ pub const PARAMS: [(&str, AbiTy, &str); 15] = [
 
 /// The kernels `emit --all` writes: the configuration the runtime runs
 /// (`validate::sm90_fwd_call`): overlapped and pingpong schedules, the default consumers,
-/// no debug build; both dtypes, every head dim, causal or not.
+/// the persistent grid with the dynamic scheduler, no debug build; both dtypes, every head dim, causal or not.
 pub fn shipping() -> Vec<fwd::Variant> {
     let mut v = Vec::new();
     for dtype in DType::ALL {
@@ -318,10 +318,14 @@ mod tests {
     /// at their natural alignment (o_batch, a u64 after six 4-byte ones, at 424).
     #[test]
     fn offsets_follow_the_alignment() {
-        let mut var = fwd::Variant::shipping(DType::Bf16, 64, true);
-        let p = params(&var);
+        let var = fwd::Variant::shipping(DType::Bf16, 64, true);
+        let plain = fwd::Variant {
+            persistent: false,
+            dynamic: false,
+            ..var
+        };
+        let p = params(&plain);
         assert_eq!(p.last().unwrap().name, "batch");
-        (var.persistent, var.dynamic) = (true, true);
         let dynamic = params(&var);
         assert_eq!(dynamic[..p.len()], p[..]);
         let last = dynamic.last().unwrap();
@@ -355,12 +359,13 @@ mod tests {
         names.dedup();
         assert_eq!(names.len(), 8);
         for v in &vars {
-            // the grid formula is the plain grid's
+            // the persistent grid, tiles claimed from the counter
             assert!(
-                v.overlap && v.pingpong && !v.debug && !v.persistent,
+                v.overlap && v.pingpong && !v.debug && v.persistent && v.dynamic,
                 "{v:?}"
             );
             let k = kernel(v);
+            assert_eq!(k.params.last().map(|p| p.name.as_str()), Some("tile_counter"));
             assert_eq!(k.file, format!("{}.ptx", k.name));
             assert_eq!(k.launch.block, [v.threads(), 1, 1]);
             assert_eq!(k.launch.dynamic_smem_bytes, v.smem_bytes());

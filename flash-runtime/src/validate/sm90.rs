@@ -182,6 +182,7 @@ pub fn sm90_fwd_call_with(
         consumers: None,
         persistent: ship.persistent,
         dynamic: ship.dynamic,
+        chained: ship.chained,
         debug: ship.debug,
     };
     let variant = fwd_variant(dtype, &shape).map_err(|e| e.to_string())?;

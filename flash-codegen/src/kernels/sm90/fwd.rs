@@ -18,16 +18,15 @@
 //! [`SCALARS`].
 
 use super::EntryParams;
+use super::fwd_chain::RECORD_BYTES;
 use super::fwd_consumer::Consumer;
 pub use super::fwd_ctx::BLOCK_N;
-use super::fwd_ctx::{
-    Ctx, K_EMPTY, K_FULL, Layout, Q_EMPTY, Q_FULL, Q_SLOT_BARS, STAGES, V_EMPTY, V_FULL, WG_ROWS,
-};
-use super::fwd_epilogue::Out;
+use super::fwd_ctx::{Ctx, Layout, WG_ROWS};
+use super::fwd_epilogue::{Out, Rows};
 use super::fwd_producer::drain;
 use super::fwd_sched::{Grid, Sched, Tile};
 use crate::kernels::half_fmt;
-use crate::ptx::{Addr, B32, Builder, Cmp, Entry, LaunchBounds, Module, Reg, Special, Target, Ty};
+use crate::ptx::{B32, Builder, Cmp, Entry, LaunchBounds, Module, Reg, Special, Target, Ty};
 use crate::spec::DType;
 
 /// Tensor-map parameters, in order.
@@ -79,12 +78,16 @@ pub struct Variant {
     /// With `persistent`: the tiles claimed from a counter instead, in L2-sized head
     /// groups, causal longest first (`fwd_dynamic`; the `tile_counter` parameter).
     pub dynamic: bool,
+    /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined, each tile's
+    /// last P V issued beside the next tile's first S (`fwd_chain`).
+    pub chained: bool,
     /// Bounded mbarrier waits that fail naming the barrier ([`Builder::bound_waits`]).
     pub debug: bool,
 }
 
 impl Variant {
-    /// Entry name: `fa3_fwd_d{D}_{dtype}[_causal][_ovl][_pp]_m{rows}[_pers]_sm90a[_debug]`.
+    /// Entry name:
+    /// `fa3_fwd_d{D}_{dtype}[_causal][_ovl][_pp]_m{rows}[_pers|_dyn][_chain]_sm90a[_debug]`.
     pub fn name(&self) -> String {
         let mask = if self.causal { "_causal" } else { "" };
         let ovl = if self.overlap { "_ovl" } else { "" };
@@ -94,9 +97,10 @@ impl Variant {
             Grid::Zigzag => "_pers",
             Grid::Plain => "",
         };
+        let chain = if self.chained { "_chain" } else { "" };
         let dbg = if self.debug { "_debug" } else { "" };
         format!(
-            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}_sm90a{dbg}",
+            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}{chain}_sm90a{dbg}",
             self.head_dim,
             self.dtype.name(),
             self.block_m()
@@ -104,9 +108,9 @@ impl Variant {
     }
 
     /// The configuration the runtime runs and `emit --all` writes: overlapped, pingpong,
-    /// the default consumers, no debug build, the plain grid. (The persistent grid
-    /// measured 1.00-1.07x on the non-causal rows, H100 v5, but no device test had run a
-    /// persistent CTA over more than one tile then: it ships once one has.)
+    /// the default consumers, no debug build, the persistent grid with the dynamic
+    /// scheduler (H100, session 26: 1.56x our sm80 over the FA2-paper rows against the
+    /// plain grid's 1.51x, and up to 1.07x it on the short causal rows; docs/hopper.md).
     pub fn shipping(dtype: DType, head_dim: u32, causal: bool) -> Variant {
         Variant {
             dtype,
@@ -115,8 +119,9 @@ impl Variant {
             overlap: true,
             pingpong: true,
             consumers: Self::default_consumers(head_dim),
-            persistent: false,
-            dynamic: false,
+            persistent: true,
+            dynamic: true,
+            chained: false,
             debug: false,
         }
     }
@@ -152,9 +157,10 @@ impl Variant {
         Some((u(m_blocks)?, u(heads)?, u(batch)?))
     }
 
-    /// Dynamic shared memory.
+    /// Dynamic shared memory: the layout, and for chained tiles the per-thread records
+    /// after it (`fwd_chain::RECORD_BYTES` per thread).
     pub fn smem_bytes(&self) -> u32 {
-        self.layout().bytes()
+        self.layout().bytes() + self.chained as u32 * RECORD_BYTES * self.threads()
     }
 
     /// How the CTAs find their tiles (`dynamic` counts on the persistent grid only).
@@ -195,14 +201,16 @@ impl Variant {
         }
     }
 
-    /// The schedules (overlap, pingpong, persistent, dynamic): serial, overlapped,
-    /// overlapped + pingpong, that on the persistent grid, static or dynamic.
-    pub const SCHEDULES: [(bool, bool, bool, bool); 5] = [
-        (false, false, false, false),
-        (true, false, false, false),
-        (true, true, false, false),
-        (true, true, true, false),
-        (true, true, true, true),
+    /// The schedules (overlap, pingpong, persistent, dynamic, chained): serial,
+    /// overlapped, overlapped + pingpong, that on the persistent grid (static, dynamic),
+    /// the dynamic one with its tile edges chained.
+    pub const SCHEDULES: [(bool, bool, bool, bool, bool); 6] = [
+        (false, false, false, false, false),
+        (true, false, false, false, false),
+        (true, true, false, false, false),
+        (true, true, true, false, false),
+        (true, true, true, true, false),
+        (true, true, true, true, true),
     ];
 
     /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
@@ -215,7 +223,7 @@ impl Variant {
             for head_dim in HEAD_DIMS {
                 let wgs = if head_dim == 64 { vec![3, 2] } else { vec![2] };
                 for (consumers, causal) in wgs.into_iter().flat_map(|w| [(w, false), (w, true)]) {
-                    for (overlap, pingpong, persistent, dynamic) in Self::SCHEDULES {
+                    for (overlap, pingpong, persistent, dynamic, chained) in Self::SCHEDULES {
                         v.extend([false, true].map(|debug| Variant {
                             dtype,
                             head_dim,
@@ -225,6 +233,7 @@ impl Variant {
                             consumers,
                             persistent,
                             dynamic,
+                            chained,
                             debug,
                         }));
                     }
@@ -246,6 +255,7 @@ pub fn module(var: Variant) -> Module {
         consumers,
         persistent,
         dynamic,
+        chained,
         debug,
     } = var;
     assert!(HEAD_DIMS.contains(&d), "generator bug: sm90 forward d{d}");
@@ -256,6 +266,10 @@ pub fn module(var: Variant) -> Module {
     assert!(
         persistent || !dynamic,
         "generator bug: the dynamic scheduler runs on the persistent grid"
+    );
+    assert!(
+        !chained || (persistent && overlap && pingpong),
+        "generator bug: chained tiles need the persistent, overlapped, pingpong schedule"
     );
     let block_m = var.block_m();
     let (fmt, lay) = (half_fmt(dtype), var.layout());
@@ -287,25 +301,9 @@ pub fn module(var: Variant) -> Module {
         group,
         batches,
     };
-    let bar = |off: i32| Addr::Shared(smem, off);
 
     b.comment("-- barriers: Q full; per stage K full / empty, V full / empty; Q empty --");
-    b.when(first, false, |b| {
-        b.mbarrier_init(bar(Q_FULL), 1);
-        for s in 0..STAGES as i32 {
-            b.mbarrier_init(bar(K_FULL + 8 * s), 1);
-            b.mbarrier_init(bar(V_FULL + 8 * s), 1);
-            b.mbarrier_init(bar(K_EMPTY + 8 * s), consumers);
-            b.mbarrier_init(bar(V_EMPTY + 8 * s), consumers);
-        }
-        // persistent: one arrival per consumer warp (`Consumer::release_q`)
-        let q_users = if persistent { 4 * consumers } else { consumers };
-        b.mbarrier_init(bar(Q_EMPTY), q_users);
-        for s in 1..lay.q_slots as i32 {
-            b.mbarrier_init(bar(Q_FULL + s * Q_SLOT_BARS as i32), 1);
-            b.mbarrier_init(bar(Q_EMPTY + s * Q_SLOT_BARS as i32), q_users);
-        }
-    });
+    b.when(first, false, |b| lay.init_barriers(b, smem, (consumers, persistent)));
     b.fence_mbarrier_init();
     b.bar_sync();
     let wg = b.shr_u32(tid, 7);
@@ -353,14 +351,25 @@ pub fn module(var: Variant) -> Module {
                 o_batch,
                 heads,
             };
-            sched.consume_tiles(b, (smem, &lay), |b, tile, at| {
-                let ctx = ctx(tile, at.it0);
-                let (o, lse, w) = c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
-                if persistent {
-                    c.release_q(b, &w);
-                }
-                c.epilogue(b, &ctx, &out, (&o, &lse), &w);
-            });
+            if chained {
+                c.consume_chained(b, &sched, (smem, &lay, &out), ctx, (tid, wg, turn));
+            } else {
+                sched.consume_tiles(b, (smem, &lay), |b, tile, at| {
+                    let ctx = ctx(tile, at.it0);
+                    let (o, lse, w) =
+                        c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
+                    if persistent {
+                        c.release_q(b, &w);
+                    }
+                    let rows = Rows {
+                        batch: ctx.batch,
+                        head: ctx.head,
+                        row: w.row,
+                        t2: w.t2,
+                    };
+                    c.epilogue(b, &rows, &out, (&o, &lse));
+                });
+            }
         },
     );
     let entry: Entry = b.finish(

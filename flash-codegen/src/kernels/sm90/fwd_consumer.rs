@@ -8,7 +8,7 @@ use super::fwd_ctx::{
 };
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Reg, Special};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg, Special};
 use crate::tile::acc::AccTile;
 use crate::tile::desc::{Major, WgmmaDesc};
 use crate::tile::smem::{ROW_BYTES, SmemTile};
@@ -28,7 +28,7 @@ pub(super) struct Consumer {
 pub(super) struct Wg {
     pub(super) row: Reg<B32>,
     pub(super) t2: Reg<B32>,
-    lead: Reg<crate::ptx::Pred>,
+    pub(super) lead: Reg<Pred>,
     q: WgmmaDesc,
     q0: Reg<B64>,
     k: WgmmaDesc,
@@ -49,14 +49,14 @@ pub(super) struct Turn {
 
 impl Wg {
     /// Waits for this warpgroup's turn to issue (no-op without pingpong).
-    fn take_turn(&self, b: &mut Builder) {
+    pub(super) fn take_turn(&self, b: &mut Builder) {
         if let Some(t) = &self.turn {
             b.bar_sync_named(t.mine, 256);
         }
     }
 
     /// Passes the turn to the next consumer (no-op without pingpong).
-    fn pass_turn(&self, b: &mut Builder) {
+    pub(super) fn pass_turn(&self, b: &mut Builder) {
         if let Some(t) = &self.turn {
             b.bar_arrive(t.next, 256);
         }
@@ -117,7 +117,7 @@ impl Consumer {
 
     /// The warpgroup's rows and descriptors for one tile, after its Q has landed (the
     /// `j`-th completion of Q full).
-    fn setup(
+    pub(super) fn setup(
         &self,
         b: &mut Builder,
         ctx: &Ctx,
@@ -163,7 +163,7 @@ impl Consumer {
 
     /// Issues S = Q K^T of the block at stage `at` (its K has landed): fenced, committed,
     /// not waited for.
-    fn issue_s(&self, b: &mut Builder, w: &Wg, at: &Stage) -> AccTile {
+    pub(super) fn issue_s(&self, b: &mut Builder, w: &Wg, at: &Stage) -> AccTile {
         b.comment("-- S = Q K^T --");
         let s = AccTile::for_wgmma(b, BLOCK_N);
         let s_regs = s.wgmma_regs();
@@ -180,10 +180,10 @@ impl Consumer {
     /// Issues O += P V of the block at stage `at` (committed, not waited for), after
     /// waiting for its V when `wait`; `fence` when no `wgmma.fence` has followed the last
     /// writes to O and P.
-    fn issue_pv(
+    pub(super) fn issue_pv(
         &self,
         b: &mut Builder,
-        w: &Wg,
+        v: &WgmmaDesc,
         (p, o): (&[[Reg<B32>; 4]], &AccTile),
         at: &Stage,
         (wait, fence): (bool, bool),
@@ -192,26 +192,27 @@ impl Consumer {
         if wait {
             b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
         }
-        let v0 = w.v.emit(b, at.smem);
+        let v0 = v.emit(b, at.smem);
         let o_regs = o.wgmma_regs();
         if fence {
             b.wgmma_fence();
         }
         for (kk, a) in p.iter().enumerate() {
-            let vd = w.v.emit_kstep(b, v0, kk as u32);
+            let vd = v.emit_kstep(b, v0, kk as u32);
             b.wgmma_rs(self.fmt, &o_regs, *a, vd, true, ScaleD::Imm(true));
         }
         b.wgmma_commit();
     }
 
-    /// One arrival of this warpgroup on stage `at`'s barrier at `base` (K or V empty).
-    fn release(b: &mut Builder, w: &Wg, at: &Stage, base: i32) {
-        b.when(w.lead, false, |b| b.mbarrier_arrive(at.bar(base)));
+    /// One arrival of this warpgroup (its `lead` thread) on stage `at`'s barrier at
+    /// `base` (K or V empty).
+    pub(super) fn release(b: &mut Builder, lead: Reg<Pred>, at: &Stage, base: i32) {
+        b.when(lead, false, |b| b.mbarrier_arrive(at.bar(base)));
     }
 
     /// Keys past the end, and past each row's diagonal (bottom-right), of the block
     /// visited `i`-th to -inf.
-    fn mask(&self, b: &mut Builder, (ctx, w): (&Ctx, &Wg), s: &mut AccTile, i: Reg<B32>) {
+    pub(super) fn mask(&self, b: &mut Builder, (ctx, w): (&Ctx, &Wg), s: &mut AccTile, i: Reg<B32>) {
         b.comment("-- mask: keys past the end, and past each row's diagonal --");
         let n0 = ctx.key_row(b, i);
         s.mask(b, Cmp::Gt, |b, r| {
@@ -236,7 +237,7 @@ impl Consumer {
         let mut s = self.issue_s(b, w, at);
         w.pass_turn(b);
         b.wgmma_wait(0);
-        Self::release(b, w, at, K_EMPTY);
+        Self::release(b, w.lead, at, K_EMPTY);
         self.mask(b, (ctx, w), &mut s, i);
         s
     }
@@ -260,10 +261,10 @@ impl Consumer {
         let p = s.as_a(b, self.fmt, 0);
         b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
         w.take_turn(b);
-        self.issue_pv(b, w, (&p, o), &at, (false, true));
+        self.issue_pv(b, &w.v, (&p, o), &at, (false, true));
         w.pass_turn(b);
         b.wgmma_wait(0);
-        Self::release(b, w, &at, V_EMPTY);
+        Self::release(b, w.lead, &at, V_EMPTY);
         let n1 = b.add_u32(n, 1u32);
         b.assign(n, n1);
         b.loop_end(lp);
@@ -272,9 +273,8 @@ impl Consumer {
     /// FA3's intra-warpgroup overlap, key blocks visited last first: the first block's S
     /// and softmax; then per block i, S_i and P_{i-1} V_{i-1} in flight together, S_i's
     /// softmax under the second, O's rescale once it lands; the last P V after the loop.
-    /// The blocks that need a mask (`ctx.n_masked`, the first visited) and the clean ones
-    /// run in two copies of the loop, the second without the mask. P is carried in fixed
-    /// registers, rewritten only after the product reading them is complete.
+    /// P is carried in fixed registers, rewritten only after the product reading them is
+    /// complete.
     fn blocks_overlapped(
         &self,
         b: &mut Builder,
@@ -285,63 +285,99 @@ impl Consumer {
     ) {
         let none = b.setp_u32(Cmp::Eq, ctx.n_blocks, 0u32);
         b.unless_uniform(none, |b| {
-            let p: Vec<[Reg<B32>; 4]> = (0..BLOCK_N / 16)
-                .map(|_| std::array::from_fn(|_| b.reg()))
-                .collect();
-            let carry = |b: &mut Builder, s: &AccTile| {
-                for (dst, src) in p.iter().zip(s.as_a(b, self.fmt, 0)) {
-                    for (d, x) in dst.iter().zip(src) {
-                        b.assign(*d, x);
-                    }
-                }
-            };
-            b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
-            let zero = b.mov(0u32);
-            let at = ctx.stage(b, zero);
-            let mut s = self.masked_s(b, (ctx, w), &at, zero);
-            let _ = softmax.step_deferred(b, &mut s);
-            carry(b, &s);
-            let i = b.mov(1u32);
-            for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
-                b.comment(if masked {
-                    "-- blocks that need the mask --"
-                } else {
-                    "-- blocks every row sees whole: no mask --"
-                });
-                let lp = b.loop_start();
-                let more = b.setp_u32(Cmp::Lt, i, end);
-                b.loop_exit_unless(&lp, more);
-                // both waits before either product: no wgmma in flight across a spin
-                // loop (ptxas serialises wgmmas around divergent code: C7520)
-                let at = ctx.stage(b, i);
-                let prev = b.sub_u32(i, 1u32);
-                let pat = ctx.stage(b, prev);
-                b.mbarrier_wait(pat.bar(V_FULL), pat.ph, "V full");
-                b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
-                w.take_turn(b);
-                let mut s = self.issue_s(b, w, &at);
-                self.issue_pv(b, w, (&p, o), &pat, (false, false));
-                w.pass_turn(b);
-                b.wgmma_wait(1);
-                Self::release(b, w, &at, K_EMPTY);
-                if masked {
-                    self.mask(b, (ctx, w), &mut s, i);
-                }
-                let rescale = softmax.step_deferred(b, &mut s);
-                b.wgmma_wait(0);
-                Self::release(b, w, &pat, V_EMPTY);
-                rescale.apply(b, o);
-                carry(b, &s);
-                let i1 = b.add_u32(i, 1u32);
-                b.assign(i, i1);
-                b.loop_end(lp);
-            }
+            let p = self.p_regs(b);
+            self.first_block(b, ctx, w, softmax, &p);
+            self.steady_blocks(b, ctx, w, softmax, o, &p);
             b.comment("-- the last block's P V --");
             let last = b.sub_u32(ctx.n_blocks, 1u32);
             let lat = ctx.stage(b, last);
-            self.issue_pv(b, w, (&p, o), &lat, (true, true));
+            self.issue_pv(b, &w.v, (&p, o), &lat, (true, true));
             b.wgmma_wait(0);
-            Self::release(b, w, &lat, V_EMPTY);
+            Self::release(b, w.lead, &lat, V_EMPTY);
         });
+    }
+
+    /// The registers P is carried in from one block to the next (A operand fragments).
+    pub(super) fn p_regs(&self, b: &mut Builder) -> Vec<[Reg<B32>; 4]> {
+        (0..BLOCK_N / 16)
+            .map(|_| std::array::from_fn(|_| b.reg()))
+            .collect()
+    }
+
+    /// S's probabilities, as the A operand, into the carried registers `p`.
+    pub(super) fn carry(&self, b: &mut Builder, p: &[[Reg<B32>; 4]], s: &AccTile) {
+        for (dst, src) in p.iter().zip(s.as_a(b, self.fmt, 0)) {
+            for (d, x) in dst.iter().zip(src) {
+                b.assign(*d, x);
+            }
+        }
+    }
+
+    /// The first visited block alone: S, mask, softmax (O is still zero: no rescale); its
+    /// P carried.
+    pub(super) fn first_block(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        softmax: &mut OnlineSoftmax,
+        p: &[[Reg<B32>; 4]],
+    ) {
+        b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
+        let zero = b.mov(0u32);
+        let at = ctx.stage(b, zero);
+        let mut s = self.masked_s(b, (ctx, w), &at, zero);
+        let _ = softmax.step_deferred(b, &mut s);
+        self.carry(b, p, &s);
+    }
+
+    /// The visited blocks after the first: per block i, S_i and P_{i-1} V_{i-1} issued in
+    /// one turn, S_i's softmax while they run. The blocks that need a mask
+    /// (`ctx.n_masked`, the first visited) and the clean ones run in two copies of the
+    /// loop, the second without the mask.
+    pub(super) fn steady_blocks(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        softmax: &mut OnlineSoftmax,
+        o: &mut AccTile,
+        p: &[[Reg<B32>; 4]],
+    ) {
+        let i = b.mov(1u32);
+        for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
+            b.comment(if masked {
+                "-- blocks that need the mask --"
+            } else {
+                "-- blocks every row sees whole: no mask --"
+            });
+            let lp = b.loop_start();
+            let more = b.setp_u32(Cmp::Lt, i, end);
+            b.loop_exit_unless(&lp, more);
+            // both waits before either product: no wgmma in flight across a spin
+            // loop (ptxas serialises wgmmas around divergent code: C7520)
+            let at = ctx.stage(b, i);
+            let prev = b.sub_u32(i, 1u32);
+            let pat = ctx.stage(b, prev);
+            b.mbarrier_wait(pat.bar(V_FULL), pat.ph, "V full");
+            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+            w.take_turn(b);
+            let mut s = self.issue_s(b, w, &at);
+            self.issue_pv(b, &w.v, (p, o), &pat, (false, false));
+            w.pass_turn(b);
+            b.wgmma_wait(1);
+            Self::release(b, w.lead, &at, K_EMPTY);
+            if masked {
+                self.mask(b, (ctx, w), &mut s, i);
+            }
+            let rescale = softmax.step_deferred(b, &mut s);
+            b.wgmma_wait(0);
+            Self::release(b, w.lead, &pat, V_EMPTY);
+            rescale.apply(b, o);
+            self.carry(b, p, &s);
+            let i1 = b.add_u32(i, 1u32);
+            b.assign(i, i1);
+            b.loop_end(lp);
+        }
     }
 }

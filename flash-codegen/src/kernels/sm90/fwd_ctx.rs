@@ -65,6 +65,31 @@ impl Layout {
     pub(super) fn bytes(&self) -> u32 {
         self.v + STAGES * self.tile_bytes
     }
+
+    /// One thread's initialisation of the barriers at `smem`: Q full; per stage K full /
+    /// empty, V full / empty (an arrival per consumer warpgroup); Q empty (persistent: an
+    /// arrival per consumer warp, `Consumer::release_q`); the second Q slot's.
+    pub(super) fn init_barriers(
+        &self,
+        b: &mut Builder,
+        smem: Reg<B32>,
+        (consumers, persistent): (u32, bool),
+    ) {
+        let bar = |off: i32| Addr::Shared(smem, off);
+        b.mbarrier_init(bar(Q_FULL), 1);
+        for s in 0..STAGES as i32 {
+            b.mbarrier_init(bar(K_FULL + 8 * s), 1);
+            b.mbarrier_init(bar(V_FULL + 8 * s), 1);
+            b.mbarrier_init(bar(K_EMPTY + 8 * s), consumers);
+            b.mbarrier_init(bar(V_EMPTY + 8 * s), consumers);
+        }
+        let q_users = if persistent { 4 * consumers } else { consumers };
+        b.mbarrier_init(bar(Q_EMPTY), q_users);
+        for s in 1..self.q_slots as i32 {
+            b.mbarrier_init(bar(Q_FULL + s * Q_SLOT_BARS as i32), 1);
+            b.mbarrier_init(bar(Q_EMPTY + s * Q_SLOT_BARS as i32), q_users);
+        }
+    }
 }
 
 /// The CTA's `j`-th tile's Q slot: its address (`smem + slot * q_bytes`: add `Layout::q`)

@@ -66,13 +66,13 @@ impl Sched {
     }
 
     /// The consumers: runs `body` on each of the CTA's tiles once its Q has landed, its
-    /// index read beside the barrier (past the last tile: done).
+    /// index read beside the barrier (past the last tile: done); returns their key blocks.
     pub(super) fn consume_claimed(
         &self,
         b: &mut Builder,
         (smem, lay): (Reg<B32>, &Layout),
         mut body: impl FnMut(&mut Builder, &Tile, Place),
-    ) {
+    ) -> Reg<B32> {
         let (tiles, m_blocks) = self.tiles(b);
         let (j, it) = (b.mov(0u32), b.mov(0u32));
         let lp = b.loop_start();
@@ -91,16 +91,19 @@ impl Sched {
         body(b, &tile, Place { j, it0: it });
         Place { j, it0: it }.advance(b, tile.n_blocks);
         b.loop_end(lp);
+        it
     }
 
     /// Tile `t` of `m_blocks * bh` (`bh` = heads * batches) in the persistent order:
     /// groups of `gh` consecutive (batch, head)s whose K and V fit `L2_KV_BYTES` together
-    /// (`gh = (L2_KV_BYTES / (4 d) / sk) * group`, at least 1), within a group the query
-    /// block's rank major (causal: the last, longest, first), its heads minor.
+    /// (`gh = max(L2_KV_BYTES / (4 d) / sk, 1) * min(group, 64)`: a GQA group of up to
+    /// 64 heads never split), within a group the query block's rank major (causal: the
+    /// last, longest, first), its heads minor.
     fn grouped_tile(&self, b: &mut Builder, t: Reg<B32>, m_blocks: Reg<B32>) -> Tile {
         let bh = b.mul_lo_u32(self.heads, self.batches);
         let budget = b.mov(L2_KV_BYTES / (4 * self.head_dim));
         let per = b.div_u32(budget, self.sk);
+        let per = b.max_u32(per, 1u32);
         let shared = b.min_u32(self.group, 64u32);
         let gh = b.mul_lo_u32(per, shared);
         let gh = b.max_u32(gh, 1u32);

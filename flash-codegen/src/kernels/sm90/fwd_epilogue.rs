@@ -1,8 +1,7 @@
 //! Kernel layer, sm_90a: the forward consumers' epilogue (see `fwd`): O normalised,
 //! converted and stored from the accumulator layout, and the rows' LSE.
 
-use super::fwd_consumer::{Consumer, Wg};
-use super::fwd_ctx::Ctx;
+use super::fwd_consumer::Consumer;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, Reg, Space, Ty};
 use crate::tile::acc::AccTile;
 
@@ -16,22 +15,30 @@ pub(super) struct Out {
     pub(super) heads: Reg<B32>,
 }
 
+/// Whose rows a warpgroup's epilogue stores: the tile's batch and head, the thread's
+/// first query row and lane column.
+pub(super) struct Rows {
+    pub(super) batch: Reg<B32>,
+    pub(super) head: Reg<B32>,
+    pub(super) row: Reg<B32>,
+    pub(super) t2: Reg<B32>,
+}
+
 impl Consumer {
     /// O (normalised) to the dtype, stored pair by pair for rows below `seqlen_q`; the
     /// LSE by lane t = 0 of each quad when `lse` is not null.
     pub(super) fn epilogue(
         &self,
         b: &mut Builder,
-        ctx: &Ctx,
+        at: &Rows,
         out: &Out,
         (o, lse): (&AccTile, &[Reg<F32>]),
-        w: &Wg,
     ) {
         b.comment("-- epilogue: O and the LSE --");
-        let (row, t2) = (w.row, w.t2);
-        let bo = b.cvt_u64_u32(ctx.batch);
+        let (row, t2) = (at.row, at.t2);
+        let bo = b.cvt_u64_u32(at.batch);
         let bo = b.mul_lo_u64(bo, out.o_batch);
-        let ho = b.mul_wide_u32(ctx.head, out.o_head);
+        let ho = b.mul_wide_u32(at.head, out.o_head);
         let base = b.add_s64(bo, ho);
         let base = b.shl_b64(base, 1);
         let base = b.add_s64(out.o_ptr, base);
@@ -42,7 +49,7 @@ impl Consumer {
         let other = b.setp_u32(Cmp::Ne, t2, 0u32);
         let skip_lse = b.or_pred(no_lse, other);
         // (batch * heads + head) * seqlen_q, in 64 bits: b * h * sq may pass 2^32
-        let bh = b.mad_lo_u32(ctx.batch, out.heads, ctx.head);
+        let bh = b.mad_lo_u32(at.batch, out.heads, at.head);
         let lse_row0 = b.mul_wide_u32(bh, self.sq);
         let lse_row0 = b.shl_b64(lse_row0, 2);
         let lse_row0 = b.add_s64(out.lse_ptr, lse_row0);

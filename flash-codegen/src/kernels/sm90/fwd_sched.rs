@@ -104,22 +104,22 @@ impl Sched {
     }
 
     /// The consumers: runs `body` on each of the CTA's tiles (dynamic: once its Q has
-    /// landed, `fwd_dynamic`; otherwise `body` waits for it).
+    /// landed, `fwd_dynamic`; otherwise `body` waits for it); returns the key blocks of
+    /// all of them.
     pub(super) fn consume_tiles(
         &self,
         b: &mut Builder,
         (smem, lay): (Reg<B32>, &Layout),
         mut body: impl FnMut(&mut Builder, &Tile, Place),
-    ) {
+    ) -> Reg<B32> {
         match self.grid {
             Grid::Plain => {
                 let tile = self.grid_tile(b);
                 let zero = b.mov(0u32);
                 body(b, &tile, Place { j: zero, it0: zero });
+                tile.n_blocks
             }
-            Grid::Zigzag => {
-                self.zigzag(b, false, body);
-            }
+            Grid::Zigzag => self.zigzag(b, false, body),
             Grid::Dynamic => self.consume_claimed(b, (smem, lay), body),
         }
     }

@@ -70,7 +70,7 @@ fn a_contiguous_call_runs_with_the_plans_values() {
     let call = sm90_fwd_call(&a, H100).expect("eligible");
     assert_eq!(
         call.variant.name(),
-        "fa3_fwd_d128_bf16_causal_ovl_pp_m128_sm90a"
+        "fa3_fwd_d128_bf16_causal_ovl_pp_m128_dyn_sm90a"
     );
     let sh = call.shape;
     assert_eq!(sh.sizes(), (2, 300, 500, 8, 2, 128));
@@ -100,7 +100,7 @@ fn a_contiguous_call_runs_with_the_plans_values() {
 fn d64_takes_three_consumers_and_both_dtypes_run() {
     for dtype in DType::ALL {
         let call = sm90_fwd_call(&args(64, dtype), H100).expect("eligible");
-        let want = format!("fa3_fwd_d64_{}_ovl_pp_m192_sm90a", dtype.name());
+        let want = format!("fa3_fwd_d64_{}_ovl_pp_m192_dyn_sm90a", dtype.name());
         assert_eq!(call.variant.name(), want);
         assert_eq!(call.variant.consumers, 3);
     }
@@ -375,7 +375,7 @@ fn the_variant_must_fit_the_shared_memory_limit() {
     };
     let why = refusal(&bf16_128(), rtx);
     assert!(
-        why.starts_with("fa3_fwd_d128_bf16_ovl_pp_m128_sm90a needs "),
+        why.starts_with("fa3_fwd_d128_bf16_ovl_pp_m128_dyn_sm90a needs "),
         "{why}"
     );
     assert!(

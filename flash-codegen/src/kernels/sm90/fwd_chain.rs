@@ -1,0 +1,222 @@
+//! Kernel layer, sm_90a: the persistent forward's consumers with the tile edges pipelined
+//! (`fwd::Variant::chained`). Each tile's last O += P V is issued beside the next tile's
+//! first S = Q K^T, in one turn; the next tile's first softmax runs while both are in
+//! flight, and the tile's epilogue follows once its product lands. A tile's first block
+//! waits alone only at the CTA's first tile and after a tile with no key block; the last
+//! tile's P V is drained after the loop.
+
+use super::fwd_consumer::{Consumer, Turn, Wg};
+use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, Layout, Stage, V_EMPTY, V_FULL};
+use super::fwd_epilogue::{Out, Rows};
+use super::fwd_sched::{Sched, Tile};
+use crate::kernels::softmax::OnlineSoftmax;
+use crate::ptx::{Addr, B32, Builder, Cmp, LdCache, Pred, Reg, Space, Special, Ty};
+use crate::tile::acc::AccTile;
+use crate::tile::desc::{Major, WgmmaDesc};
+use crate::tile::smem::SmemTile;
+
+/// A record's row while no tile waits (query rows stay below 2^31).
+const IDLE: u32 = u32::MAX;
+
+/// Shared memory per thread, after the layout: the thread's record of the pending tile
+/// (`PENDING`) and of this one (`CURRENT`), each its first row, batch and head (words 0,
+/// 1, 2). Kept there, not in registers: the three-consumer d64 kernel's 160 have no room
+/// left at the tile edge, where the pending tile's epilogue runs beside this tile's state.
+pub(super) const RECORD_BYTES: u32 = 24;
+const PENDING: i32 = 0;
+const CURRENT: i32 = 12;
+
+/// What every tile of a warpgroup shares: the registers the loop carries and the
+/// tile-independent parts of its view.
+struct Chain<'a> {
+    o: AccTile,
+    softmax: OnlineSoftmax,
+    p: Vec<[Reg<B32>; 4]>,
+    /// This thread's record (`RECORD_BYTES` at `lay.bytes() + tid * RECORD_BYTES`).
+    rec: Reg<B32>,
+    v: WgmmaDesc,
+    tid: Reg<B32>,
+    smem: Reg<B32>,
+    lay: &'a Layout,
+    out: &'a Out,
+}
+
+impl Chain<'_> {
+    /// The pending tile's rows, for this thread's lane column `t2`.
+    fn pending_rows(&self, b: &mut Builder, t2: Reg<B32>) -> Rows {
+        Rows {
+            row: self.record(b, PENDING),
+            batch: self.record(b, PENDING + 4),
+            head: self.record(b, PENDING + 8),
+            t2,
+        }
+    }
+
+    /// This thread's record word at `off` (from `PENDING` or `CURRENT`).
+    fn record(&self, b: &mut Builder, off: i32) -> Reg<B32> {
+        let [v] = b.ld::<B32, 1>(
+            Space::Shared,
+            LdCache::Default,
+            Ty::U32,
+            Addr::Shared(self.rec, off),
+        );
+        v
+    }
+
+    /// `v` to this thread's record word at `off`.
+    fn set_record(&self, b: &mut Builder, off: i32, v: Reg<B32>) {
+        b.st(Space::Shared, Ty::U32, Addr::Shared(self.rec, off), &[v]);
+    }
+
+    /// Whether no tile waits.
+    fn idle(&self, b: &mut Builder) -> Reg<Pred> {
+        let code = self.record(b, PENDING);
+        b.setp_u32(Cmp::Eq, code, IDLE)
+    }
+
+    /// The pending tile's last block's stage: the ring position before `it` (the next
+    /// tile's first, or past the CTA's last).
+    fn last_stage(&self, b: &mut Builder, it: Reg<B32>) -> Stage {
+        let last = b.sub_u32(it, 1u32);
+        Stage::at(b, (self.smem, self.lay.tile_bytes), last)
+    }
+
+    /// O to zero, for the next tile.
+    fn zero_o(&self, b: &mut Builder) {
+        for r in self.o.regs() {
+            b.assign(r, 0.0f32);
+        }
+    }
+}
+
+impl Consumer {
+    /// Every tile of the CTA (`sched`'s persistent order), the edges pipelined (above).
+    pub(super) fn consume_chained(
+        &self,
+        b: &mut Builder,
+        sched: &Sched,
+        (smem, lay, out): (Reg<B32>, &Layout, &Out),
+        ctx_of: impl Fn(&Tile, Reg<B32>) -> Ctx,
+        (tid, wg, turn): (Reg<B32>, Reg<B32>, Option<Turn>),
+    ) {
+        let o = AccTile::zeros(b, 1, sched.head_dim);
+        let softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
+        let p = self.p_regs(b);
+        let rec = b.mad_lo_u32(tid, RECORD_BYTES, smem);
+        let rec = b.add_u32(rec, lay.bytes());
+        let idle = b.mov(IDLE);
+        b.st(Space::Shared, Ty::U32, Addr::Shared(rec, PENDING), &[idle]);
+        let v = WgmmaDesc::new(SmemTile::new(lay.v, BLOCK_N, sched.head_dim), Major::Mn);
+        let mut ch = Chain {
+            o,
+            softmax,
+            p,
+            rec,
+            v,
+            tid,
+            smem,
+            lay,
+            out,
+        };
+        let total = sched.consume_tiles(b, (smem, lay), |b, tile, at| {
+            let ctx = ctx_of(tile, at.it0);
+            let w = self.setup(b, &ctx, (tid, wg, tile.m0), (turn, at.j));
+            ch.set_record(b, CURRENT, w.row);
+            ch.set_record(b, CURRENT + 4, ctx.batch);
+            ch.set_record(b, CURRENT + 8, ctx.head);
+            let pending = ch.record(b, PENDING);
+            let idle = b.setp_u32(Cmp::Eq, pending, IDLE);
+            let waiting = b.setp_u32(Cmp::Ne, pending, IDLE);
+            let none = b.setp_u32(Cmp::Eq, ctx.n_blocks, 0u32);
+            let some = b.setp_u32(Cmp::Ne, ctx.n_blocks, 0u32);
+            b.comment("-- a tile with no key block: the pending one drained, zeros, -inf --");
+            b.unless_uniform(some, |b| {
+                b.unless_uniform(idle, |b| self.drain(b, &mut ch, at.it0));
+                self.release_q(b, &w);
+                let lse = ch.softmax.finish(b, &mut ch.o);
+                let rows = Rows {
+                    batch: ctx.batch,
+                    head: ctx.head,
+                    row: w.row,
+                    t2: w.t2,
+                };
+                self.epilogue(b, &rows, ch.out, (&ch.o, &lse));
+            });
+            b.unless_uniform(none, |b| {
+                b.unless_uniform(waiting, |b| {
+                    self.first_block(b, &ctx, &w, &mut ch.softmax, &ch.p);
+                });
+                b.unless_uniform(idle, |b| self.edge(b, (&ctx, &w), &mut ch, at.it0));
+                self.steady_blocks(b, &ctx, &w, &mut ch.softmax, &mut ch.o, &ch.p);
+                self.release_q(b, &w);
+                for word in [0, 4, 8] {
+                    let v = ch.record(b, CURRENT + word);
+                    ch.set_record(b, PENDING + word, v);
+                }
+            });
+        });
+        b.comment("-- the CTA's last tile: its P V alone --");
+        let idle = ch.idle(b);
+        b.unless_uniform(idle, |b| self.drain(b, &mut ch, total));
+    }
+
+    /// The pending tile's last P V (at the ring position before `it`) alone (no turn, as
+    /// the unchained last block), then its epilogue; leaves O zero, the statistics fresh
+    /// and no tile pending. (The warpgroup's leader and the lane's column are recomputed
+    /// here: no register holds them across the loop.)
+    fn drain(&self, b: &mut Builder, ch: &mut Chain, it: Reg<B32>) {
+        b.comment("-- the pending tile's last P V, then its epilogue --");
+        let at = ch.last_stage(b, it);
+        self.issue_pv(b, &ch.v, (&ch.p, &ch.o), &at, (true, true));
+        b.wgmma_wait(0);
+        let lead = {
+            let x = b.and_b32(ch.tid, 127u32);
+            b.setp_u32(Cmp::Eq, x, 0u32)
+        };
+        Self::release(b, lead, &at, V_EMPTY);
+        let lse = ch.softmax.finish(b, &mut ch.o);
+        let lane = b.special(Special::LaneId);
+        let t2 = AccTile::lane_col(b, lane);
+        let rows = ch.pending_rows(b, t2);
+        self.epilogue(b, &rows, ch.out, (&ch.o, &lse));
+        ch.zero_o(b);
+        ch.softmax.reset(b);
+        let idle = b.mov(IDLE);
+        ch.set_record(b, PENDING, idle);
+    }
+
+    /// The edge between the pending tile and this one (its first block): S_0 and the
+    /// pending P V issued in one turn, S_0 masked and its softmax begun on fresh
+    /// statistics (the pending tile's `1 / l` and LSE taken first) while the product
+    /// runs; then P_0 carried, the pending tile's O normalised and stored, O zeroed.
+    fn edge(&self, b: &mut Builder, (ctx, w): (&Ctx, &Wg), ch: &mut Chain, it0: Reg<B32>) {
+        b.comment("-- tile edge: this tile's first S beside the pending tile's last P V --");
+        let zero = b.mov(0u32);
+        let at = ctx.stage(b, zero);
+        let old = ch.last_stage(b, it0);
+        b.mbarrier_wait(old.bar(V_FULL), old.ph, "V full");
+        b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+        w.take_turn(b);
+        let mut s = self.issue_s(b, w, &at);
+        self.issue_pv(b, &ch.v, (&ch.p, &ch.o), &old, (false, false));
+        w.pass_turn(b);
+        b.wgmma_wait(1);
+        Self::release(b, w.lead, &at, K_EMPTY);
+        self.mask(b, (ctx, w), &mut s, zero);
+        let fin = ch.softmax.finals(b);
+        ch.softmax.reset(b);
+        // fresh statistics: nothing to rescale (O is zeroed below)
+        let _ = ch.softmax.step_deferred(b, &mut s);
+        b.wgmma_wait(0);
+        Self::release(b, w.lead, &old, V_EMPTY);
+        // P_0 packed first: S's registers are free for the epilogue
+        self.carry(b, &ch.p, &s);
+        for (r, (inv, _)) in fin.iter().enumerate() {
+            ch.o.scale_row(b, r, *inv);
+        }
+        let lse: Vec<_> = fin.iter().map(|f| f.1).collect();
+        let rows = ch.pending_rows(b, w.t2);
+        self.epilogue(b, &rows, ch.out, (&ch.o, &lse));
+        ch.zero_o(b);
+    }
+}
