@@ -85,9 +85,6 @@ pub struct FlashAttention {
     /// slice holds its stream, so the key cannot be reused while it is cached), kept
     /// between calls so that a decode step allocates nothing.
     pub(crate) kv_scratch: Mutex<BTreeMap<usize, CudaSlice<f32>>>,
-    /// The dynamic sm_90a forward's tile counters (`u32[2]`, zeroed once, left zeroed by
-    /// every launch), one per stream, keyed like `kv_scratch`.
-    pub(crate) tile_counters: Mutex<BTreeMap<usize, CudaSlice<u32>>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -142,7 +139,6 @@ impl FlashAttention {
             registered_sm90a: Mutex::new(BTreeMap::new()),
             entries: Mutex::new(BTreeMap::new()),
             kv_scratch: Mutex::new(BTreeMap::new()),
-            tile_counters: Mutex::new(BTreeMap::new()),
         })
     }
 

@@ -11,7 +11,7 @@ use cudarc::driver::{
 use flash_codegen::DType;
 use flash_codegen::kernels::sm90::fwd;
 
-use crate::attention::{FlashAttention, lock};
+use crate::attention::FlashAttention;
 use crate::error::{FlashError, Result};
 use crate::tensor::Element;
 use crate::tensor_map::{TensorMap, TensorMapLayout};
@@ -47,7 +47,7 @@ pub struct Sm90FwdShape {
     /// A persistent grid (one CTA per SM walking the tiles; `fwd::Variant::persistent`).
     pub persistent: bool,
     /// With `persistent`: the tiles claimed from a counter (`fwd::Variant::dynamic`; the
-    /// runtime keeps a zeroed one per stream).
+    /// launch allocates the zeroed counter).
     pub dynamic: bool,
     /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined
     /// (`fwd::Variant::chained`).
@@ -195,8 +195,8 @@ impl FlashAttention {
 
     /// Enqueues the sm_90a forward `call` on `stream`: its tensor maps (encoded here, the
     /// driver's limits checked first), its entry (registered or generated, loaded on first use), its
-    /// parameters (three maps, then `Variant::scalars`, a dynamic kernel's claim counter,
-    /// this stream's) and grid `[ceil(seqlen_q / block_m), heads, batch]`
+    /// parameters (three maps, then `Variant::scalars`, a dynamic kernel's claim counter
+    /// allocated zeroed here) and grid `[ceil(seqlen_q / block_m), heads, batch]`
     /// (persistent: one CTA per SM).
     ///
     /// # Safety
@@ -240,19 +240,16 @@ impl FlashAttention {
         lb.arg(&call.o.row).arg(&call.o.head).arg(&call.o.batch);
         let batch = u(b)?;
         lb.arg(&call.scale_log2).arg(&batch);
-        // the dynamic scheduler's claim counter: a u32[2] per stream, allocated zeroed on
-        // the stream's first dynamic launch and kept (every launch leaves it zeroed: its
-        // last CTA resets it); launches on one stream are ordered by it, and the lock
-        // (with the counter's write guard) is held until this one is enqueued
-        let mut counters = lock(&self.tile_counters);
-        let key = stream.cu_stream() as usize;
-        if var.takes_tile_counter() && !counters.contains_key(&key) {
-            counters.insert(key, stream.alloc_zeros::<u32>(2)?);
-        }
-        let counter_arg = match var.takes_tile_counter() {
-            true => counters.get_mut(&key).map(|c| c.device_ptr_mut(stream)),
+        // the dynamic scheduler's claim counter: a zeroed u32[2] of its own per launch
+        // (the kernel leaves it zeroed, but launches on other streams may overlap this
+        // one), freed in stream order after it. (A counter kept per stream and reused,
+        // relying on the kernel's reset, waits for a device run of that reuse.)
+        let mut counter = match var.takes_tile_counter() {
+            true => Some(stream.alloc_zeros::<u32>(2)?),
             false => None,
         };
+        // written by the kernel: the write guard held until the launch is enqueued
+        let counter_arg = counter.as_mut().map(|c| c.device_ptr_mut(stream));
         if let Some((p, _)) = &counter_arg {
             lb.arg(p);
         }
@@ -274,11 +271,11 @@ impl FlashAttention {
         // enqueued; the grid's y and z are the heads and batch (persistent: 1, x at most
         // the SM count, the kernel walking every tile), within the driver's limits for
         // any u32 heads below 65536 (checked by the driver: an error, not undefined
-        // behaviour); a dynamic kernel's tile_counter is this stream's u32[2], zeroed
-        // when the launch runs (fresh, or reset by the launch before it on the stream).
+        // behaviour); a dynamic kernel's tile_counter is a zeroed u32[2] of this launch
+        // alone.
         unsafe { lb.launch(cfg) }?;
         drop(counter_arg);
-        drop(counters);
+        drop(counter);
         Ok(())
     }
 

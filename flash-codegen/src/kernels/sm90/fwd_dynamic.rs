@@ -96,14 +96,14 @@ impl Sched {
 
     /// Tile `t` of `m_blocks * bh` (`bh` = heads * batches) in the persistent order:
     /// groups of `gh` consecutive (batch, head)s whose K and V fit `L2_KV_BYTES` together
-    /// (`gh = max(L2_KV_BYTES / (4 d) / sk, 1) * min(group, 64)`: a GQA group of up to
-    /// 64 heads never split), within a group the query block's rank major (causal: the
-    /// last, longest, first), its heads minor.
+    /// (`gh = (L2_KV_BYTES / (4 d) / sk) * min(group, 64)`, at least 1), within a group
+    /// the query block's rank major (causal: the last, longest, first), its heads minor.
     fn grouped_tile(&self, b: &mut Builder, t: Reg<B32>, m_blocks: Reg<B32>) -> Tile {
         let bh = b.mul_lo_u32(self.heads, self.batches);
         let budget = b.mov(L2_KV_BYTES / (4 * self.head_dim));
+        // (per = 0 past sk = 64K at d64, 32K at d128: groups of one head then, splitting
+        // GQA groups; max(per, 1) would keep them whole, to be run on a device first)
         let per = b.div_u32(budget, self.sk);
-        let per = b.max_u32(per, 1u32);
         let shared = b.min_u32(self.group, 64u32);
         let gh = b.mul_lo_u32(per, shared);
         let gh = b.max_u32(gh, 1u32);
