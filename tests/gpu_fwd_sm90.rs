@@ -138,7 +138,12 @@ fn sm90_forward_matches_f64_reference() {
     let schedules: Vec<_> = match std::env::var("GPU_FWD_SM90_SCHEDULES") {
         Ok(list) => list
             .split(',')
-            .map(|i| all[i.trim().parse::<usize>().expect("GPU_FWD_SM90_SCHEDULES: indices")])
+            .map(|i| {
+                all[i
+                    .trim()
+                    .parse::<usize>()
+                    .expect("GPU_FWD_SM90_SCHEDULES: indices")]
+            })
             .collect(),
         Err(_) => all.to_vec(),
     };
@@ -148,10 +153,9 @@ fn sm90_forward_matches_f64_reference() {
     // (head dim, consumer warpgroups): the defaults, and d64 with two consumers too
     let tiles = [(64, 3), (64, 2), (128, 2)];
     for debug in builds {
-        for ((overlap, pingpong, persistent, dynamic, chained), (d, consumers)) in
-            schedules
-                .iter()
-                .flat_map(|&s| tiles.into_iter().map(move |t| (s, t)))
+        for ((overlap, pingpong, persistent, dynamic, chained), (d, consumers)) in schedules
+            .iter()
+            .flat_map(|&s| tiles.into_iter().map(move |t| (s, t)))
         {
             for &(b, sq, sk, h, hk, causal) in picked.iter().filter_map(|&i| shapes.get(i)) {
                 let sh = Sm90FwdShape {

@@ -216,7 +216,11 @@ impl OnlineSoftmax {
 
     /// `finish` with the whole row sums `l`, or (`None`) this warp's reduced row by row.
     fn normalise(&self, b: &mut Builder, o: &mut AccTile, l: Option<&[Reg<F32>]>) -> Vec<Reg<F32>> {
-        debug_assert_eq!(o.rows(), self.m_i.len(), "generator bug: O's rows are the state's");
+        debug_assert_eq!(
+            o.rows(),
+            self.m_i.len(),
+            "generator bug: O's rows are the state's"
+        );
         let fin = self.final_rows(b, Some(o), l);
         fin.into_iter().map(|(_, lse)| lse).collect()
     }

@@ -365,7 +365,10 @@ mod tests {
                 "{v:?}"
             );
             let k = kernel(v);
-            assert_eq!(k.params.last().map(|p| p.name.as_str()), Some("tile_counter"));
+            assert_eq!(
+                k.params.last().map(|p| p.name.as_str()),
+                Some("tile_counter")
+            );
             assert_eq!(k.file, format!("{}.ptx", k.name));
             assert_eq!(k.launch.block, [v.threads(), 1, 1]);
             assert_eq!(k.launch.dynamic_smem_bytes, v.smem_bytes());

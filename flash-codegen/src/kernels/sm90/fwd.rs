@@ -303,7 +303,9 @@ pub fn module(var: Variant) -> Module {
     };
 
     b.comment("-- barriers: Q full; per stage K full / empty, V full / empty; Q empty --");
-    b.when(first, false, |b| lay.init_barriers(b, smem, (consumers, persistent)));
+    b.when(first, false, |b| {
+        lay.init_barriers(b, smem, (consumers, persistent))
+    });
     b.fence_mbarrier_init();
     b.bar_sync();
     let wg = b.shr_u32(tid, 7);
@@ -356,8 +358,7 @@ pub fn module(var: Variant) -> Module {
             } else {
                 sched.consume_tiles(b, (smem, &lay), |b, tile, at| {
                     let ctx = ctx(tile, at.it0);
-                    let (o, lse, w) =
-                        c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
+                    let (o, lse, w) = c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
                     if persistent {
                         c.release_q(b, &w);
                     }

@@ -220,3 +220,59 @@ impl Consumer {
         ch.zero_o(b);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::RECORD_BYTES;
+    use crate::kernels::sm90::fwd::{Variant, module};
+    use crate::ptx::print;
+    use crate::spec::DType;
+
+    /// The edge issues the next tile's S and the pending P V in one turn (one `bar.sync`
+    /// before both, one `bar.arrive` after), waits for S first (its mask and softmax
+    /// between the two waits) and stores the pending tile's O only once the product has
+    /// landed; the unchained kernel has no edge and no records.
+    #[test]
+    fn the_edge_issues_both_products_in_one_turn() {
+        for (dtype, d, causal) in [(DType::Bf16, 64, true), (DType::F16, 128, false)] {
+            let dynamic = Variant::shipping(dtype, d, causal);
+            let var = Variant {
+                chained: true,
+                ..dynamic
+            };
+            let ptx = print::module(&module(var));
+            let edge = ptx
+                .split("-- tile edge:")
+                .nth(1)
+                .and_then(|e| e.split("-- blocks that need the mask --").next())
+                .expect("an edge before the masked blocks");
+            let at = |pat: &str| {
+                edge.find(pat)
+                    .unwrap_or_else(|| panic!("d{d}: `{pat}` missing from the edge:\n{edge}"))
+            };
+            let order = [
+                at("bar.sync"),
+                at("-- S = Q K^T --"),
+                at("-- O += P V --"),
+                at("bar.arrive"),
+                at("wgmma.wait_group.sync.aligned 1;"),
+                at("-- mask:"),
+                at("wgmma.wait_group.sync.aligned 0;"),
+                at("-- epilogue: O and the LSE --"),
+            ];
+            assert!(order.is_sorted(), "d{d}: {order:?}\n{edge}");
+            assert_eq!(edge.matches("bar.sync").count(), 1, "d{d}");
+            assert_eq!(edge.matches("bar.arrive").count(), 1, "d{d}");
+            // S: d / 16 k-steps of 64 x 128; P V: 128 keys / 16 k-steps of 64 x d
+            let (s, pv) = edge[order[1]..order[3]].split_at(order[2] - order[1]);
+            assert_eq!(s.matches("m64n128k16").count(), (d / 16) as usize, "d{d}");
+            assert_eq!(pv.matches(&format!("m64n{d}k16")).count(), 8, "d{d}");
+            let plain = print::module(&module(dynamic));
+            assert!(!plain.contains("-- tile edge:"));
+            assert_eq!(
+                var.smem_bytes() - dynamic.smem_bytes(),
+                RECORD_BYTES * var.threads()
+            );
+        }
+    }
+}

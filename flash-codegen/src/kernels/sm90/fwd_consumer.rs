@@ -212,7 +212,13 @@ impl Consumer {
 
     /// Keys past the end, and past each row's diagonal (bottom-right), of the block
     /// visited `i`-th to -inf.
-    pub(super) fn mask(&self, b: &mut Builder, (ctx, w): (&Ctx, &Wg), s: &mut AccTile, i: Reg<B32>) {
+    pub(super) fn mask(
+        &self,
+        b: &mut Builder,
+        (ctx, w): (&Ctx, &Wg),
+        s: &mut AccTile,
+        i: Reg<B32>,
+    ) {
         b.comment("-- mask: keys past the end, and past each row's diagonal --");
         let n0 = ctx.key_row(b, i);
         s.mask(b, Cmp::Gt, |b, r| {
