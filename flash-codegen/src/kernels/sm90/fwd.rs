@@ -22,7 +22,7 @@ use super::fwd_chain::RECORD_BYTES;
 use super::fwd_consumer::Consumer;
 pub use super::fwd_ctx::BLOCK_N;
 use super::fwd_ctx::{Ctx, Layout, WG_ROWS};
-use super::fwd_epilogue::{Out, Rows};
+use super::fwd_epilogue::Out;
 use super::fwd_producer::drain;
 use super::fwd_sched::{Grid, Sched, Tile};
 use crate::kernels::half_fmt;
@@ -362,13 +362,7 @@ pub fn module(var: Variant) -> Module {
                     if persistent {
                         c.release_q(b, &w);
                     }
-                    let rows = Rows {
-                        batch: ctx.batch,
-                        head: ctx.head,
-                        row: w.row,
-                        t2: w.t2,
-                    };
-                    c.epilogue(b, &rows, &out, (&o, &lse));
+                    c.epilogue(b, &w.rows(&ctx), &out, (&o, &lse));
                 });
             }
         },

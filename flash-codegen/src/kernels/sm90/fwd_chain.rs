@@ -104,8 +104,6 @@ impl Consumer {
         let p = self.p_regs(b);
         let rec = b.mad_lo_u32(tid, RECORD_BYTES, smem);
         let rec = b.add_u32(rec, lay.bytes());
-        let idle = b.mov(IDLE);
-        b.st(Space::Shared, Ty::U32, Addr::Shared(rec, PENDING), &[idle]);
         let v = WgmmaDesc::new(SmemTile::new(lay.v, BLOCK_N, sched.head_dim), Major::Mn);
         let mut ch = Chain {
             o,
@@ -118,6 +116,8 @@ impl Consumer {
             lay,
             out,
         };
+        let idle = b.mov(IDLE);
+        ch.set_record(b, PENDING, idle);
         let total = sched.consume_tiles(b, (smem, lay), |b, tile, at| {
             let ctx = ctx_of(tile, at.it0);
             let w = self.setup(b, &ctx, (tid, wg, tile.m0), (turn, at.j));
@@ -134,13 +134,7 @@ impl Consumer {
                 b.unless_uniform(idle, |b| self.drain(b, &mut ch, at.it0));
                 self.release_q(b, &w);
                 let lse = ch.softmax.finish(b, &mut ch.o);
-                let rows = Rows {
-                    batch: ctx.batch,
-                    head: ctx.head,
-                    row: w.row,
-                    t2: w.t2,
-                };
-                self.epilogue(b, &rows, ch.out, (&ch.o, &lse));
+                self.epilogue(b, &w.rows(&ctx), ch.out, (&ch.o, &lse));
             });
             b.unless_uniform(none, |b| {
                 b.unless_uniform(waiting, |b| {
@@ -169,10 +163,7 @@ impl Consumer {
         let at = ch.last_stage(b, it);
         self.issue_pv(b, &ch.v, (&ch.p, &ch.o), &at, (true, true));
         b.wgmma_wait(0);
-        let lead = {
-            let x = b.and_b32(ch.tid, 127u32);
-            b.setp_u32(Cmp::Eq, x, 0u32)
-        };
+        let lead = Self::leader(b, ch.tid);
         Self::release(b, lead, &at, V_EMPTY);
         let lse = ch.softmax.finish(b, &mut ch.o);
         let lane = b.special(Special::LaneId);

@@ -115,6 +115,13 @@ impl Consumer {
         b.when(first, false, |b| b.mbarrier_arrive(w.q_empty));
     }
 
+    /// Whether thread `tid` leads its warpgroup (its first thread: the one that arrives
+    /// on the stages' empty barriers for it).
+    pub(super) fn leader(b: &mut Builder, tid: Reg<B32>) -> Reg<Pred> {
+        let x = b.and_b32(tid, 127u32);
+        b.setp_u32(Cmp::Eq, x, 0u32)
+    }
+
     /// The warpgroup's rows and descriptors for one tile, after its Q has landed (the
     /// `j`-th completion of Q full).
     pub(super) fn setup(
@@ -134,10 +141,7 @@ impl Consumer {
         let row = b.mad_lo_u32(cw, WG_ROWS, m0);
         let row = b.mad_lo_u32(warp, 16u32, row);
         let row = b.add_u32(row, g);
-        let lead = {
-            let x = b.and_b32(tid, 127u32);
-            b.setp_u32(Cmp::Eq, x, 0u32)
-        };
+        let lead = Self::leader(b, tid);
         let slot = QSlot::of(b, (smem, lay), j);
         if !ctx.q_landed {
             let ph = slot.ph(b);

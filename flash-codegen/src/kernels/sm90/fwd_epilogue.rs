@@ -1,7 +1,8 @@
 //! Kernel layer, sm_90a: the forward consumers' epilogue (see `fwd`): O normalised,
 //! converted and stored from the accumulator layout, and the rows' LSE.
 
-use super::fwd_consumer::Consumer;
+use super::fwd_consumer::{Consumer, Wg};
+use super::fwd_ctx::Ctx;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, Reg, Space, Ty};
 use crate::tile::acc::AccTile;
 
@@ -22,6 +23,18 @@ pub(super) struct Rows {
     pub(super) head: Reg<B32>,
     pub(super) row: Reg<B32>,
     pub(super) t2: Reg<B32>,
+}
+
+impl Wg {
+    /// This warpgroup's rows of `ctx`'s tile.
+    pub(super) fn rows(&self, ctx: &Ctx) -> Rows {
+        Rows {
+            batch: ctx.batch,
+            head: ctx.head,
+            row: self.row,
+            t2: self.t2,
+        }
+    }
 }
 
 impl Consumer {
