@@ -92,7 +92,8 @@ else
     pack
   done
 fi
-# SM90_RUNS: label=BENCH_PATH[:consumer warpgroups[:head dims]] per timed path (BENCH_PATH:
+# SM90_RUNS: label=BENCH_PATH[:consumer warpgroups[:head dims[:binary]]] per timed path
+# (binary: examples/bench_fwd, or another build beside it such as bench_fwd_base; BENCH_PATH:
 # sm80, auto, sm90, sm90ovl, sm90pp, sm90pers, sm90dyn, sm90chain: examples/bench_fwd.rs); the first
 # label's JSON carries the rows the peers are timed on; SM90_RUNS="" (set, empty): the
 # checks alone
@@ -107,10 +108,10 @@ for i in 1 2 3; do
   first=""
   for run in $RUNS; do
     label=${run%%=*}; spec=${run#*=}
-    IFS=: read -r path wgs dims <<< "$spec"
+    IFS=: read -r path wgs dims bin <<< "$spec"
     [ -z "$first" ] && first=$label
     BENCH_PATH=$path BENCH_SM90_WGS=${wgs:-} BENCH_D=${dims:-$BENCH_D} \
-      BENCH_OUT="$OUT/${label}_r$i.json" timeout "$(left 60)" examples/bench_fwd \
+      BENCH_OUT="$OUT/${label}_r$i.json" timeout "$(left 60)" "examples/${bin:-bench_fwd}" \
       > "$OUT/${label}_r$i.txt" 2>&1
     echo "$label round $i rc=$? (${SECONDS}s)"
   done

@@ -3,8 +3,7 @@
 //! `wgmma`), the stage released after each product (the epilogue: `fwd_epilogue`).
 
 use super::fwd_ctx::{
-    BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_EMPTY, V_FULL,
-    WG_ROWS,
+    BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_FULL, WG_ROWS,
 };
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
@@ -32,7 +31,7 @@ pub(super) struct Wg {
     q: WgmmaDesc,
     q0: Reg<B64>,
     k: WgmmaDesc,
-    v: WgmmaDesc,
+    pub(super) v: WgmmaDesc,
     diag: Reg<B32>,
     turn: Option<Turn>,
     /// The tile's Q slot's Q empty barrier.
@@ -241,7 +240,13 @@ impl Consumer {
 
     /// S of the block visited `i`-th at stage `at`, alone in flight: once its K has
     /// landed and this warpgroup's turn has come, issued, waited for, K released, masked.
-    fn masked_s(&self, b: &mut Builder, (ctx, w): (&Ctx, &Wg), at: &Stage, i: Reg<B32>) -> AccTile {
+    pub(super) fn masked_s(
+        &self,
+        b: &mut Builder,
+        (ctx, w): (&Ctx, &Wg),
+        at: &Stage,
+        i: Reg<B32>,
+    ) -> AccTile {
         b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
         w.take_turn(b);
         let mut s = self.issue_s(b, w, at);
@@ -250,144 +255,5 @@ impl Consumer {
         Self::release(b, w.lead, at, K_EMPTY);
         self.mask(b, (ctx, w), &mut s, i);
         s
-    }
-
-    /// Every product waited for at once.
-    fn blocks(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        w: &Wg,
-        softmax: &mut OnlineSoftmax,
-        o: &mut AccTile,
-    ) {
-        let n = b.mov(0u32);
-        let lp = b.loop_start();
-        let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
-        b.loop_exit_unless(&lp, more);
-        let at = ctx.stage(b, n);
-        let mut s = self.masked_s(b, (ctx, w), &at, n);
-        softmax.step(b, &mut s, o);
-        let p = s.as_a(b, self.fmt, 0);
-        b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
-        w.take_turn(b);
-        self.issue_pv(b, &w.v, (&p, o), &at, (false, true));
-        w.pass_turn(b);
-        b.wgmma_wait(0);
-        Self::release(b, w.lead, &at, V_EMPTY);
-        let n1 = b.add_u32(n, 1u32);
-        b.assign(n, n1);
-        b.loop_end(lp);
-    }
-
-    /// FA3's intra-warpgroup overlap, key blocks visited last first: the first block's S
-    /// and softmax; then per block i, S_i and P_{i-1} V_{i-1} in flight together, S_i's
-    /// softmax under the second, O's rescale once it lands; the last P V after the loop.
-    /// P is carried in fixed registers, rewritten only after the product reading them is
-    /// complete.
-    fn blocks_overlapped(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        w: &Wg,
-        softmax: &mut OnlineSoftmax,
-        o: &mut AccTile,
-    ) {
-        let none = b.setp_u32(Cmp::Eq, ctx.n_blocks, 0u32);
-        b.unless_uniform(none, |b| {
-            let p = self.p_regs(b);
-            self.first_block(b, ctx, w, softmax, &p);
-            self.steady_blocks(b, ctx, w, softmax, o, &p);
-            b.comment("-- the last block's P V --");
-            let last = b.sub_u32(ctx.n_blocks, 1u32);
-            let lat = ctx.stage(b, last);
-            self.issue_pv(b, &w.v, (&p, o), &lat, (true, true));
-            b.wgmma_wait(0);
-            Self::release(b, w.lead, &lat, V_EMPTY);
-        });
-    }
-
-    /// The registers P is carried in from one block to the next (A operand fragments).
-    pub(super) fn p_regs(&self, b: &mut Builder) -> Vec<[Reg<B32>; 4]> {
-        (0..BLOCK_N / 16)
-            .map(|_| std::array::from_fn(|_| b.reg()))
-            .collect()
-    }
-
-    /// S's probabilities, as the A operand, into the carried registers `p`.
-    pub(super) fn carry(&self, b: &mut Builder, p: &[[Reg<B32>; 4]], s: &AccTile) {
-        for (dst, src) in p.iter().zip(s.as_a(b, self.fmt, 0)) {
-            for (d, x) in dst.iter().zip(src) {
-                b.assign(*d, x);
-            }
-        }
-    }
-
-    /// The first visited block alone: S, mask, softmax (O is still zero: no rescale); its
-    /// P carried.
-    pub(super) fn first_block(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        w: &Wg,
-        softmax: &mut OnlineSoftmax,
-        p: &[[Reg<B32>; 4]],
-    ) {
-        b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
-        let zero = b.mov(0u32);
-        let at = ctx.stage(b, zero);
-        let mut s = self.masked_s(b, (ctx, w), &at, zero);
-        let _ = softmax.step_deferred(b, &mut s);
-        self.carry(b, p, &s);
-    }
-
-    /// The visited blocks after the first: per block i, S_i and P_{i-1} V_{i-1} issued in
-    /// one turn, S_i's softmax while they run. The blocks that need a mask
-    /// (`ctx.n_masked`, the first visited) and the clean ones run in two copies of the
-    /// loop, the second without the mask.
-    pub(super) fn steady_blocks(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        w: &Wg,
-        softmax: &mut OnlineSoftmax,
-        o: &mut AccTile,
-        p: &[[Reg<B32>; 4]],
-    ) {
-        let i = b.mov(1u32);
-        for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
-            b.comment(if masked {
-                "-- blocks that need the mask --"
-            } else {
-                "-- blocks every row sees whole: no mask --"
-            });
-            let lp = b.loop_start();
-            let more = b.setp_u32(Cmp::Lt, i, end);
-            b.loop_exit_unless(&lp, more);
-            // both waits before either product: no wgmma in flight across a spin
-            // loop (ptxas serialises wgmmas around divergent code: C7520)
-            let at = ctx.stage(b, i);
-            let prev = b.sub_u32(i, 1u32);
-            let pat = ctx.stage(b, prev);
-            b.mbarrier_wait(pat.bar(V_FULL), pat.ph, "V full");
-            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
-            w.take_turn(b);
-            let mut s = self.issue_s(b, w, &at);
-            self.issue_pv(b, &w.v, (p, o), &pat, (false, false));
-            w.pass_turn(b);
-            b.wgmma_wait(1);
-            Self::release(b, w.lead, &at, K_EMPTY);
-            if masked {
-                self.mask(b, (ctx, w), &mut s, i);
-            }
-            let rescale = softmax.step_deferred(b, &mut s);
-            b.wgmma_wait(0);
-            Self::release(b, w.lead, &pat, V_EMPTY);
-            rescale.apply(b, o);
-            self.carry(b, p, &s);
-            let i1 = b.add_u32(i, 1u32);
-            b.assign(i, i1);
-            b.loop_end(lp);
-        }
     }
 }

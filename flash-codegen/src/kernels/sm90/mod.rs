@@ -3,6 +3,7 @@
 //! the first forward (`fwd`), not yet in the spec key.
 
 pub mod fwd;
+mod fwd_blocks;
 mod fwd_chain;
 mod fwd_consumer;
 mod fwd_ctx;

@@ -1,0 +1,149 @@
+//! Kernel layer, sm_90a: the forward consumers' key-block loops (see `fwd_consumer`):
+//! every product waited for at once, or FA3's intra-warpgroup overlap.
+
+use super::fwd_consumer::{Consumer, Wg};
+use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, V_EMPTY, V_FULL};
+use crate::kernels::softmax::OnlineSoftmax;
+use crate::ptx::{B32, Builder, Cmp, Reg};
+use crate::tile::acc::AccTile;
+
+impl Consumer {
+    /// Every product waited for at once.
+    pub(super) fn blocks(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        softmax: &mut OnlineSoftmax,
+        o: &mut AccTile,
+    ) {
+        let n = b.mov(0u32);
+        let lp = b.loop_start();
+        let more = b.setp_u32(Cmp::Lt, n, ctx.n_blocks);
+        b.loop_exit_unless(&lp, more);
+        let at = ctx.stage(b, n);
+        let mut s = self.masked_s(b, (ctx, w), &at, n);
+        softmax.step(b, &mut s, o);
+        let p = s.as_a(b, self.fmt, 0);
+        b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
+        w.take_turn(b);
+        self.issue_pv(b, &w.v, (&p, o), &at, (false, true));
+        w.pass_turn(b);
+        b.wgmma_wait(0);
+        Self::release(b, w.lead, &at, V_EMPTY);
+        let n1 = b.add_u32(n, 1u32);
+        b.assign(n, n1);
+        b.loop_end(lp);
+    }
+
+    /// FA3's intra-warpgroup overlap, key blocks visited last first: the first block's S
+    /// and softmax; then per block i, S_i and P_{i-1} V_{i-1} in flight together, S_i's
+    /// softmax under the second, O's rescale once it lands; the last P V after the loop.
+    /// P is carried in fixed registers, rewritten only after the product reading them is
+    /// complete.
+    pub(super) fn blocks_overlapped(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        softmax: &mut OnlineSoftmax,
+        o: &mut AccTile,
+    ) {
+        let none = b.setp_u32(Cmp::Eq, ctx.n_blocks, 0u32);
+        b.unless_uniform(none, |b| {
+            let p = self.p_regs(b);
+            self.first_block(b, ctx, w, softmax, (&p, None));
+            let i = b.mov(1u32);
+            self.steady_blocks(b, ctx, w, softmax, o, (&p, i));
+            b.comment("-- the last block's P V --");
+            let last = b.sub_u32(ctx.n_blocks, 1u32);
+            let lat = ctx.stage(b, last);
+            self.issue_pv(b, &w.v, (&p, o), &lat, (true, true));
+            b.wgmma_wait(0);
+            Self::release(b, w.lead, &lat, V_EMPTY);
+        });
+    }
+
+    /// The registers P is carried in from one block to the next (A operand fragments).
+    pub(super) fn p_regs(&self, b: &mut Builder) -> Vec<[Reg<B32>; 4]> {
+        (0..BLOCK_N / 16)
+            .map(|_| std::array::from_fn(|_| b.reg()))
+            .collect()
+    }
+
+    /// S's probabilities, as the A operand, into the carried registers `p`.
+    pub(super) fn carry(&self, b: &mut Builder, p: &[[Reg<B32>; 4]], s: &AccTile) {
+        for (dst, src) in p.iter().zip(s.as_a(b, self.fmt, 0)) {
+            for (d, x) in dst.iter().zip(src) {
+                b.assign(*d, x);
+            }
+        }
+    }
+
+    /// The first visited block (visit `i`, or 0 for `None`) alone: S, mask, softmax (O
+    /// is still zero: no rescale); its P carried.
+    pub(super) fn first_block(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        softmax: &mut OnlineSoftmax,
+        (p, i): (&[[Reg<B32>; 4]], Option<Reg<B32>>),
+    ) {
+        b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
+        let i = i.unwrap_or_else(|| b.mov(0u32));
+        let at = ctx.stage(b, i);
+        let mut s = self.masked_s(b, (ctx, w), &at, i);
+        let _ = softmax.step_deferred(b, &mut s);
+        self.carry(b, p, &s);
+    }
+
+    /// The visited blocks from visit `i` (its register counts them) on: per block i, S_i and P_{i-1} V_{i-1} issued in
+    /// one turn, S_i's softmax while they run. The blocks that need a mask
+    /// (`ctx.n_masked`, the first visited) and the clean ones run in two copies of the
+    /// loop, the second without the mask.
+    pub(super) fn steady_blocks(
+        &self,
+        b: &mut Builder,
+        ctx: &Ctx,
+        w: &Wg,
+        softmax: &mut OnlineSoftmax,
+        o: &mut AccTile,
+        (p, i): (&[[Reg<B32>; 4]], Reg<B32>),
+    ) {
+        for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
+            b.comment(if masked {
+                "-- blocks that need the mask --"
+            } else {
+                "-- blocks every row sees whole: no mask --"
+            });
+            let lp = b.loop_start();
+            let more = b.setp_u32(Cmp::Lt, i, end);
+            b.loop_exit_unless(&lp, more);
+            // both waits before either product: no wgmma in flight across a spin
+            // loop (ptxas serialises wgmmas around divergent code: C7520)
+            let at = ctx.stage(b, i);
+            let prev = b.sub_u32(i, 1u32);
+            let pat = ctx.stage(b, prev);
+            b.mbarrier_wait(pat.bar(V_FULL), pat.ph, "V full");
+            b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+            w.take_turn(b);
+            let mut s = self.issue_s(b, w, &at);
+            self.issue_pv(b, &w.v, (p, o), &pat, (false, false));
+            w.pass_turn(b);
+            b.wgmma_wait(1);
+            Self::release(b, w.lead, &at, K_EMPTY);
+            if masked {
+                self.mask(b, (ctx, w), &mut s, i);
+            }
+            let rescale = softmax.step_deferred(b, &mut s);
+            b.wgmma_wait(0);
+            Self::release(b, w.lead, &pat, V_EMPTY);
+            rescale.apply(b, o);
+            self.carry(b, p, &s);
+            let i1 = b.add_u32(i, 1u32);
+            b.assign(i, i1);
+            b.loop_end(lp);
+        }
+    }
+}
