@@ -11,9 +11,10 @@
 #
 #   bash scripts/bwd_bundle.sh
 #
-# BUNDLE_BASE_REV=REV: also examples/bench_fwd_base, bench_fwd as built at commit REV (a
-# worktree under target/), to time the build before a change beside it in one device run
-# (scripts/sm90_all.sh: SM90_RUNS="new=sm90dyn base=sm90dyn:::bench_fwd_base").
+# BUNDLE_REVS="name=REV ...": also examples/bench_fwd_<name> per entry, bench_fwd as built
+# at commit or branch REV (a worktree under target/), to time other builds beside this one
+# in one device run (scripts/sm90_all.sh: SM90_RUNS="new=sm90dyn
+# base=sm90dyn:::bench_fwd_base" after BUNDLE_REVS="base=main").
 set -eu
 cd "$(dirname "$0")/.."
 TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90 gpu_fwd_select gpu_fwd gpu_embed_sm90})
@@ -27,14 +28,15 @@ for t in "${TESTS[@]}"; do
   cp "$exe" "target/gb/tests/$t"
 done
 cp scripts/*.py scripts/*.sh target/gb/scripts/
-if [ -n "${BUNDLE_BASE_REV:-}" ]; then
-  wt="$PWD/target/base-worktree"
+for entry in ${BUNDLE_REVS:-}; do
+  name=${entry%%=*}; rev=${entry#*=}
+  wt="$PWD/target/rev-worktree"
   git worktree remove --force "$wt" 2>/dev/null || true
-  git worktree add -f --detach "$wt" "$BUNDLE_BASE_REV"
+  git worktree add -f --detach "$wt" "$rev"
   (cd "$wt" && CARGO_TARGET_DIR="$PWD/../v4wt" cargo build --release --features gpu --example bench_fwd)
-  cp target/v4wt/release/examples/bench_fwd target/gb/examples/bench_fwd_base
+  cp target/v4wt/release/examples/bench_fwd "target/gb/examples/bench_fwd_$name"
   git worktree remove --force "$wt"
-fi
+done
 du -sh target/gb
 # The sm_90a forward kernels' PTX and manifest (under 1 MiB), for
 # `python3 scripts/manifest_sm90.py ptx-sm90a` from target/gb on the GPU machine.

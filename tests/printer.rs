@@ -360,6 +360,7 @@ fn small_module() -> Module {
         LaunchBounds {
             max_threads: Some(128),
             min_ctas_per_sm: Some(1),
+            exact_threads: false,
         },
     );
     Module {
@@ -429,6 +430,7 @@ fn every_form_assembles_with_ptxas() {
         LaunchBounds {
             max_threads: Some(32),
             min_ctas_per_sm: None,
+            exact_threads: false,
         },
     );
     let ret = entry.body.pop().expect("finish appends ret");

@@ -209,6 +209,7 @@ fn table_module() -> Module {
         LaunchBounds {
             max_threads: Some(384),
             min_ctas_per_sm: Some(1),
+            exact_threads: true,
         },
     );
     let ret = entry.body.pop().expect("finish appends ret");
@@ -230,6 +231,16 @@ fn the_sm90a_header_declares_ptx_8_0() {
         ptx.contains("\n.version 8.0\n.target sm_90a\n.address_size 64\n"),
         "{ptx}"
     );
+}
+
+#[test]
+fn an_exact_cta_size_prints_reqntid() {
+    let ptx = print::module(&table_module());
+    assert!(
+        ptx.contains(")\n.reqntid 384, 1, 1\n.minnctapersm 1\n{"),
+        "{ptx}"
+    );
+    assert!(!ptx.contains(".maxntid"), "{ptx}");
 }
 
 #[test]
@@ -331,6 +342,7 @@ fn probe_entry() -> Entry {
         LaunchBounds {
             max_threads: Some(384),
             min_ctas_per_sm: Some(1),
+            exact_threads: false,
         },
     )
 }

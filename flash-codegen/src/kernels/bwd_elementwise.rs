@@ -263,6 +263,7 @@ fn finish(b: Builder, plan: &KernelPlan, p: &Params) -> Entry {
     let bounds = LaunchBounds {
         max_threads: Some(plan.tiles.threads()),
         min_ctas_per_sm: None,
+        exact_threads: false,
     };
     b.finish(spec.name(), p.entry(), bounds)
 }

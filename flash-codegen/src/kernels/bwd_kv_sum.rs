@@ -90,6 +90,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
         min_ctas_per_sm: None,
+        exact_threads: false,
     };
     b.finish(spec.name(), p.entry(), bounds)
 }

@@ -144,6 +144,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let bounds = LaunchBounds {
         max_threads: Some(plan.tiles.threads()),
         min_ctas_per_sm: None,
+        exact_threads: false,
     };
     b.finish(spec.name(), p.entry(), bounds)
 }

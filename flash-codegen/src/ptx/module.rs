@@ -123,6 +123,10 @@ pub struct LaunchBounds {
     pub max_threads: Option<u32>,
     /// `.minnctapersm`: resident CTAs per SM the register budget must allow.
     pub min_ctas_per_sm: Option<u32>,
+    /// The CTA size is exactly `max_threads` (`.reqntid`, not `.maxntid`): a launch with
+    /// another fails, and ptxas may treat `%tid.x`-derived warp and warpgroup indices as
+    /// warp-uniform (the uniform datapath).
+    pub exact_threads: bool,
 }
 
 /// A `.visible .entry` function.
@@ -132,7 +136,7 @@ pub struct Entry {
     pub name: String,
     /// Parameters in launch order.
     pub params: Vec<Param<ParamTy>>,
-    /// `.maxntid` / `.minnctapersm` directives.
+    /// `.maxntid` (or `.reqntid`) / `.minnctapersm` directives.
     pub bounds: LaunchBounds,
     /// Registers of each class, in `RegClass::ALL` order, the body uses.
     pub reg_counts: [u32; 5],

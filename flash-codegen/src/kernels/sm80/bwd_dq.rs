@@ -214,6 +214,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
         min_ctas_per_sm: spec.pass.is_varlen().then_some(1),
+        exact_threads: false,
     };
     b.finish(spec.name(), p.entry(), bounds)
 }

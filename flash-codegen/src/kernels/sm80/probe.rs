@@ -107,6 +107,7 @@ pub fn module(dtype: DType) -> Module {
         LaunchBounds {
             max_threads: Some(32),
             min_ctas_per_sm: None,
+            exact_threads: false,
         },
     );
     Module {

@@ -373,6 +373,7 @@ pub fn module(var: Variant) -> Module {
         LaunchBounds {
             max_threads: Some(var.threads()),
             min_ctas_per_sm: Some(1),
+            exact_threads: false,
         },
     );
     Module {

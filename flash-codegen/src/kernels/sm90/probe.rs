@@ -205,6 +205,7 @@ pub fn module(dtype: DType) -> Module {
         LaunchBounds {
             max_threads: Some(THREADS),
             min_ctas_per_sm: Some(1),
+            exact_threads: false,
         },
     );
     Module {

@@ -123,7 +123,12 @@ pub fn write_entry<W: Write>(w: &mut W, e: &Entry) -> fmt::Result {
     }
     writeln!(w, ")")?;
     if let Some(n) = e.bounds.max_threads {
-        writeln!(w, ".maxntid {n}, 1, 1")?;
+        let d = if e.bounds.exact_threads {
+            "reqntid"
+        } else {
+            "maxntid"
+        };
+        writeln!(w, ".{d} {n}, 1, 1")?;
     }
     if let Some(n) = e.bounds.min_ctas_per_sm {
         writeln!(w, ".minnctapersm {n}")?;

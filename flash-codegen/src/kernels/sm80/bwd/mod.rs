@@ -49,6 +49,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let bounds = LaunchBounds {
         max_threads: Some(kb.t.threads()),
         min_ctas_per_sm: plan.spec.pass.is_varlen().then_some(1),
+        exact_threads: false,
     };
     b.finish(plan.spec.name(), kb.p.entry(), bounds)
 }

@@ -65,6 +65,7 @@ pub fn build(plan: &KernelPlan) -> Entry {
     let bounds = LaunchBounds {
         max_threads: Some(t.threads()),
         min_ctas_per_sm: Some(plan.ctas_per_sm_hint()),
+        exact_threads: false,
     };
     b.finish(plan.spec.name(), f.p.entry(), bounds)
 }
