@@ -1,9 +1,9 @@
 //! ptxas `-arch=sm_90a` on the Hopper kernels (issue 22): every variant of the first
 //! forward (`kernels::sm90::fwd`: both dtypes, d64 with 3 and 2 consumers, d128, causal
 //! or not, every schedule of `Variant::SCHEDULES`) assembles with 0 spill bytes, no stack
-//! frame and no wgmma serialisation (ptxas notes C7510 / C7520); its debug builds (bounded mbarrier waits failing
-//! through `__assertfail`) assemble too, the call's ABI costing them a small stack frame
-//! and a few spilled bytes (printed; debug builds only). The bounded waits' own PTX
+//! frame and no wgmma serialisation (ptxas notes C7510 / C7520); its debug builds
+//! (bounded mbarrier waits failing through `__assertfail`) assemble too, the call's ABI
+//! costing them a small stack frame and a few spilled bytes (printed; debug builds only). The bounded waits' own PTX
 //! (`__assertfail` with the barrier's name, declared once per module) is checked here too.
 
 mod codegen_support;

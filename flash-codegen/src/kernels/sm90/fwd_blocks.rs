@@ -52,9 +52,8 @@ impl Consumer {
         let none = b.setp_u32(Cmp::Eq, ctx.n_blocks, 0u32);
         b.unless_uniform(none, |b| {
             let p = self.p_regs(b);
-            self.first_block(b, ctx, w, softmax, (&p, None));
-            let i = b.mov(1u32);
-            self.steady_blocks(b, ctx, w, softmax, o, (&p, i));
+            self.first_block(b, ctx, w, softmax, &p);
+            self.steady_blocks(b, ctx, w, softmax, o, &p);
             b.comment("-- the last block's P V --");
             let last = b.sub_u32(ctx.n_blocks, 1u32);
             let lat = ctx.stage(b, last);
@@ -80,25 +79,25 @@ impl Consumer {
         }
     }
 
-    /// The first visited block (visit `i`, or 0 for `None`) alone: S, mask, softmax (O
-    /// is still zero: no rescale); its P carried.
+    /// The first visited block alone: S, mask, softmax (O is still zero: no rescale); its
+    /// P carried.
     pub(super) fn first_block(
         &self,
         b: &mut Builder,
         ctx: &Ctx,
         w: &Wg,
         softmax: &mut OnlineSoftmax,
-        (p, i): (&[[Reg<B32>; 4]], Option<Reg<B32>>),
+        p: &[[Reg<B32>; 4]],
     ) {
         b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
-        let i = i.unwrap_or_else(|| b.mov(0u32));
-        let at = ctx.stage(b, i);
-        let mut s = self.masked_s(b, (ctx, w), &at, i);
+        let zero = b.mov(0u32);
+        let at = ctx.stage(b, zero);
+        let mut s = self.masked_s(b, (ctx, w), &at, zero);
         let _ = softmax.step_deferred(b, &mut s);
         self.carry(b, p, &s);
     }
 
-    /// The visited blocks from visit `i` (its register counts them) on: per block i, S_i and P_{i-1} V_{i-1} issued in
+    /// The visited blocks after the first: per block i, S_i and P_{i-1} V_{i-1} issued in
     /// one turn, S_i's softmax while they run. The blocks that need a mask
     /// (`ctx.n_masked`, the first visited) and the clean ones run in two copies of the
     /// loop, the second without the mask.
@@ -109,8 +108,9 @@ impl Consumer {
         w: &Wg,
         softmax: &mut OnlineSoftmax,
         o: &mut AccTile,
-        (p, i): (&[[Reg<B32>; 4]], Reg<B32>),
+        p: &[[Reg<B32>; 4]],
     ) {
+        let i = b.mov(1u32);
         for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
             b.comment(if masked {
                 "-- blocks that need the mask --"

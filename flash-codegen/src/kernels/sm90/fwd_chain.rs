@@ -138,11 +138,10 @@ impl Consumer {
             });
             b.unless_uniform(none, |b| {
                 b.unless_uniform(waiting, |b| {
-                    self.first_block(b, &ctx, &w, &mut ch.softmax, (&ch.p, None));
+                    self.first_block(b, &ctx, &w, &mut ch.softmax, &ch.p);
                 });
                 b.unless_uniform(idle, |b| self.edge(b, (&ctx, &w), &mut ch, at.it0));
-                let i = b.mov(1u32);
-                self.steady_blocks(b, &ctx, &w, &mut ch.softmax, &mut ch.o, (&ch.p, i));
+                self.steady_blocks(b, &ctx, &w, &mut ch.softmax, &mut ch.o, &ch.p);
                 self.release_q(b, &w);
                 for word in [0, 4, 8] {
                     let v = ch.record(b, CURRENT + word);
