@@ -1,7 +1,7 @@
 //! The manifest's sm_90a section against the kernels and the runtime (no GPU): every
 //! entry's parameters are its PTX entry's (names, order, types, sizes, the tensor maps'
 //! 64-byte alignment, offsets by the PTX parameter layout), its launch is its variant's
-//! (and `.maxntid` in the PTX), and its tensor-map descriptions, evaluated for sample
+//! (and `.reqntid` in the PTX: the block size exact), and its tensor-map descriptions, evaluated for sample
 //! shapes and strides, are the maps flash-runtime encodes (`TensorMapLayout::bhsd` with
 //! the boxes `launch_sm90_call` gives q, k and v), the driver limits included.
 
@@ -94,7 +94,7 @@ fn every_entry_has_its_ptx_entrys_parameters() {
             .collect();
         assert_eq!(names, want);
         let [x, ..] = k.launch.block;
-        assert!(ptx.contains(&format!(".maxntid {x}, 1, 1")), "{}", k.name);
+        assert!(ptx.contains(&format!(".reqntid {x}, 1, 1")), "{}", k.name);
         assert!(ptx.contains(&format!(".target {}\n", k.target)));
         assert!(ptx.contains(&format!(".version {}\n", k.ptx_version)));
         assert_eq!(k.launch.block, [var.threads(), 1, 1]);

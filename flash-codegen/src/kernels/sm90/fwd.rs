@@ -373,7 +373,10 @@ pub fn module(var: Variant) -> Module {
         LaunchBounds {
             max_threads: Some(var.threads()),
             min_ctas_per_sm: Some(1),
-            exact_threads: false,
+            // `.reqntid`: with the CTA size exact, ptxas treats the %tid-derived
+            // warpgroup index as warp-uniform and keeps the ring's stage and descriptor
+            // arithmetic on the uniform datapath (docs/hopper.md, Session 27).
+            exact_threads: true,
         },
     );
     Module {
