@@ -2,7 +2,7 @@
 //! every product waited for at once, or FA3's intra-warpgroup overlap.
 
 use super::fwd_consumer::{Consumer, Wg};
-use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, V_EMPTY, V_FULL};
+use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, V_EMPTY, V_FULL, WG_ROWS};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{B32, Builder, Cmp, Reg};
 use crate::tile::acc::AccTile;
@@ -49,11 +49,14 @@ impl Consumer {
         softmax: &mut OnlineSoftmax,
         o: &mut AccTile,
     ) {
-        let none = b.setp_u32(Cmp::Eq, ctx.n_blocks, 0u32);
+        let skip = self.unseen_visits(b, ctx, w);
+        self.pass_over(b, ctx, w, skip);
+        let none = b.setp_u32(Cmp::Eq, skip, ctx.n_blocks);
         b.unless_uniform(none, |b| {
             let p = self.p_regs(b);
-            self.first_block(b, ctx, w, softmax, &p);
-            self.steady_blocks(b, ctx, w, softmax, o, &p);
+            self.first_block(b, ctx, w, softmax, &p, skip);
+            let next = b.add_u32(skip, 1u32);
+            self.steady_blocks(b, ctx, w, softmax, o, &p, next);
             b.comment("-- the last block's P V --");
             let last = b.sub_u32(ctx.n_blocks, 1u32);
             let lat = ctx.stage(b, last);
@@ -79,8 +82,54 @@ impl Consumer {
         }
     }
 
-    /// The first visited block alone: S, mask, softmax (O is still zero: no rescale); its
-    /// P carried.
+    /// Of the tile's visits, how many come first that no row of this warpgroup sees (the
+    /// last key blocks, past its last row's causal limit; all of them when its rows all
+    /// lie past `seqlen_q`): the warpgroup passes over them. Warp-uniform: from the
+    /// warpgroup's first row (`%tid / 128`, uniform under `.reqntid`) and the tile.
+    pub(super) fn unseen_visits(&self, b: &mut Builder, ctx: &Ctx, w: &Wg) -> Reg<B32> {
+        let past = b.setp_u32(Cmp::Ge, w.wg_row, self.sq);
+        let seen = if self.causal {
+            // keys below the last valid row's limit `last + 1 + sk - sq`, in blocks
+            let last = b.add_u32(w.wg_row, WG_ROWS - 1);
+            let sq1 = b.sub_u32(self.sq, 1u32);
+            let last = b.min_u32(last, sq1);
+            let lim = b.add_u32(last, 1u32);
+            let lim = b.add_u32(lim, self.sk);
+            let lim = b.sub_s32(lim, self.sq);
+            let lim = b.max_s32(lim, 0i32);
+            let nb = b.add_u32(lim, BLOCK_N - 1);
+            let nb = b.shr_u32(nb, BLOCK_N.trailing_zeros());
+            b.min_u32(nb, ctx.n_blocks)
+        } else {
+            ctx.n_blocks
+        };
+        let seen = b.selp_b32(0u32, seen, past);
+        b.sub_u32(ctx.n_blocks, seen)
+    }
+
+    /// The first `skip` visits, wholly masked for this warpgroup: each one's pingpong turn
+    /// taken and passed (every consumer takes one per visit) and its K and V released once
+    /// landed (an arrival before the load would count towards the stage's previous use).
+    pub(super) fn pass_over(&self, b: &mut Builder, ctx: &Ctx, w: &Wg, skip: Reg<B32>) {
+        b.comment("-- visits no row of this warpgroup sees: turns passed, K and V released --");
+        let i = b.mov(0u32);
+        let lp = b.loop_start();
+        let more = b.setp_u32(Cmp::Lt, i, skip);
+        b.loop_exit_unless(&lp, more);
+        let at = ctx.stage(b, i);
+        b.mbarrier_wait(at.bar(K_FULL), at.ph, "K full");
+        w.take_turn(b);
+        w.pass_turn(b);
+        Self::release(b, w.lead, &at, K_EMPTY);
+        b.mbarrier_wait(at.bar(V_FULL), at.ph, "V full");
+        Self::release(b, w.lead, &at, V_EMPTY);
+        let i1 = b.add_u32(i, 1u32);
+        b.assign(i, i1);
+        b.loop_end(lp);
+    }
+
+    /// The block visited `first`-th alone (the first this warpgroup sees): S, mask,
+    /// softmax (O is still zero: no rescale); its P carried.
     pub(super) fn first_block(
         &self,
         b: &mut Builder,
@@ -88,19 +137,20 @@ impl Consumer {
         w: &Wg,
         softmax: &mut OnlineSoftmax,
         p: &[[Reg<B32>; 4]],
+        first: Reg<B32>,
     ) {
         b.comment("-- first block: S, mask, softmax (O is still zero: no rescale) --");
-        let zero = b.mov(0u32);
-        let at = ctx.stage(b, zero);
-        let mut s = self.masked_s(b, (ctx, w), &at, zero);
+        let at = ctx.stage(b, first);
+        let mut s = self.masked_s(b, (ctx, w), &at, first);
         let _ = softmax.step_deferred(b, &mut s);
         self.carry(b, p, &s);
     }
 
-    /// The visited blocks after the first: per block i, S_i and P_{i-1} V_{i-1} issued in
-    /// one turn, S_i's softmax while they run. The blocks that need a mask
-    /// (`ctx.n_masked`, the first visited) and the clean ones run in two copies of the
-    /// loop, the second without the mask.
+    /// The visited blocks from `start` (the one after the first): per block i, S_i and
+    /// P_{i-1} V_{i-1} issued in one turn, S_i's softmax while they run. The blocks that
+    /// need a mask (`ctx.n_masked`, the first visited) and the clean ones run in two
+    /// copies of the loop, the second without the mask.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn steady_blocks(
         &self,
         b: &mut Builder,
@@ -109,8 +159,9 @@ impl Consumer {
         softmax: &mut OnlineSoftmax,
         o: &mut AccTile,
         p: &[[Reg<B32>; 4]],
+        start: Reg<B32>,
     ) {
-        let i = b.mov(1u32);
+        let i = b.mov(start);
         for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
             b.comment(if masked {
                 "-- blocks that need the mask --"

@@ -138,10 +138,12 @@ impl Consumer {
             });
             b.unless_uniform(none, |b| {
                 b.unless_uniform(waiting, |b| {
-                    self.first_block(b, &ctx, &w, &mut ch.softmax, &ch.p);
+                    let first = b.mov(0u32);
+                    self.first_block(b, &ctx, &w, &mut ch.softmax, &ch.p, first);
                 });
                 b.unless_uniform(idle, |b| self.edge(b, (&ctx, &w), &mut ch, at.it0));
-                self.steady_blocks(b, &ctx, &w, &mut ch.softmax, &mut ch.o, &ch.p);
+                let next = b.mov(1u32);
+                self.steady_blocks(b, &ctx, &w, &mut ch.softmax, &mut ch.o, &ch.p, next);
                 self.release_q(b, &w);
                 for word in [0, 4, 8] {
                     let v = ch.record(b, CURRENT + word);

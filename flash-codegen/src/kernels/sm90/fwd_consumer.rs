@@ -25,6 +25,8 @@ pub(super) struct Consumer {
 /// leader, the causal diagonal's offset `sk - sq`, and the descriptors of Q (its 64
 /// rows), K and V.
 pub(super) struct Wg {
+    /// The warpgroup's first query row.
+    pub(super) wg_row: Reg<B32>,
     pub(super) row: Reg<B32>,
     pub(super) t2: Reg<B32>,
     pub(super) lead: Reg<Pred>,
@@ -137,8 +139,8 @@ impl Consumer {
         let warp = b.and_b32(warp, 3u32);
         let g = AccTile::lane_row(b, lane);
         let t2 = AccTile::lane_col(b, lane);
-        let row = b.mad_lo_u32(cw, WG_ROWS, m0);
-        let row = b.mad_lo_u32(warp, 16u32, row);
+        let wg_row = b.mad_lo_u32(cw, WG_ROWS, m0);
+        let row = b.mad_lo_u32(warp, 16u32, wg_row);
         let row = b.add_u32(row, g);
         let lead = Self::leader(b, tid);
         let slot = QSlot::of(b, (smem, lay), j);
@@ -151,6 +153,7 @@ impl Consumer {
         let q0 = q.emit(b, q_rows);
         let diag = b.sub_s32(self.sk, self.sq);
         Wg {
+            wg_row,
             row,
             t2,
             lead,
