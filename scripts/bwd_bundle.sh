@@ -17,7 +17,7 @@
 # base=sm90dyn:::bench_fwd_base" after BUNDLE_REVS="base=main").
 set -eu
 cd "$(dirname "$0")/.."
-TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90 gpu_fwd_select gpu_fwd gpu_embed_sm90})
+TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90 gpu_fwd_select gpu_fwd gpu_embed_sm90 gpu_streams})
 cargo build --release --features gpu --example bench_bwd --example bench_fwd
 args=(); for t in "${TESTS[@]}"; do args+=(--test "$t"); done
 cargo test --release --features gpu --no-run "${args[@]}" 2> target/bwd_bundle.log

@@ -85,10 +85,21 @@ pub struct FlashAttention {
     /// slice holds its stream, so the key cannot be reused while it is cached), kept
     /// between calls so that a decode step allocates nothing.
     pub(crate) kv_scratch: Mutex<BTreeMap<usize, CudaSlice<f32>>>,
+    /// The sm_90a dynamic scheduler's claim counters (zeroed `u32[2]`, left zeroed by
+    /// every launch), one per stream, keyed and held like `kv_scratch`.
+    pub(crate) tile_counters: Mutex<BTreeMap<usize, CudaSlice<u32>>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Whether `stream` is capturing a graph: a buffer the runtime keeps per stream must not
+/// go into one (the graph may be replayed on another stream while this one uses it), so
+/// a captured call gets buffers of its own, freed in stream order.
+pub(crate) fn capturing(stream: &CudaStream) -> Result<bool> {
+    use cudarc::driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    Ok(stream.capture_status()? != CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
 impl FlashAttention {
@@ -139,6 +150,7 @@ impl FlashAttention {
             registered_sm90a: Mutex::new(BTreeMap::new()),
             entries: Mutex::new(BTreeMap::new()),
             kv_scratch: Mutex::new(BTreeMap::new()),
+            tile_counters: Mutex::new(BTreeMap::new()),
         })
     }
 

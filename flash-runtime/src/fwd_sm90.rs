@@ -3,6 +3,7 @@
 //! accepts (`ForwardArch`) and for [`FlashAttention::launch_fwd_sm90`], which tests and
 //! benches call directly on contiguous `[b, s, h, d]` tensors with a chosen schedule.
 
+use std::collections::btree_map::Entry;
 use std::sync::Arc;
 
 use cudarc::driver::{
@@ -11,7 +12,7 @@ use cudarc::driver::{
 use flash_codegen::DType;
 use flash_codegen::kernels::sm90::fwd;
 
-use crate::attention::FlashAttention;
+use crate::attention::{FlashAttention, capturing, lock};
 use crate::error::{FlashError, Result};
 use crate::tensor::Element;
 use crate::tensor_map::{TensorMap, TensorMapLayout};
@@ -47,7 +48,7 @@ pub struct Sm90FwdShape {
     /// A persistent grid (one CTA per SM walking the tiles; `fwd::Variant::persistent`).
     pub persistent: bool,
     /// With `persistent`: the tiles claimed from a counter (`fwd::Variant::dynamic`; the
-    /// launch allocates the zeroed counter).
+    /// runtime keeps a zeroed counter per stream).
     pub dynamic: bool,
     /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined
     /// (`fwd::Variant::chained`).
@@ -240,16 +241,26 @@ impl FlashAttention {
         lb.arg(&call.o.row).arg(&call.o.head).arg(&call.o.batch);
         let batch = u(b)?;
         lb.arg(&call.scale_log2).arg(&batch);
-        // the dynamic scheduler's claim counter: a zeroed u32[2] of its own per launch
-        // (the kernel leaves it zeroed, but launches on other streams may overlap this
-        // one), freed in stream order after it. (A counter kept per stream and reused,
-        // relying on the kernel's reset, waits for a device run of that reuse.)
-        let mut counter = match var.takes_tile_counter() {
-            true => Some(stream.alloc_zeros::<u32>(2)?),
-            false => None,
+        // the dynamic scheduler's claim counter, a zeroed u32[2] that no launch running at
+        // the same time uses: this stream's (launches on one stream run in its order, and
+        // each leaves the counter zeroed), the lock held until the launch is enqueued; under
+        // stream capture one of the launch's own (a graph may be replayed on another
+        // stream while this one runs), freed in stream order after it.
+        let mut own = None;
+        let mut counters = None;
+        let counter: Option<&mut CudaSlice<u32>> = if !var.takes_tile_counter() {
+            None
+        } else if capturing(stream)? {
+            Some(own.insert(stream.alloc_zeros::<u32>(2)?))
+        } else {
+            let cache = counters.insert(lock(&self.tile_counters));
+            Some(match cache.entry(stream.cu_stream() as usize) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => e.insert(stream.alloc_zeros::<u32>(2)?),
+            })
         };
         // written by the kernel: the write guard held until the launch is enqueued
-        let counter_arg = counter.as_mut().map(|c| c.device_ptr_mut(stream));
+        let counter_arg = counter.map(|c| c.device_ptr_mut(stream));
         if let Some((p, _)) = &counter_arg {
             lb.arg(p);
         }
@@ -271,11 +282,12 @@ impl FlashAttention {
         // enqueued; the grid's y and z are the heads and batch (persistent: 1, x at most
         // the SM count, the kernel walking every tile), within the driver's limits for
         // any u32 heads below 65536 (checked by the driver: an error, not undefined
-        // behaviour); a dynamic kernel's tile_counter is a zeroed u32[2] of this launch
-        // alone.
+        // behaviour); a dynamic kernel's tile_counter is a zeroed u32[2] that no launch
+        // running at the same time uses (above).
         unsafe { lb.launch(cfg) }?;
         drop(counter_arg);
-        drop(counter);
+        drop(counters);
+        drop(own);
         Ok(())
     }
 

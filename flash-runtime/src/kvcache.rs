@@ -11,7 +11,7 @@ use cudarc::driver::{
 };
 
 use crate::FlashAttention;
-use crate::attention::lock;
+use crate::attention::{capturing, lock};
 use crate::error::{FlashError, Result};
 use crate::forward::{alloc_outputs, lse_arg};
 use crate::outputs::Forward;
@@ -247,17 +247,23 @@ impl FlashAttention {
         // runtime between calls (grown when a call needs more: the old one is then freed
         // by cudarc after its recorded uses, stream-ordered), o_accum then lse_accum. Calls
         // on one stream are ordered by the stream, so reuse needs no event; the lock is
-        // held until both launches are enqueued.
+        // held until both launches are enqueued. Under stream capture, a buffer of the
+        // call's own (`capturing`), freed in stream order after it.
         let need = plan.o_accum_len + plan.lse_accum_len;
         let mut cache = lock(&self.kv_scratch);
         let key = stream.cu_stream() as usize;
+        let mut own = None;
         let _partials_guard = match need {
             0 => None,
             _ => {
-                if cache.get(&key).is_none_or(|s| s.len() < need) {
-                    cache.insert(key, scratch(stream, need)?);
-                }
-                let buf = cache.get_mut(&key).expect("inserted above");
+                let buf = if capturing(stream)? {
+                    own.insert(scratch(stream, need)?)
+                } else {
+                    if cache.get(&key).is_none_or(|s| s.len() < need) {
+                        cache.insert(key, scratch(stream, need)?);
+                    }
+                    cache.get_mut(&key).expect("inserted above")
+                };
                 let (ptr, guard) = buf.device_ptr_mut(stream);
                 let o_len = plan.o_accum_len;
                 plan.bind_scratch(
