@@ -118,6 +118,7 @@ fn time_row<T: Element>(
                 heads_k: h,
                 head_dim: d,
                 causal,
+                window: None,
                 overlap: sm90_overlap(),
                 pingpong: sm90_pingpong(),
                 consumers: sm90_consumers(),

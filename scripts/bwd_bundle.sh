@@ -18,11 +18,14 @@
 set -eu
 cd "$(dirname "$0")/.."
 TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90 gpu_fwd_select gpu_fwd gpu_embed_sm90 gpu_streams})
-cargo build --release --features gpu --example bench_bwd --example bench_fwd
+# BUNDLE_EXAMPLES="bench_window ...": more examples beside bench_bwd and bench_fwd
+EXAMPLES=(bench_bwd bench_fwd ${BUNDLE_EXAMPLES:-})
+ex_args=(); for e in "${EXAMPLES[@]}"; do ex_args+=(--example "$e"); done
+cargo build --release --features gpu "${ex_args[@]}"
 args=(); for t in "${TESTS[@]}"; do args+=(--test "$t"); done
 cargo test --release --features gpu --no-run "${args[@]}" 2> target/bwd_bundle.log
 rm -rf target/gb; mkdir -p target/gb/tests target/gb/examples target/gb/scripts
-cp target/release/examples/bench_bwd target/release/examples/bench_fwd target/gb/examples/
+for e in "${EXAMPLES[@]}"; do cp "target/release/examples/$e" target/gb/examples/; done
 for t in "${TESTS[@]}"; do
   exe=$(grep -o "tests/$t.rs (target/release/deps/[^)]*)" target/bwd_bundle.log | sed 's/.*(\(.*\))/\1/')
   cp "$exe" "target/gb/tests/$t"

@@ -196,9 +196,10 @@ class Manifest:
             raise SystemExit("manifest.json lists no sm90a kernels (emit --all, or --arch sm90a)")
         self.fns = {}
 
-    def pick(self, d, dtype, causal):
+    def pick(self, d, dtype, causal, window=None):
         """notes: the entry whose variant has the problem's dtype, head_dim and mask."""
-        want = dict(head_dim=d, dtype=dtype, mask="causal" if causal else "none")
+        mask = "local" if window is not None else "causal" if causal else "none"
+        want = dict(head_dim=d, dtype=dtype, mask=mask)
         fits = [k for k in self.kernels if all(k["variant"][f] == v for f, v in want.items())]
         if len(fits) != 1:
             raise SystemExit(f"{len(fits)} sm90a kernels for {want} in the manifest")
@@ -270,20 +271,29 @@ def untouched(full, padded, d):
     return bool((g == SENTINEL).all().item())
 
 
-def reference(q, k, v, causal, scale, dtype):
+def reference(q, k, v, causal, scale, dtype, window=None):
     """o ([b, sq, h, d]) by SDPA on [b, h, s, d] in `dtype` with the bottom-right causal mask
-    as a boolean attn_mask (rows without keys: 0), and lse ([b, h, sq], natural log, -inf
-    for rows without keys) from the scores."""
+    or the sliding window (left, right; -1 unbounded) as a boolean attn_mask (rows without
+    keys: 0), and lse ([b, h, sq], natural log, -inf for rows without keys) from the
+    scores."""
     b, sq, h, d = q.shape
     sk, hk = k.shape[1], k.shape[2]
     qd = q.to(dtype).transpose(1, 2)
     kd = k.to(dtype).transpose(1, 2).repeat_interleave(h // hk, dim=1)
     vd = v.to(dtype).transpose(1, 2).repeat_interleave(h // hk, dim=1)
     mask = None
+    i = torch.arange(sq, device=q.device)[:, None]
+    j = torch.arange(sk, device=q.device)[None, :]
     if causal:
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(sk, device=q.device)[None, :]
         mask = j <= i + (sk - sq)
+    if window is not None:
+        left, right = window
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device)
+        if left >= 0:
+            mask &= j >= i + (sk - sq) - left
+        if right >= 0:
+            mask &= j <= i + (sk - sq) + right
+    # (a row without keys is NaN here; replaced by 0 below)
     o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask, scale=scale)
     s = (qd.double() @ kd.double().transpose(-1, -2)) * scale
     if mask is not None:
@@ -298,11 +308,12 @@ def rel_l2(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def case(man, b, sq, sk, h, hk, d, dt, causal, layout="contiguous", with_lse=True):
+def case(man, b, sq, sk, h, hk, d, dt, causal, layout="contiguous", with_lse=True, window=None):
     """One launch: `layout` contiguous, or `packed` (q, k, v views of one [b, s, 3, h, d]
-    buffer, o with 8 padding columns per row)."""
+    buffer, o with 8 padding columns per row); `window` (left, right; -1 unbounded): the
+    sliding window's kernel."""
     dtype = TORCH[dt]
-    kern = man.pick(d, dt, causal)
+    kern = man.pick(d, dt, causal, window)
     if layout == "packed":
         assert sq == sk and h == hk
         qkv = torch.randn(b, sq, 3, h, d, device="cuda", dtype=dtype)
@@ -326,11 +337,13 @@ def case(man, b, sq, sk, h, hk, d, dt, causal, layout="contiguous", with_lse=Tru
     scalars = dict(o=o.data_ptr(), lse=lse.data_ptr() if with_lse else 0, seqlen_q=sq, seqlen_k=sk,
                    group=h // hk, heads=h, o_row=o.stride(1), o_head=o.stride(2), o_batch=o.stride(0),
                    scale_log2=scale * LOG2E, batch=b, tile_counter=counter.data_ptr())
+    if window is not None:
+        scalars.update(window_left=window[0] & 0xFFFFFFFF, window_right=window[1] & 0xFFFFFFFF)
     maps = man.launch(kern, dict(q=q, k=k, v=v), sizes, scalars)
     torch.cuda.synchronize()
     del maps
-    ref_o, ref_lse = reference(q, k, v, causal, scale, torch.float64)
-    same_o, _ = reference(q, k, v, causal, scale, dtype)
+    ref_o, ref_lse = reference(q, k, v, causal, scale, torch.float64, window)
+    same_o, _ = reference(q, k, v, causal, scale, dtype, window)
     r_o, r_same = rel_l2(o, ref_o), rel_l2(same_o, ref_o)
     ok = math.isfinite(r_o) and r_o <= TOL_O[dt] and untouched(o_full, o_pad, d)
     lse_msg = "lse skipped"
@@ -349,7 +362,8 @@ def case(man, b, sq, sk, h, hk, d, dt, causal, layout="contiguous", with_lse=Tru
     ok &= counter_ok
     guards = "" if untouched(o_full, o_pad, d) else " (o written outside its elements)"
     guards += "" if counter_ok else f" (tile_counter left {counter_full.tolist()})"
-    print(f"{'ok  ' if ok else 'FAIL'} {kern['name']:44} b{b} sq{sq} sk{sk} h{h}/{hk} {layout}: "
+    win = "" if window is None else f" window {window}"
+    print(f"{'ok  ' if ok else 'FAIL'} {kern['name']:44} b{b} sq{sq} sk{sk} h{h}/{hk}{win} {layout}: "
           f"o rel-L2 {r_o:.2e} (SDPA {dt} {r_same:.2e}), {lse_msg}{guards}", flush=True)
     return ok
 
@@ -371,8 +385,10 @@ def main():
         return 0
     man = Manifest(ptx_dir, Driver(torch.cuda.current_device()))
     torch.manual_seed(0)
+    # every kernel, odd seqlen (the window's: 200 keys before the diagonal, 0 after)
     cases = [(2, 1000, 1000, 4, 4, k["variant"]["head_dim"], k["variant"]["dtype"],
-              k["variant"]["mask"] == "causal") for k in man.kernels]  # every kernel, odd seqlen
+              k["variant"]["mask"] == "causal", "contiguous", True,
+              (200, 0) if k["variant"]["mask"] == "local" else None) for k in man.kernels]
     cases += [
         (1, 300, 1000, 4, 4, 128, "bf16", True),   # causal, sq < sk (bottom-right)
         (1, 1000, 300, 4, 4, 64, "f16", True),     # causal, sq > sk: rows without keys
@@ -380,6 +396,12 @@ def main():
         (1, 513, 1031, 8, 1, 128, "f16", False),   # MQA, sq != sk
         (3, 1, 1, 4, 4, 128, "bf16", False),       # one query, one key
     ]
+    if any(k["variant"]["mask"] == "local" for k in man.kernels):
+        cases += [
+            (1, 700, 900, 4, 2, 64, "bf16", False, "contiguous", True, (128, 300)),
+            (1, 900, 300, 2, 2, 128, "f16", False, "contiguous", True, (50, 20)),  # rows without keys
+            (2, 513, 513, 4, 4, 128, "bf16", False, "contiguous", True, (-1, 64)),
+        ]
     ok = True
     for c in cases:
         ok &= case(man, *c)

@@ -135,6 +135,7 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
         heads_k: H,
         head_dim: 64,
         causal: false,
+        window: None,
         overlap: true,
         pingpong: true,
         consumers: None,

@@ -10,9 +10,11 @@
 
 mod gpu_support;
 
-use flash_runtime::reference::{Shape, attention_forward, rel_l2};
+use flash_runtime::reference::{Modifiers, Shape, attention_forward_with, rel_l2};
 use flash_runtime::rng::Rng;
-use flash_runtime::{Element, FlashAttention, ForwardArch, Sm90FwdShape, Tensor4};
+use flash_runtime::{
+    AttnParams, Element, FlashAttention, ForwardArch, Mask, Sm90FwdShape, Tensor4,
+};
 use gpu_support::{attn_params, lse_abs_err, rounded};
 
 const GUARD: usize = 4096;
@@ -60,7 +62,12 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> ((f64, 
     );
     let shape = Shape::new(b, sq, sk, h, hk, d);
     let f = |x: &[T]| -> Vec<f64> { x.iter().map(|y| y.to_f32() as f64).collect() };
-    let r = attention_forward(&shape, &qf, &kf, &vf, sh.causal, None).unwrap();
+    let bound = |x: u32| if x == u32::MAX { -1 } else { i64::from(x) };
+    let mods = match sh.window {
+        Some((l, r)) => Modifiers::default().with_window(bound(l), bound(r)),
+        None => Modifiers::causal(sh.causal),
+    };
+    let r = attention_forward_with(&shape, &qf, &kf, &vf, &mods, None).unwrap();
     let errs = |o: &[f64], lse: &[f32]| {
         // a NaN lse is an infinite error (f64::max would skip it)
         let lse_err = lse
@@ -73,7 +80,13 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> ((f64, 
     };
     let ours = errs(&f(&o[..nq]), &lse[..b * h * sq]);
     // the sm80 forward on the same inputs
-    let params = attn_params(sh.causal, None);
+    let params = match sh.window {
+        Some((l, r)) => AttnParams::new().with_mask(Mask::Window {
+            left: bound(l) as i32,
+            right: bound(r) as i32,
+        }),
+        None => attn_params(sh.causal, None),
+    };
     let view = |x, s, hh| Tensor4::contiguous(x, [b, s, hh, d]);
     let out = rt
         .forward(
@@ -118,7 +131,34 @@ fn sm90_forward_matches_f64_reference() {
         // each edge's first block masked)
         (4, 300, 420, 24, 6, true),
     ];
-    // GPU_FWD_SM90_SHAPES=n: the first n shapes only, or =i,j,..: those (0-based), release
+    // sliding windows (left, right; MAX = unbounded), each against the sm80 window kernel:
+    // (b, sq, sk, h, hk, window)
+    const U: u32 = u32::MAX;
+    let windows = [
+        (2, 1000, 1000, 4, 2, (256, 0)),
+        (1, 1000, 1000, 4, 2, (U, 0)),
+        (1, 700, 900, 4, 4, (128, 128)),
+        // sq > sk: rows whose window holds no key
+        (1, 900, 300, 2, 1, (100, 37)),
+        (2, 513, 513, 4, 4, (U, 64)),
+        // wider than the sequence
+        (1, 300, 2000, 4, 2, (5000, U)),
+        // the diagonal alone, several tiles per persistent CTA
+        (4, 300, 420, 24, 6, (0, 0)),
+        // long keys: every tile starts past key block 0
+        (1, 64, 4096, 2, 2, (200, 10)),
+    ];
+    // the cases: the shapes, then the windows
+    let cases: Vec<_> = shapes
+        .iter()
+        .map(|&(b, sq, sk, h, hk, causal)| (b, sq, sk, h, hk, causal, None))
+        .chain(
+            windows
+                .iter()
+                .map(|&(b, sq, sk, h, hk, w)| (b, sq, sk, h, hk, false, Some(w))),
+        )
+        .collect();
+    // GPU_FWD_SM90_SHAPES=n: the first n cases only, or =i,j,..: those (0-based), release
     // build only (the sanitizer runs of scripts/sm90_all.sh)
     let (picked, builds): (Vec<usize>, _) = match std::env::var("GPU_FWD_SM90_SHAPES") {
         Ok(n) if n.contains(',') => (
@@ -131,7 +171,7 @@ fn sm90_forward_matches_f64_reference() {
             (0..n.parse().expect("GPU_FWD_SM90_SHAPES: a count")).collect(),
             vec![false],
         ),
-        Err(_) => ((0..shapes.len()).collect(), vec![true, false]),
+        Err(_) => ((0..cases.len()).collect(), vec![true, false]),
     };
     // GPU_FWD_SM90_SCHEDULES=i,j,..: those of `Variant::SCHEDULES` only (0-based)
     let all = flash_codegen::kernels::sm90::fwd::Variant::SCHEDULES;
@@ -157,7 +197,7 @@ fn sm90_forward_matches_f64_reference() {
             .iter()
             .flat_map(|&s| tiles.into_iter().map(move |t| (s, t)))
         {
-            for &(b, sq, sk, h, hk, causal) in picked.iter().filter_map(|&i| shapes.get(i)) {
+            for &(b, sq, sk, h, hk, causal, window) in picked.iter().filter_map(|&i| cases.get(i)) {
                 let sh = Sm90FwdShape {
                     batch: b,
                     seqlen_q: sq,
@@ -166,6 +206,7 @@ fn sm90_forward_matches_f64_reference() {
                     heads_k: hk,
                     head_dim: d,
                     causal,
+                    window,
                     overlap,
                     pingpong,
                     consumers: Some(consumers),

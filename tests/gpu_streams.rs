@@ -35,6 +35,7 @@ fn shape(batch: usize, seqlen: usize, heads: usize, causal: bool) -> Sm90FwdShap
         heads_k: heads / 2,
         head_dim: 64,
         causal,
+        window: None,
         overlap: true,
         pingpong: true,
         consumers: None,

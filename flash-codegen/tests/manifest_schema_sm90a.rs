@@ -51,8 +51,8 @@ fn a_missing_field_or_a_wrong_value_in_the_section_fails() {
         ),
         (
             "/sm90a/kernels/1/variant/mask",
-            json!("local"),
-            "/sm90a/kernels/1/variant/mask: \"local\" is not one",
+            json!("window"),
+            "/sm90a/kernels/1/variant/mask: \"window\" is not one",
         ),
         (
             "/sm90a/kernels/1/target",
@@ -85,10 +85,7 @@ fn the_sm90a_enums_are_what_the_section_writes() {
         serialized(fwd::HEAD_DIMS)
     );
     assert_eq!(allowed(&format!("{var}/dtype")), serialized(DType::ALL));
-    assert_eq!(
-        allowed(&format!("{var}/mask")),
-        serialized([Mask::None, Mask::Causal])
-    );
+    assert_eq!(allowed(&format!("{var}/mask")), serialized(Mask::ALL));
     assert_eq!(
         allowed(&format!("{var}/consumers")),
         serialized(vars.iter().map(|v| v.consumers))

@@ -8,7 +8,7 @@
 //! forwards of the combinations that have one, and must add at least one.
 
 use flash_codegen::kernels::sm90::fwd;
-use flash_codegen::{DType, Scores};
+use flash_codegen::{DType, Mask, Scores};
 use syn::{Error, Result};
 
 use crate::parse::{Args, Entry};
@@ -16,11 +16,13 @@ use crate::values::{Atom, Passes, Target, causal};
 
 /// What `sm90a` embeds, for the errors.
 const SUPPORTS: &str = "`arch = sm90a` embeds the sm_90a forward (wgmma, TMA; compute \
-                        capability 9.0), which takes `passes = fwd`, head dims 64 and 128, \
-                        f16 and bf16, causal or not, no softcap or ALiBi";
+                        capability 9.0), which takes `passes = fwd` (causal or not) and \
+                        `fwd_local` (the sliding window), head dims 64 and 128, f16 and \
+                        bf16, no softcap or ALiBi";
 
 /// The shipping sm_90a forward of every (dtype, head dim, causal) the invocation asks for
-/// with `sm90a` in `arch` (none without it), in `manifest::sm90a::shipping` order.
+/// with `sm90a` in `arch` (none without it), and with `fwd_local` in `passes` the sliding
+/// window's, in `manifest::sm90a::shipping` order.
 pub(crate) fn variants(entries: &[Entry], args: &Args) -> Result<Vec<fwd::Variant>> {
     let atoms = |key: &str| atoms(entries, key);
     let Some(at) = args.arch.iter().position(|t| *t == Target::Sm90a) else {
@@ -35,8 +37,8 @@ pub(crate) fn variants(entries: &[Entry], args: &Args) -> Result<Vec<fwd::Varian
         .collect();
     let none = if head_dims.is_empty() {
         Some("no head dim 64 or 128")
-    } else if !args.passes.contains(&Passes::Fwd) {
-        Some("no `fwd` in `passes`")
+    } else if !args.passes.iter().any(|p| sm90a_pass(*p)) {
+        Some("no `fwd` or `fwd_local` in `passes`")
     } else if !args.scores.contains(&Scores::Plain) {
         Some("only softcap or ALiBi kernels")
     } else {
@@ -52,15 +54,25 @@ pub(crate) fn variants(entries: &[Entry], args: &Args) -> Result<Vec<fwd::Varian
     let mut out = Vec::new();
     for dtype in DType::ALL.into_iter().filter(|d| args.dtypes.contains(d)) {
         for &head_dim in fwd::HEAD_DIMS.iter().filter(|d| head_dims.contains(d)) {
-            for causal in [false, true]
-                .into_iter()
-                .filter(|c| args.causal.contains(c))
-            {
-                out.push(fwd::Variant::shipping(dtype, head_dim, causal));
+            if args.passes.contains(&Passes::Fwd) {
+                for causal in [false, true]
+                    .into_iter()
+                    .filter(|c| args.causal.contains(c))
+                {
+                    out.push(fwd::Variant::shipping(dtype, head_dim, causal));
+                }
+            }
+            if args.passes.contains(&Passes::FwdLocal) {
+                out.push(fwd::Variant::shipping_for(dtype, head_dim, Mask::Local));
             }
         }
     }
     Ok(out)
+}
+
+/// Whether pass `p` has an sm_90a kernel (the dense forward, plain or windowed).
+fn sm90a_pass(p: Passes) -> bool {
+    matches!(p, Passes::Fwd | Passes::FwdLocal)
 }
 
 /// The values of `key` as written (none if it is not given).
@@ -82,7 +94,7 @@ fn only_sm90a(entries: &[Entry], args: &Args) -> Result<()> {
         }
     }
     for (a, p) in atoms("passes").iter().zip(&args.passes) {
-        if *p != Passes::Fwd {
+        if !sm90a_pass(*p) {
             let name = match a {
                 Atom::Word(w) => w.to_string(),
                 Atom::Lit(_) => "this".to_string(),

@@ -155,7 +155,7 @@ fn errors_say_what_is_wrong() {
         (
             quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = bwd,
                            arch = [sm80, sm90a] }),
-            "`sm90a` embeds nothing here (no `fwd` in `passes`)",
+            "`sm90a` embeds nothing here (no `fwd` or `fwd_local` in `passes`)",
         ),
         (
             quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = fwd,
@@ -286,8 +286,8 @@ fn arch_sm90a_embeds_the_shipping_forwards() {
     use flash_codegen::kernels::sm90::fwd::Variant;
 
     let only = parse(quote! {
-        mod m { head_dim = [64, 128], dtype = [f16, bf16], causal = [false, true], passes = fwd,
-                arch = sm90a }
+        mod m { head_dim = [64, 128], dtype = [f16, bf16], causal = [false, true],
+                passes = [fwd, fwd_local], arch = sm90a }
     })
     .unwrap();
     assert!(only.specs.is_empty());

@@ -125,13 +125,16 @@ impl FlashAttention {
 /// What to add to a `flash_kernel!` invocation so that it embeds the sm_90a forward
 /// `var`.
 pub(crate) fn missing_sm90a_hint(var: &fwd::Variant) -> String {
+    let mask = match var.window {
+        true => "`passes = fwd_local`".to_string(),
+        false => format!("`causal = {}` and `passes = fwd`", var.causal),
+    };
     format!(
-        "add `arch = [sm80, sm90a]` (or `sm90a`), `head_dim = {}`, `dtype = {}`, `causal = {}` \
-         and `passes = fwd` to the `flash_kernel!` invocation, or make the runtime with \
-         `FlashAttention::new` to generate it on demand",
+        "add `arch = [sm80, sm90a]` (or `sm90a`), `head_dim = {}`, `dtype = {}`, {mask} to \
+         the `flash_kernel!` invocation, or make the runtime with `FlashAttention::new` to \
+         generate it on demand",
         var.head_dim,
         var.dtype.name(),
-        var.causal
     )
 }
 

@@ -38,6 +38,10 @@ pub struct Sm90FwdShape {
     pub head_dim: usize,
     /// Causal mask, bottom-right aligned (query i sees keys up to i + seqlen_k - seqlen_q).
     pub causal: bool,
+    /// A sliding window `(left, right)` instead (not with `causal`): query i sees keys
+    /// i + seqlen_k - seqlen_q - left ..= i + seqlen_k - seqlen_q + right, `u32::MAX`
+    /// unbounded (`AttnParams`' -1).
+    pub window: Option<(u32, u32)>,
     /// FA3's intra-warpgroup overlap (`fwd::Variant::overlap`).
     pub overlap: bool,
     /// The consumers take turns to issue their products (`fwd::Variant::pingpong`).
@@ -241,6 +245,10 @@ impl FlashAttention {
         lb.arg(&call.o.row).arg(&call.o.head).arg(&call.o.batch);
         let batch = u(b)?;
         lb.arg(&call.scale_log2).arg(&batch);
+        let (left, right) = sh.window.unwrap_or((u32::MAX, u32::MAX));
+        if var.window {
+            lb.arg(&left).arg(&right);
+        }
         // the dynamic scheduler's claim counter, a zeroed u32[2] that no launch running at
         // the same time uses: this stream's (launches on one stream run in its order, and
         // each leaves the counter zeroed), the lock held until the launch is enqueued; under
@@ -331,10 +339,22 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
              schedule (set persistent, overlap and pingpong too)"
         )));
     }
+    if sh.window.is_some() && sh.causal {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: a window or the causal mask, not both (causal is the window (-1, 0))"
+        )));
+    }
+    // the window's block arithmetic sums seqlen_q, seqlen_k and a tile's rows in i32
+    if sh.window.is_some() && sh.seqlen_q + sh.seqlen_k + 256 >= 1 << 31 {
+        return Err(FlashError::ShapeMismatch(format!(
+            "{sh:?}: a sliding window needs seqlen_q + seqlen_k below 2^31 - 256"
+        )));
+    }
     Ok(fwd::Variant {
         dtype,
         head_dim,
         causal: sh.causal,
+        window: sh.window.is_some(),
         overlap: sh.overlap,
         pingpong: sh.pingpong,
         consumers,

@@ -125,7 +125,7 @@ pub struct Sm90aTiles {
 
 /// The kernel's parameters in order, the tensor maps ([`fwd::MAPS`]) then the scalars
 /// ([`fwd::SCALARS`]), with the type the caller passes and what to pass.
-pub const PARAMS: [(&str, AbiTy, &str); 15] = [
+pub const PARAMS: [(&str, AbiTy, &str); 17] = [
     (
         "tm_q",
         AbiTy::TensorMap,
@@ -181,6 +181,16 @@ pub const PARAMS: [(&str, AbiTy, &str); 15] = [
     ),
     ("batch", AbiTy::U32, "batch size (q's first dimension)"),
     (
+        "window_left",
+        AbiTy::U32,
+        "sliding-window kernels (_local) only: keys before the diagonal a query sees (query i sees keys i + seqlen_k - seqlen_q - window_left ..= i + seqlen_k - seqlen_q + window_right), 4294967295 (-1 as u32) for unbounded",
+    ),
+    (
+        "window_right",
+        AbiTy::U32,
+        "sliding-window kernels (_local) only: keys after the diagonal a query sees, 4294967295 (-1 as u32) for unbounded",
+    ),
+    (
         "tile_counter",
         AbiTy::U64,
         "dynamic-scheduler kernels (_dyn) only: device pointer to a zeroed u32[2], 4-byte aligned, that no launch running at the same time uses (the kernel leaves it zeroed)",
@@ -189,13 +199,14 @@ pub const PARAMS: [(&str, AbiTy, &str); 15] = [
 
 /// The kernels `emit --all` writes: the configuration the runtime runs
 /// (`validate::sm90_fwd_call`): overlapped and pingpong schedules, the default consumers,
-/// the persistent grid with the dynamic scheduler, no debug build; both dtypes, every head dim, causal or not.
+/// the persistent grid with the dynamic scheduler, no debug build; both dtypes, every head dim,
+/// no mask, causal and the sliding window.
 pub fn shipping() -> Vec<fwd::Variant> {
     let mut v = Vec::new();
     for dtype in DType::ALL {
         for head_dim in fwd::HEAD_DIMS {
-            for causal in [false, true] {
-                v.push(fwd::Variant::shipping(dtype, head_dim, causal));
+            for mask in Mask::ALL {
+                v.push(fwd::Variant::shipping_for(dtype, head_dim, mask));
             }
         }
     }
@@ -233,7 +244,7 @@ pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
             pass: Pass::Fwd,
             head_dim: var.head_dim,
             dtype: var.dtype,
-            mask: if var.causal { Mask::Causal } else { Mask::None },
+            mask: var.mask(),
             overlap: var.overlap,
             pingpong: var.pingpong,
             consumers: var.consumers,
@@ -269,13 +280,22 @@ pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
     }
 }
 
-/// [`PARAMS`] as manifest rows, each at the offset the PTX parameter layout gives it.
+/// The variant's parameters ([`fwd::MAPS`], [`fwd::Variant::scalars`]) as manifest rows
+/// from [`PARAMS`], each at the offset the PTX parameter layout gives it.
 fn params(var: &fwd::Variant) -> Vec<Sm90aParam> {
     let mut end = 0u32;
-    PARAMS[..fwd::MAPS.len() + var.scalars().len()]
-        .iter()
+    let names = fwd::MAPS
+        .into_iter()
+        .chain(var.scalars().into_iter().map(|s| s.0));
+    names
+        .map(|n| {
+            *PARAMS
+                .iter()
+                .find(|p| p.0 == n)
+                .expect("generator bug: a kernel parameter missing from PARAMS")
+        })
         .enumerate()
-        .map(|(index, &(name, ty, meaning))| {
+        .map(|(index, (name, ty, meaning))| {
             let align = match ty.param_ty() {
                 ParamTy::Bytes { align, .. } => align,
                 ParamTy::Scalar(_) => ty.size(),
@@ -348,16 +368,16 @@ mod tests {
         assert_eq!(at[13], ("batch", 436, 4));
     }
 
-    /// Eight shipping kernels, the runtime's schedule, distinct names; each entry's
-    /// launch is its variant's.
+    /// Twelve shipping kernels (no mask, causal, the window), the runtime's schedule,
+    /// distinct names; each entry's launch is its variant's.
     #[test]
     fn shipping_kernels_and_their_entries() {
         let vars = shipping();
-        assert_eq!(vars.len(), 8);
+        assert_eq!(vars.len(), 12);
         let mut names: Vec<String> = vars.iter().map(fwd::Variant::name).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 8);
+        assert_eq!(names.len(), 12);
         for v in &vars {
             // the persistent grid, tiles claimed from the counter
             assert!(

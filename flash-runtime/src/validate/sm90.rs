@@ -91,8 +91,8 @@ pub const SM90_MAX_SEQLEN: usize = (1 << 31) - 256;
 ///   function: an embedded-only runtime has no sm_90a kernel; [`sm90_fwd_call_with`] takes
 ///   the registered ones);
 /// - the problem: head dim 64 or 128 (`fwd::HEAD_DIMS`; f16 and bf16 both run); no
-///   softcap, no ALiBi; mask none or causal (a window `(-1, -1)` or `(-1, 0)` counts as
-///   those, as the sm_80 plan normalises it; any other window refuses); any positive,
+///   softcap, no ALiBi; no mask, causal or a sliding window (a window `(-1, -1)` or
+///   `(-1, 0)` counts as none or causal, as the sm_80 plan normalises it); any positive,
 ///   finite softmax scale (the kernel takes scale * log2 e); at least one key; sequences
 ///   shorter than 2^31 - 256; heads a multiple of heads_k; a non-empty problem;
 /// - q, k, v (read through TMA tensor maps): head_dim stride 1, every other stride of a
@@ -142,7 +142,7 @@ pub fn sm90_fwd_call_with(
             head_dims()
         ));
     }
-    let (causal, scale_log2) = modifiers(&a.params, a.alibi.is_some(), d)?;
+    let (mask, scale_log2) = modifiers(&a.params, a.alibi.is_some(), d)?;
     if sk == 0 {
         return Err("seqlen_k 0: the sm_90a forward needs at least one key".into());
     }
@@ -168,7 +168,7 @@ pub fn sm90_fwd_call_with(
         tma_source("v", &a.v, d)?,
     );
     let o = out(&a.o)?;
-    let ship = fwd::Variant::shipping(dtype, d as u32, causal);
+    let ship = fwd::Variant::shipping_for(dtype, d as u32, mask);
     let shape = Sm90FwdShape {
         batch: b,
         seqlen_q: sq,
@@ -176,7 +176,8 @@ pub fn sm90_fwd_call_with(
         heads: h,
         heads_k: hk,
         head_dim: d,
-        causal,
+        causal: ship.causal,
+        window: a.params.window_params().filter(|_| ship.window),
         overlap: ship.overlap,
         pingpong: ship.pingpong,
         consumers: None,
@@ -220,10 +221,10 @@ fn head_dims() -> String {
     fwd::HEAD_DIMS.map(|d| d.to_string()).join(" and ")
 }
 
-/// Whether the mask is causal and the kernel's `scale_log2`, or the modifier the kernel
+/// The kernels' mask (a window's bounds -1 or more) and `scale_log2`, or the modifier the kernel
 /// lacks. Takes every field of [`AttnParams`] by name, so a new one fails to compile here
 /// until the rule says whether the kernel has it.
-fn modifiers(p: &AttnParams, slopes: bool, d: usize) -> Result<(bool, f32), String> {
+fn modifiers(p: &AttnParams, slopes: bool, d: usize) -> Result<(Mask, f32), String> {
     let AttnParams {
         mask,
         softmax_scale,
@@ -236,15 +237,13 @@ fn modifiers(p: &AttnParams, slopes: bool, d: usize) -> Result<(bool, f32), Stri
     if alibi.is_some() || slopes {
         return Err("ALiBi: the sm_90a forward has no ALiBi".into());
     }
-    let causal = match p.kernel_mask() {
-        Mask::None => false,
-        Mask::Causal => true,
-        Mask::Local => {
-            return Err(format!(
-                "the sliding window {mask:?}: the sm_90a forward takes no mask or the causal one"
-            ));
-        }
-    };
+    if let crate::Mask::Window { left, right } = mask
+        && (left < -1 || right < -1)
+    {
+        return Err(format!(
+            "window ({left}, {right}): each bound must be -1 (unbounded) or a key count >= 0"
+        ));
+    }
     let scale = match softmax_scale {
         None => 1.0 / (d as f64).sqrt(),
         Some(s) if s.is_finite() && s > 0.0 => f64::from(s),
@@ -254,7 +253,7 @@ fn modifiers(p: &AttnParams, slopes: bool, d: usize) -> Result<(bool, f32), Stri
             ));
         }
     };
-    Ok((causal, (scale * std::f64::consts::LOG2_E) as f32))
+    Ok((p.kernel_mask(), (scale * std::f64::consts::LOG2_E) as f32))
 }
 
 /// q, k or v as its tensor map takes it, or why TMA cannot.

@@ -26,8 +26,9 @@ use super::fwd_epilogue::Out;
 use super::fwd_producer::drain;
 use super::fwd_sched::{Grid, Sched, Tile};
 use crate::kernels::half_fmt;
+use crate::kernels::mask::Window;
 use crate::ptx::{B32, Builder, Cmp, Entry, LaunchBounds, Module, Reg, Special, Target, Ty};
-use crate::spec::DType;
+use crate::spec::{DType, Mask};
 
 /// Tensor-map parameters, in order.
 pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
@@ -35,10 +36,11 @@ pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
 /// Scalar parameters after the maps: `o` (u64), `lse` (u64, 0 = none: `[b, h, sq]` f32),
 /// u32 `seqlen_q`, `seqlen_k`, `group` (heads / heads_k), `heads`, `o_row` and `o_head`
 /// (o's strides in elements), u64 `o_batch`, f32 `scale_log2` (softmax scale * log2 e),
-/// u32 `batch` (the batch size: the persistent kernel's tile count); the dynamic
-/// scheduler's kernels also u64 `tile_counter` (a zeroed global `u32[2]`, left zeroed:
-/// [`Variant::scalars`]).
-pub const SCALARS: [(&str, Ty); 12] = [
+/// u32 `batch` (the batch size: the persistent kernel's tile count); a sliding window's
+/// kernels then u32 `window_left` and `window_right` (keys before and after the diagonal
+/// a query sees, `u32::MAX` unbounded); the dynamic scheduler's kernels last u64
+/// `tile_counter` (a zeroed global `u32[2]`, left zeroed): [`Variant::scalars`].
+pub const SCALARS: [(&str, Ty); 14] = [
     ("o", Ty::U64),
     ("lse", Ty::U64),
     ("seqlen_q", Ty::U32),
@@ -50,8 +52,13 @@ pub const SCALARS: [(&str, Ty); 12] = [
     ("o_batch", Ty::U64),
     ("scale_log2", Ty::F32),
     ("batch", Ty::U32),
+    ("window_left", Ty::U32),
+    ("window_right", Ty::U32),
     ("tile_counter", Ty::U64),
 ];
+
+/// The scalars every variant takes (`SCALARS` up to `batch`).
+const BASE_SCALARS: usize = 11;
 
 /// Head dims the kernel takes.
 pub const HEAD_DIMS: [u32; 2] = [64, 128];
@@ -65,6 +72,10 @@ pub struct Variant {
     pub head_dim: u32,
     /// Causal mask, bottom-right aligned.
     pub causal: bool,
+    /// A sliding window (not with `causal`): query i sees keys i + sk - sq - left ..=
+    /// i + sk - sq + right, the bounds runtime parameters; key blocks wholly outside a
+    /// tile's windows are not visited.
+    pub window: bool,
     /// FA3's intra-warpgroup overlap (S of the next block beside P V of this one).
     pub overlap: bool,
     /// FA3's scheduler barrier: the consumers issue their GEMMs in turn, so one's softmax
@@ -87,9 +98,9 @@ pub struct Variant {
 
 impl Variant {
     /// Entry name:
-    /// `fa3_fwd_d{D}_{dtype}[_causal][_ovl][_pp]_m{rows}[_pers|_dyn][_chain]_sm90a[_debug]`.
+    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_ovl][_pp]_m{rows}[_pers|_dyn][_chain]_sm90a[_debug]`.
     pub fn name(&self) -> String {
-        let mask = if self.causal { "_causal" } else { "" };
+        let mask = self.mask().suffix();
         let ovl = if self.overlap { "_ovl" } else { "" };
         let pp = if self.pingpong { "_pp" } else { "" };
         let pers = match self.grid_kind() {
@@ -116,6 +127,7 @@ impl Variant {
             dtype,
             head_dim,
             causal,
+            window: false,
             overlap: true,
             pingpong: true,
             consumers: Self::default_consumers(head_dim),
@@ -123,6 +135,23 @@ impl Variant {
             dynamic: true,
             chained: false,
             debug: false,
+        }
+    }
+
+    /// [`Variant::shipping`] of `mask` (a sliding window's too).
+    pub fn shipping_for(dtype: DType, head_dim: u32, mask: Mask) -> Variant {
+        Variant {
+            window: mask == Mask::Local,
+            ..Self::shipping(dtype, head_dim, mask == Mask::Causal)
+        }
+    }
+
+    /// The mask the variant computes.
+    pub fn mask(&self) -> Mask {
+        match (self.causal, self.window) {
+            (true, _) => Mask::Causal,
+            (false, true) => Mask::Local,
+            (false, false) => Mask::None,
         }
     }
 
@@ -177,13 +206,24 @@ impl Variant {
         self.grid_kind() == Grid::Dynamic
     }
 
-    /// The scalar parameters (`SCALARS`; `tile_counter` for the dynamic scheduler only).
-    pub fn scalars(&self) -> &'static [(&'static str, Ty)] {
-        if self.takes_tile_counter() {
-            &SCALARS
-        } else {
-            &SCALARS[..SCALARS.len() - 1]
+    /// The scalar parameters, in order ([`SCALARS`]: the window's bounds for a window,
+    /// `tile_counter` for the dynamic scheduler only).
+    pub fn scalars(&self) -> Vec<(&'static str, Ty)> {
+        let (base, rest) = SCALARS.split_at(BASE_SCALARS);
+        let (window, counter) = rest.split_at(2);
+        let mut v = base.to_vec();
+        if self.window {
+            v.extend_from_slice(window);
         }
+        if self.takes_tile_counter() {
+            v.extend_from_slice(counter);
+        }
+        v
+    }
+
+    /// The position of scalar `name` among [`Variant::scalars`].
+    pub fn scalar_index(&self, name: &str) -> Option<usize> {
+        self.scalars().iter().position(|(n, _)| *n == name)
     }
 
     /// The shared-memory layout: two Q slots when persistent.
@@ -215,19 +255,22 @@ impl Variant {
 
     /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
     /// and overlapped + pingpong schedules (the last also persistent: static, dynamic),
-    /// release and debug
-    /// builds; at d64 with two consumers too (beside the default three).
+    /// release and debug builds; at d64 with two consumers too (beside the default
+    /// three); the sliding window on the shipping schedule.
     pub fn all() -> Vec<Variant> {
         let mut v = Vec::new();
         for dtype in [DType::F16, DType::Bf16] {
             for head_dim in HEAD_DIMS {
-                let wgs = if head_dim == 64 { vec![3, 2] } else { vec![2] };
-                for (consumers, causal) in wgs.into_iter().flat_map(|w| [(w, false), (w, true)]) {
+                for (consumers, causal) in wgs_of(head_dim)
+                    .into_iter()
+                    .flat_map(|w| [(w, false), (w, true)])
+                {
                     for (overlap, pingpong, persistent, dynamic, chained) in Self::SCHEDULES {
                         v.extend([false, true].map(|debug| Variant {
                             dtype,
                             head_dim,
                             causal,
+                            window: false,
                             overlap,
                             pingpong,
                             consumers,
@@ -238,10 +281,22 @@ impl Variant {
                         }));
                     }
                 }
+                for consumers in wgs_of(head_dim) {
+                    let ship = Variant {
+                        consumers,
+                        ..Self::shipping_for(dtype, head_dim, Mask::Local)
+                    };
+                    v.extend([false, true].map(|debug| Variant { debug, ..ship }));
+                }
             }
         }
         v
     }
+}
+
+/// The consumer counts built at `head_dim`: the default first.
+fn wgs_of(head_dim: u32) -> Vec<u32> {
+    if head_dim == 64 { vec![3, 2] } else { vec![2] }
 }
 
 /// The module of variant `var` (one entry, [`Variant::name`]).
@@ -250,6 +305,7 @@ pub fn module(var: Variant) -> Module {
         dtype,
         head_dim: d,
         causal,
+        window,
         overlap,
         pingpong,
         consumers,
@@ -258,6 +314,10 @@ pub fn module(var: Variant) -> Module {
         chained,
         debug,
     } = var;
+    assert!(
+        !(causal && window),
+        "generator bug: a window variant takes the causal mask as its window (-1, 0)"
+    );
     assert!(HEAD_DIMS.contains(&d), "generator bug: sm90 forward d{d}");
     assert!(
         consumers == 2 || (consumers == 3 && d == 64),
@@ -278,12 +338,21 @@ pub fn module(var: Variant) -> Module {
     if debug {
         b.bound_waits(1 << 22);
     }
-    let ep = EntryParams::load(&mut b, &MAPS, var.scalars());
+    let ep = EntryParams::load(&mut b, &MAPS, &var.scalars());
     let tm = ep.maps.clone();
     let (o_ptr, lse_ptr, sq, sk) = (ep.u64(0), ep.u64(1), ep.u32(2), ep.u32(3));
     let (group, heads, o_row, o_head) = (ep.u32(4), ep.u32(5), ep.u32(6), ep.u32(7));
     let (o_batch, scale_log2, batches) = (ep.u64(8), ep.f32(9), ep.u32(10));
-    let counter = var.takes_tile_counter().then(|| ep.u64(11));
+    let at = |name| {
+        var.scalar_index(name)
+            .expect("generator bug: a variant's scalar")
+    };
+    let counter = var.takes_tile_counter().then(|| ep.u64(at("tile_counter")));
+    // the bounds clamped as `KeyRule::load` clamps them: every sum stays within i32
+    let win = window.then(|| Window {
+        left: b.min_u32(ep.u32(at("window_left")), sk),
+        right: b.min_u32(ep.u32(at("window_right")), sq),
+    });
 
     let tid = b.special(Special::TidX);
     let smem = b.smem_base();
@@ -292,6 +361,7 @@ pub fn module(var: Variant) -> Module {
     let sched = Sched {
         grid,
         causal,
+        window: win,
         block_m,
         head_dim: d,
         counter,
@@ -317,6 +387,7 @@ pub fn module(var: Variant) -> Module {
         smem,
         n_blocks: tile.n_blocks,
         n_masked: tile.n_masked,
+        window: tile.window,
         head: tile.head,
         kv_head: tile.kv_head,
         batch: tile.batch,
@@ -340,6 +411,7 @@ pub fn module(var: Variant) -> Module {
             let c = Consumer {
                 fmt,
                 causal,
+                window: win,
                 scale_log2,
                 sq,
                 sk,

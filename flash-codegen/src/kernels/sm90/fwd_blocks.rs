@@ -88,17 +88,29 @@ impl Consumer {
     /// warpgroup's first row (`%tid / 128`, uniform under `.reqntid`) and the tile.
     pub(super) fn unseen_visits(&self, b: &mut Builder, ctx: &Ctx, w: &Wg) -> Reg<B32> {
         let past = b.setp_u32(Cmp::Ge, w.wg_row, self.sq);
-        let seen = if self.causal {
-            // keys below the last valid row's limit `last + 1 + sk - sq`, in blocks
+        let seen = if self.causal || self.window.is_some() {
+            // keys below the last valid row's limit `last + 1 + sk - sq (+ right)`, in
+            // blocks (from the tile's first, `lo`, under a window)
             let last = b.add_u32(w.wg_row, WG_ROWS - 1);
             let sq1 = b.sub_u32(self.sq, 1u32);
             let last = b.min_u32(last, sq1);
             let lim = b.add_u32(last, 1u32);
             let lim = b.add_u32(lim, self.sk);
             let lim = b.sub_s32(lim, self.sq);
+            let lim = match self.window {
+                Some(win) => b.add_s32(lim, win.right),
+                None => lim,
+            };
             let lim = b.max_s32(lim, 0i32);
             let nb = b.add_u32(lim, BLOCK_N - 1);
             let nb = b.shr_u32(nb, BLOCK_N.trailing_zeros());
+            let nb = match ctx.window {
+                Some(tw) => {
+                    let nb = b.max_u32(nb, tw.lo);
+                    b.sub_u32(nb, tw.lo)
+                }
+                None => nb,
+            };
             b.min_u32(nb, ctx.n_blocks)
         } else {
             ctx.n_blocks
@@ -149,7 +161,8 @@ impl Consumer {
     /// The visited blocks from `start` (the one after the first): per block i, S_i and
     /// P_{i-1} V_{i-1} issued in one turn, S_i's softmax while they run. The blocks that
     /// need a mask (`ctx.n_masked`, the first visited) and the clean ones run in two
-    /// copies of the loop, the second without the mask.
+    /// copies of the loop, the second without the mask; under a sliding window a third
+    /// copy, masked, runs the last visits (`n_left`: the window's left edge).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn steady_blocks(
         &self,
@@ -162,7 +175,16 @@ impl Consumer {
         start: Reg<B32>,
     ) {
         let i = b.mov(start);
-        for (masked, end) in [(true, ctx.n_masked), (false, ctx.n_blocks)] {
+        let mut ranges = vec![(true, ctx.n_masked), (false, ctx.n_blocks)];
+        if let Some(tw) = ctx.window {
+            let clean_end = b.sub_u32(ctx.n_blocks, tw.n_left);
+            ranges = vec![
+                (true, ctx.n_masked),
+                (false, clean_end),
+                (true, ctx.n_blocks),
+            ];
+        }
+        for (masked, end) in ranges {
             b.comment(if masked {
                 "-- blocks that need the mask --"
             } else {

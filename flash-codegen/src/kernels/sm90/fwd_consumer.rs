@@ -5,6 +5,7 @@
 use super::fwd_ctx::{
     BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_FULL, WG_ROWS,
 };
+use crate::kernels::mask::Window;
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg, Special};
@@ -16,6 +17,8 @@ use crate::tile::smem::{ROW_BYTES, SmemTile};
 pub(super) struct Consumer {
     pub(super) fmt: HalfFmt,
     pub(super) causal: bool,
+    /// A sliding window's bounds (clamped: `left <= sk`, `right <= sq`).
+    pub(super) window: Option<Window>,
     pub(super) scale_log2: Reg<F32>,
     pub(super) sq: Reg<B32>,
     pub(super) sk: Reg<B32>,
@@ -216,8 +219,8 @@ impl Consumer {
         b.when(lead, false, |b| b.mbarrier_arrive(at.bar(base)));
     }
 
-    /// Keys past the end, and past each row's diagonal (bottom-right), of the block
-    /// visited `i`-th to -inf.
+    /// Keys past the end, and past each row's diagonal (bottom-right) or outside its
+    /// window, of the block visited `i`-th to -inf.
     pub(super) fn mask(
         &self,
         b: &mut Builder,
@@ -225,12 +228,19 @@ impl Consumer {
         s: &mut AccTile,
         i: Reg<B32>,
     ) {
-        b.comment("-- mask: keys past the end, and past each row's diagonal --");
+        b.comment(match self.window {
+            Some(_) => "-- mask: keys past the end, and outside each row's window --",
+            None => "-- mask: keys past the end, and past each row's diagonal --",
+        });
         let n0 = ctx.key_row(b, i);
         s.mask(b, Cmp::Gt, |b, r| {
-            let limit = if self.causal {
+            let limit = if self.causal || self.window.is_some() {
                 let rr = b.add_u32(w.row, AccTile::row_offset(r));
                 let lim = b.add_s32(rr, w.diag);
+                let lim = match self.window {
+                    Some(win) => b.add_s32(lim, win.right),
+                    None => lim,
+                };
                 let lim = b.add_s32(lim, 1i32);
                 b.min_s32(lim, self.sk)
             } else {
@@ -239,6 +249,16 @@ impl Consumer {
             let rel = b.sub_s32(limit, w.t2);
             b.sub_s32(rel, n0)
         });
+        if let Some(win) = self.window {
+            // keys before each row's first, `row + diag - left`
+            s.mask(b, Cmp::Le, |b, r| {
+                let rr = b.add_u32(w.row, AccTile::row_offset(r));
+                let first = b.add_s32(rr, w.diag);
+                let first = b.sub_s32(first, win.left);
+                let rel = b.sub_s32(first, w.t2);
+                b.sub_s32(rel, n0)
+            });
+        }
     }
 
     /// S of the block visited `i`-th at stage `at`, alone in flight: once its K has

@@ -2,6 +2,7 @@
 //! sizes, the shared-memory layout, the mbarrier offsets, and the CTA's context with the
 //! stage and barrier arithmetic of the K/V rings.
 
+use super::fwd_sched::TileWindow;
 use crate::ptx::{Addr, B32, Builder, Reg};
 
 /// Keys per block.
@@ -151,6 +152,9 @@ pub(super) struct Ctx {
     /// How many of them (the first visited, the last keys) need a mask (see
     /// `fwd::masked_blocks`).
     pub(super) n_masked: Reg<B32>,
+    /// Under a sliding window: the first key block and the visits (the last) that need
+    /// the left edge's mask (`fwd_sched::window_blocks`).
+    pub(super) window: Option<TileWindow>,
     pub(super) head: Reg<B32>,
     pub(super) kv_head: Reg<B32>,
     pub(super) batch: Reg<B32>,
@@ -196,10 +200,14 @@ impl Ctx {
         self.consumers * WG_ROWS
     }
 
-    /// The key block visited `i`-th: `n_blocks - 1 - i` (the last first, as FA3: the
-    /// masked blocks come before the clean ones).
+    /// The key block visited `i`-th: `lo + n_blocks - 1 - i` (`lo` = 0 without a window;
+    /// the last first, as FA3: the masked blocks come before the clean ones).
     pub(super) fn key_block(&self, b: &mut Builder, i: Reg<B32>) -> Reg<B32> {
         let last = b.sub_u32(self.n_blocks, 1u32);
+        let last = match self.window {
+            Some(w) => b.add_u32(last, w.lo),
+            None => last,
+        };
         b.sub_u32(last, i)
     }
 

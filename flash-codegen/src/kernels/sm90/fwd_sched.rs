@@ -8,6 +8,7 @@
 //! each head); or tiles claimed from a counter (`fwd_dynamic`).
 
 use super::fwd_ctx::{BLOCK_N, Layout, Q_EMPTY, QSlot};
+use crate::kernels::mask::Window;
 use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
 
 /// How the CTAs find their tiles.
@@ -25,6 +26,8 @@ pub(super) enum Grid {
 pub(super) struct Sched {
     pub(super) grid: Grid,
     pub(super) causal: bool,
+    /// A sliding window's bounds (clamped: `left <= sk`, `right <= sq`).
+    pub(super) window: Option<Window>,
     pub(super) block_m: u32,
     pub(super) head_dim: u32,
     /// The dynamic scheduler's claim counter (global `u32[2]`: claims, CTAs done).
@@ -46,6 +49,17 @@ pub(super) struct Tile {
     pub(super) n_blocks: Reg<B32>,
     /// How many of them, visited first, need a mask (see [`masked_blocks`]).
     pub(super) n_masked: Reg<B32>,
+    /// Under a sliding window: where its key blocks start and which need the left edge.
+    pub(super) window: Option<TileWindow>,
+}
+
+/// A tile's key blocks under a sliding window ([`window_blocks`]): they start at `lo`
+/// (the first row's first key's block), not at 0, and the last `n_left` visited (the
+/// lowest blocks) cross some row's left edge.
+#[derive(Clone, Copy)]
+pub(super) struct TileWindow {
+    pub(super) lo: Reg<B32>,
+    pub(super) n_left: Reg<B32>,
 }
 
 /// Where a tile's work sits in the CTA's sequence: the tiles before it (`j`, the parity of
@@ -201,6 +215,19 @@ impl Sched {
     ) -> Tile {
         let m0 = b.mul_lo_u32(x, self.block_m);
         let kv_head = b.div_u32(head, self.group);
+        if let Some(w) = self.window {
+            let (n_blocks, n_masked, win) =
+                window_blocks(b, w, (m0, self.block_m), self.sq, self.sk);
+            return Tile {
+                m0,
+                head,
+                kv_head,
+                batch,
+                n_blocks,
+                n_masked,
+                window: Some(win),
+            };
+        }
         let n_blocks = key_blocks(b, self.causal, (m0, self.block_m), self.sq, self.sk);
         let n_masked = masked_blocks(b, self.causal, (m0, n_blocks), self.sq, self.sk);
         Tile {
@@ -210,6 +237,7 @@ impl Sched {
             batch,
             n_blocks,
             n_masked,
+            window: None,
         }
     }
 }
@@ -262,4 +290,63 @@ fn masked_blocks(
     let masked = b.sub_u32(n_blocks, clean);
     let one = b.min_u32(n_blocks, 1u32);
     b.max_u32(masked, one)
+}
+
+/// The key blocks of the query block of `block_m` rows at `m0` under window `w` (key j
+/// visible to query i iff `i + sk - sq - left <= j <= i + sk - sq + right`, `j < sk`):
+/// `[lo, hi)`, from the first row's first key to the last row's last (`hi - lo` visits,
+/// none when the windows miss every key); of the visits (the last block first), the
+/// first `n_masked` cross some row's right edge or the sequence end (at least 1 when
+/// there is a visit: the first is masked in any case) and the last `n_left` some row's
+/// left edge. Returns `(hi - lo, n_masked, (lo, n_left))`. In i32: `sq + sk + block_m`
+/// stays below 2^31 (the runtime's window check).
+fn window_blocks(
+    b: &mut Builder,
+    w: Window,
+    (m0, block_m): (Reg<B32>, u32),
+    sq: Reg<B32>,
+    sk: Reg<B32>,
+) -> (Reg<B32>, Reg<B32>, TileWindow) {
+    let shift = BLOCK_N.trailing_zeros();
+    let ceil_blocks = |b: &mut Builder, keys: Reg<B32>| {
+        let k = b.max_s32(keys, 0i32);
+        let k = b.add_u32(k, BLOCK_N - 1);
+        b.shr_u32(k, shift)
+    };
+    let diag = b.sub_s32(sk, sq);
+    let nk = ceil_blocks(b, sk);
+    // past the last row's right edge: m0 + block_m - 1 + diag + right + 1
+    let end = b.add_u32(m0, block_m);
+    let end = b.add_s32(end, diag);
+    let end = b.add_s32(end, w.right);
+    let hi = ceil_blocks(b, end);
+    let hi = b.min_u32(hi, nk);
+    // the first row's first key: m0 + diag - left
+    let first = b.add_s32(m0, diag);
+    let first = b.sub_s32(first, w.left);
+    let first = b.max_s32(first, 0i32);
+    let lo = b.shr_u32(first, shift);
+    let lo = b.min_u32(lo, hi);
+    let n = b.sub_u32(hi, lo);
+    // blocks wholly below the first row's right limit need no right-edge mask
+    let lim = b.add_u32(m0, 1u32);
+    let lim = b.add_s32(lim, diag);
+    let lim = b.add_s32(lim, w.right);
+    let lim = b.min_s32(lim, sk);
+    let lim = b.max_s32(lim, 0i32);
+    let clean = b.shr_u32(lim, shift);
+    let clean = b.min_u32(clean, hi);
+    let clean = b.max_u32(clean, lo);
+    let masked = b.sub_u32(hi, clean);
+    let one = b.min_u32(n, 1u32);
+    let n_masked = b.max_u32(masked, one);
+    // blocks that start before the last row's first key cross its left edge
+    let f_last = b.add_u32(m0, block_m - 1);
+    let f_last = b.add_s32(f_last, diag);
+    let f_last = b.sub_s32(f_last, w.left);
+    let left_hi = ceil_blocks(b, f_last);
+    let left_hi = b.min_u32(left_hi, hi);
+    let left_hi = b.max_u32(left_hi, lo);
+    let n_left = b.sub_u32(left_hi, lo);
+    (n, n_masked, TileWindow { lo, n_left })
 }

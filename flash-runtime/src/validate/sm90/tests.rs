@@ -163,6 +163,28 @@ fn windows_equal_to_none_or_causal_run_as_those() {
     }
 }
 
+/// Any other window runs the window's kernel, its bounds as the kernel takes them (-1 as
+/// `u32::MAX`).
+#[test]
+fn sliding_windows_run_the_local_kernel() {
+    for (left, right, want) in [
+        (4095, 0, (4095, 0)),
+        (-1, 7, (u32::MAX, 7)),
+        (0, 0, (0, 0)),
+        (256, -1, (256, u32::MAX)),
+    ] {
+        let mut a = bf16_128();
+        a.params = AttnParams::new().with_mask(Mask::Window { left, right });
+        let call = sm90_fwd_call(&a, H100).expect("eligible");
+        assert_eq!(
+            call.variant.name(),
+            "fa3_fwd_d128_bf16_local_ovl_pp_m128_dyn_sm90a"
+        );
+        assert!(!call.shape.causal && call.variant.window);
+        assert_eq!(call.shape.window, Some(want), "({left}, {right})");
+    }
+}
+
 #[test]
 fn a_custom_scale_is_passed_on() {
     let mut a = bf16_128();
@@ -273,11 +295,9 @@ fn modifiers_the_kernel_lacks_refuse() {
     });
     assert_refuses(&a, H100, "ALiBi: the sm_90a forward has no ALiBi");
 
-    for (left, right) in [(4095, 0), (-1, 7), (0, 0), (-2, 0)] {
-        let mut a = bf16_128();
-        a.params = AttnParams::new().with_mask(Mask::Window { left, right });
-        assert_refuses(&a, H100, "the sliding window Window");
-    }
+    let mut a = bf16_128();
+    a.params = AttnParams::new().with_mask(Mask::Window { left: -2, right: 0 });
+    assert_refuses(&a, H100, "each bound must be -1 (unbounded)");
 
     for s in [f32::NAN, -1.0, 0.0, f32::INFINITY] {
         let mut a = bf16_128();
