@@ -217,6 +217,13 @@ class Manifest:
 
     def launch(self, k, tensors, sizes, scalars):
         """The tensor maps of q, k, v, then every parameter by name, then the launch."""
+        run, maps = self.prepare(k, tensors, sizes, scalars)
+        run()
+        return maps  # keep them alive until the launch has been enqueued
+
+    def prepare(self, k, tensors, sizes, scalars):
+        """The launch of `k` on these tensors and scalars, its tensor maps encoded once:
+        (a function that enqueues it, the maps and arguments it holds)."""
         names = dict(sizes, **k["tiles"], multiprocessors=self.drv.multiprocessors)
         for t in ("q", "k", "v"):
             for dim, suffix in enumerate(("batch_stride", "row_stride", "head_stride")):
@@ -249,9 +256,8 @@ class Manifest:
             else:
                 raise SystemExit(f"the manifest names a parameter this script does not know: `{p['name']}`")
         grid = tuple(evaluate(g, names) for g in k["launch"]["grid"])
-        self.drv.launch(self.function(k), grid, tuple(k["launch"]["block"]),
-                        k["launch"]["dynamic_smem_bytes"], args)
-        return maps  # keep them alive until the launch has been enqueued
+        fn, block, smem = self.function(k), tuple(k["launch"]["block"]), k["launch"]["dynamic_smem_bytes"]
+        return (lambda: self.drv.launch(fn, grid, block, smem, args)), (maps, args)
 
 
 def guarded(shape, dtype, pad=0):
