@@ -215,21 +215,17 @@ impl Sched {
     ) -> Tile {
         let m0 = b.mul_lo_u32(x, self.block_m);
         let kv_head = b.div_u32(head, self.group);
-        if let Some(w) = self.window {
-            let (n_blocks, n_masked, win) =
-                window_blocks(b, w, (m0, self.block_m), self.sq, self.sk);
-            return Tile {
-                m0,
-                head,
-                kv_head,
-                batch,
-                n_blocks,
-                n_masked,
-                window: Some(win),
-            };
-        }
-        let n_blocks = key_blocks(b, self.causal, (m0, self.block_m), self.sq, self.sk);
-        let n_masked = masked_blocks(b, self.causal, (m0, n_blocks), self.sq, self.sk);
+        let (n_blocks, n_masked, window) = match self.window {
+            Some(w) => {
+                let (n, masked, win) = window_blocks(b, w, (m0, self.block_m), self.sq, self.sk);
+                (n, masked, Some(win))
+            }
+            None => {
+                let n = key_blocks(b, self.causal, (m0, self.block_m), self.sq, self.sk);
+                let masked = masked_blocks(b, self.causal, (m0, n), self.sq, self.sk);
+                (n, masked, None)
+            }
+        };
         Tile {
             m0,
             head,
@@ -237,7 +233,7 @@ impl Sched {
             batch,
             n_blocks,
             n_masked,
-            window: None,
+            window,
         }
     }
 }

@@ -11,6 +11,7 @@ mod fwd_dynamic;
 mod fwd_epilogue;
 mod fwd_producer;
 mod fwd_sched;
+mod fwd_variant;
 pub mod probe;
 
 use crate::ptx::{AnyReg, B32, B64, Builder, F32, Param, ParamTy, Reg, Ty};
