@@ -119,6 +119,16 @@ fn rows() -> Vec<Row> {
     }
 }
 
+/// The query rows per CTA of an sm_90a forward named `name` (`..._m{rows}_...`), `None` for
+/// another kernel.
+fn sm90_block_m(name: &str) -> Option<usize> {
+    if !name.starts_with("fa3_") {
+        return None;
+    }
+    name.split('_')
+        .find_map(|p| p.strip_prefix('m')?.parse().ok())
+}
+
 /// (unmasked pairs, visited blocks' pairs) of one head of an n x n problem under `window`
 /// (`None`: causal; `causal` false: every pair), for tiles `bm x bn`.
 fn work(n: usize, causal: bool, window: Option<usize>, (bm, bn): (usize, usize)) -> (f64, f64) {
@@ -244,8 +254,22 @@ fn main() -> Result<(), Box<dyn Error>> {
                 },
                 false => row.spec(),
             };
+            // the kernel the forward runs (`forward_into`'s choice: the sm_90a one on
+            // H100/H200) and its tiles, for the visited blocks
+            let name = match bwd {
+                true => spec.name(),
+                false => {
+                    let view = |x| Tensor4::contiguous(x, shape);
+                    let p = row.params(&slopes);
+                    let chosen = rt.forward_kernel_name(&s, &view(&q), &view(&k), &view(&v), &p)?;
+                    chosen.unwrap_or_else(|| spec.name())
+                }
+            };
             let t = spec.tiles();
-            let tiles = (t.block_m() as usize, t.block_n() as usize);
+            let tiles = match sm90_block_m(&name) {
+                Some(bm) => (bm, flash_codegen::kernels::sm90::fwd::BLOCK_N as usize),
+                None => (t.block_m() as usize, t.block_n() as usize),
+            };
             let (pairs, visited) = work(n, row.causal, row.window, tiles);
             let visited = if bwd && row.causal {
                 work_bwd(n, row.window, tiles)
@@ -258,7 +282,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             let (tf_work, tf_visited) = (tf(pairs), tf(visited));
             let mut line = json!({"n": n, "pass": if bwd { "bwd" } else { "fwd" },
                 "row": row.label, "window": row.window,
-                "softcap": row.softcap, "alibi": row.alibi, "kernel": spec.name(), "ms": ms,
+                "softcap": row.softcap, "alibi": row.alibi, "kernel": name, "ms": ms,
                 "round_ms": times[wi], "tflops_unmasked": tf_work,
                 "tflops_visited": tf_visited, "sleep_short": timer.sleep_short});
             match row.twin.and_then(|t| plain.get(t)) {

@@ -18,7 +18,7 @@ fn entries() -> Vec<(fwd::Variant, Sm90aKernel)> {
     let vars = sm90a::shipping();
     let json = manifest::manifest_with_sm90a(&[], &vars, &Tuning::NONE).to_json();
     let m = manifest::Manifest::from_json(&json).expect("the manifest reads back");
-    assert_eq!(m.sm90a.kernels.len(), 8);
+    assert_eq!(m.sm90a.kernels.len(), 12);
     vars.into_iter().zip(m.sm90a.kernels).collect()
 }
 
@@ -99,7 +99,7 @@ fn every_entry_has_its_ptx_entrys_parameters() {
         assert!(ptx.contains(&format!(".version {}\n", k.ptx_version)));
         assert_eq!(k.launch.block, [var.threads(), 1, 1]);
         assert_eq!(k.launch.dynamic_smem_bytes, var.smem_bytes());
-        let mask = if var.causal { Mask::Causal } else { Mask::None };
+        let mask = var.mask();
         assert_eq!(
             (k.variant.dtype, k.variant.head_dim, k.variant.mask),
             (var.dtype, var.head_dim, mask)
