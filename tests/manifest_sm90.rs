@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use flash_codegen::kernels::sm90::fwd;
 use flash_codegen::manifest::sm90a::{self, Sm90aKernel, maps};
-use flash_codegen::{DType, Mask, Tuning, manifest};
+use flash_codegen::{DType, Tuning, manifest};
 use flash_runtime::tensor_map::{TensorMapLayout, TmaSwizzle};
 use flash_runtime::{FlashError, tensor::contiguous_strides};
 

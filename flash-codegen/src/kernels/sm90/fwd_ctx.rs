@@ -2,7 +2,6 @@
 //! sizes, the shared-memory layout, the mbarrier offsets, and the CTA's context with the
 //! stage and barrier arithmetic of the K/V rings.
 
-use super::fwd_sched::TileWindow;
 use crate::ptx::{Addr, B32, Builder, Reg};
 
 /// Keys per block.
@@ -138,6 +137,15 @@ impl QSlot {
     pub(super) fn bar(&self, base: i32) -> Addr {
         Addr::Shared(self.bars, base)
     }
+}
+
+/// A tile's key blocks under a sliding window (`fwd_sched::window_blocks`): they start at `lo`
+/// (the first row's first key's block), not at 0, and the last `n_left` visited (the
+/// lowest blocks) cross some row's left edge.
+#[derive(Clone, Copy)]
+pub(super) struct TileWindow {
+    pub(super) lo: Reg<B32>,
+    pub(super) n_left: Reg<B32>,
 }
 
 /// What both roles share about one tile.

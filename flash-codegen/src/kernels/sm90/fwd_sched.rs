@@ -7,7 +7,7 @@
 //! per head, 132 SMs and d64 causal 2K: 11, every CTA would take the same query block of
 //! each head); or tiles claimed from a counter (`fwd_dynamic`).
 
-use super::fwd_ctx::{BLOCK_N, Layout, Q_EMPTY, QSlot};
+use super::fwd_ctx::{BLOCK_N, Layout, Q_EMPTY, QSlot, TileWindow};
 use crate::kernels::mask::Window;
 use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
 
@@ -51,15 +51,6 @@ pub(super) struct Tile {
     pub(super) n_masked: Reg<B32>,
     /// Under a sliding window: where its key blocks start and which need the left edge.
     pub(super) window: Option<TileWindow>,
-}
-
-/// A tile's key blocks under a sliding window ([`window_blocks`]): they start at `lo`
-/// (the first row's first key's block), not at 0, and the last `n_left` visited (the
-/// lowest blocks) cross some row's left edge.
-#[derive(Clone, Copy)]
-pub(super) struct TileWindow {
-    pub(super) lo: Reg<B32>,
-    pub(super) n_left: Reg<B32>,
 }
 
 /// Where a tile's work sits in the CTA's sequence: the tiles before it (`j`, the parity of
