@@ -6,6 +6,8 @@
 //!
 //! Env: BENCH_OUT (JSON path, default bench_fwd.json), BENCH_D, BENCH_SEQ (comma lists),
 //! BENCH_DTYPE (bf16,f16), BENCH_CAUSAL (0,1), BENCH_ITERS (default 20), BENCH_FLUSH=0,
+//! BENCH_GROUP (query heads per KV head, default 1: GQA rows, k and v with heads / group
+//! heads),
 //! BENCH_PATH (sm80, the default: `forward_into` forced to the sm_80 kernels; auto:
 //! `forward_into`'s own choice, sm_90a on Hopper where it applies; sm90: the sm_90a forward,
 //! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
@@ -33,6 +35,7 @@ struct Row {
     n: usize,
     b: usize,
     h: usize,
+    hk: usize,
     ms_median: f64,
     ms_min: f64,
     tflops: f64,
@@ -45,7 +48,7 @@ impl Row {
     fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "backend": "flash_ptx", "dtype": self.dtype, "d": self.d, "causal": self.causal,
-            "n": self.n, "b": self.b, "h": self.h, "fwd_ms": self.ms_median,
+            "n": self.n, "b": self.b, "h": self.h, "hk": self.hk, "fwd_ms": self.ms_median,
             "fwd_ms_min": self.ms_min, "fwd_tflops": self.tflops, "error": self.error,
             "kernel": self.kernel,
             "path": std::env::var("BENCH_PATH").unwrap_or_else(|_| "sm80".into()),
@@ -91,13 +94,14 @@ fn time_row<T: Element>(
     flush: &mut Flush,
 ) -> Result<(f64, f64, String), Box<dyn Error>> {
     let (b, h) = (TOKENS / n, HIDDEN / d);
-    let shape = [b, n, h, d];
+    let hk = h / group();
+    let (shape, kv_shape) = ([b, n, h, d], [b, n, hk, d]);
     stream.memcpy_dtod(&bu.nan, &mut bu.o)?; // poison: every launch must overwrite o
     let params = attn_params(causal);
     let (q, k, v) = (
         Tensor4::contiguous(&bu.q, shape),
-        Tensor4::contiguous(&bu.k, shape),
-        Tensor4::contiguous(&bu.v, shape),
+        Tensor4::contiguous(&bu.k, kv_shape),
+        Tensor4::contiguous(&bu.v, kv_shape),
     );
     let ctx = rt.context();
     let (start, end) = (
@@ -115,7 +119,7 @@ fn time_row<T: Element>(
                 seqlen_q: n,
                 seqlen_k: n,
                 heads: h,
-                heads_k: h,
+                heads_k: hk,
                 head_dim: d,
                 causal,
                 window: None,
@@ -193,14 +197,16 @@ fn sweep<T: Element>(
                     n,
                     b,
                     h,
+                    hk: h / group(),
                     ms_median: f64::NAN,
                     ms_min: f64::NAN,
                     tflops: f64::NAN,
                     kernel: String::new(),
                     error: None,
                 };
-                if n == 0 || d == 0 || TOKENS % n != 0 || HIDDEN % d != 0 {
-                    row.error = Some("seqlen must divide 16384 and d must divide 2048".into());
+                if n == 0 || d == 0 || TOKENS % n != 0 || HIDDEN % d != 0 || h % group() != 0 {
+                    row.error =
+                        Some("seqlen must divide 16384, d 2048 and BENCH_GROUP the heads".into());
                 } else {
                     match time_row(rt, stream, &mut bu, d, n, causal, sw.iters, flush) {
                         Ok((med, min, kernel)) => {
@@ -267,6 +273,15 @@ fn sm90_chained() -> bool {
 /// turns to issue.
 fn sm90_pingpong() -> bool {
     bench_path_in(&["sm90pp", "sm90pers", "sm90dyn", "sm90chain"])
+}
+
+/// BENCH_GROUP: query heads per KV head (GQA; default 1, at least 1).
+fn group() -> usize {
+    std::env::var("BENCH_GROUP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1usize)
+        .max(1)
 }
 
 /// BENCH_SM90_WGS: consumer warpgroups (default: the kernel's choice per head dim).

@@ -12,7 +12,8 @@ bench_compare.json).
 Without our JSON it still times the peers on the default sweep (filters: BENCH_D,
 BENCH_SEQ, BENCH_DTYPE, BENCH_CAUSAL, as for bench_fwd). BENCH_FLEX=1 adds PyTorch's
 FlexAttention (torch.compile'd, a causal block mask when causal; it compiles once per
-shape) as a third peer, printed as ours/flex.
+shape) as a third peer, printed as ours/flex. Rows with `hk` below `h` (bench_fwd's
+BENCH_GROUP) are GQA: k and v with hk heads, the peers called with enable_gqa=True.
 """
 import json
 import math
@@ -52,8 +53,10 @@ def default_rows():
         for d in env_list("BENCH_D", [64, 128, 256]):
             for causal in env_list("BENCH_CAUSAL", [0, 1]):
                 for n in env_list("BENCH_SEQ", [512, 1024, 2048, 4096, 8192, 16384]):
+                    h = HIDDEN // d
                     rows.append({"dtype": dt, "d": d, "causal": bool(causal), "n": n,
-                                 "b": TOKENS // n, "h": HIDDEN // d})
+                                 "b": TOKENS // n, "h": h,
+                                 "hk": h // int(os.environ.get("BENCH_GROUP", "1"))})
     return rows
 
 
@@ -67,21 +70,24 @@ def flex_fn(n, causal):
     bm = None
     if causal:
         bm = create_block_mask(lambda b, h, qi, ki: qi >= ki, None, None, n, n, device="cuda")
-    return lambda q, k, v: _FLEX["fn"](q, k, v, block_mask=bm)
+    return lambda q, k, v, gqa: _FLEX["fn"](q, k, v, block_mask=bm, enable_gqa=gqa)
 
 
-def time_peer(backend, dtype, b, h, n, d, causal):
-    q, k, v = (torch.randn(b, h, n, d, device="cuda", dtype=dtype) for _ in range(3))
+def time_peer(backend, dtype, b, h, n, d, causal, hk=None):
+    hk = h if hk is None else hk
+    gqa = hk != h
+    q = torch.randn(b, h, n, d, device="cuda", dtype=dtype)
+    k, v = (torch.randn(b, hk, n, d, device="cuda", dtype=dtype) for _ in range(2))
 
     if backend == "flex":
         f = flex_fn(n, causal)
 
         def run():
-            return f(q, k, v)
+            return f(q, k, v, gqa)
     else:
         def run():
             with sdpa_kernel([backend]):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa)
 
     with torch.no_grad():
         run()  # raises if the backend cannot take this shape
@@ -109,7 +115,7 @@ def main():
         for name, backend in PEERS.items():
             try:
                 ms = time_peer(backend, DTYPES[r["dtype"]], r["b"], r["h"], r["n"], r["d"],
-                               r["causal"])
+                               r["causal"], r.get("hk"))
                 r[f"{name}_ms"], r[f"{name}_tflops"] = ms, ff / ms / 1e9
             except Exception as e:  # noqa: BLE001 - record and go on
                 r[f"{name}_error"] = repr(e)[:160]
@@ -121,7 +127,8 @@ def main():
         r["ours_over_flex"] = ratio(ours_tf, r.get("flex_tflops"))
         flex_col = (f"  flex {fmt(r.get('flex_tflops')):>7}  ours/flex {fmt(r['ours_over_flex']):>5}"
                     if "flex" in PEERS else "")
-        print(f"{r['dtype']:5} d={r['d']:3} causal={int(r['causal'])} n={r['n']:5}  "
+        gqa = f" hk={r['hk']}" if r.get("hk", r["h"]) != r["h"] else ""
+        print(f"{r['dtype']:5} d={r['d']:3} causal={int(r['causal'])} n={r['n']:5}{gqa}  "
               f"ours {fmt(ours_tf):>7}  flash {fmt(r.get('sdpa_flash_tflops')):>7}  "
               f"cudnn {fmt(r.get('sdpa_cudnn_tflops')):>7} TFLOP/s   "
               f"ours/flash {fmt(r['ours_over_flash']):>5}  ours/cudnn {fmt(r['ours_over_cudnn']):>5}"
