@@ -123,6 +123,7 @@ fn time_row<T: Element>(
                 head_dim: d,
                 causal,
                 window: None,
+                scores: flash_codegen::Scores::Plain,
                 overlap: sm90_overlap(),
                 pingpong: sm90_pingpong(),
                 consumers: sm90_consumers(),

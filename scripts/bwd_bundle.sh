@@ -17,7 +17,7 @@
 # base=sm90dyn:::bench_fwd_base" after BUNDLE_REVS="base=main").
 set -eu
 cd "$(dirname "$0")/.."
-TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90 gpu_fwd_select gpu_fwd gpu_embed_sm90 gpu_streams})
+TESTS=(${BUNDLE_TESTS:-gpu_bwd gpu_varlen gpu_window_bwd gpu_alibi gpu_probe_sm90 gpu_fwd_sm90 gpu_fwd_select gpu_fwd gpu_embed_sm90 gpu_streams gpu_fwd_sm90_scores})
 # BUNDLE_EXAMPLES="bench_window ...": more examples beside bench_bwd and bench_fwd
 EXAMPLES=(bench_bwd bench_fwd ${BUNDLE_EXAMPLES:-})
 ex_args=(); for e in "${EXAMPLES[@]}"; do ex_args+=(--example "$e"); done

@@ -8,6 +8,7 @@
 # 1. tests/gpu_probe_sm90 (TMA, mbarrier, wgmma, stmatrix against host references);
 # 2. tests/gpu_fwd_sm90 (the first sm_90a forward against the float64 reference, the debug
 #    build with bounded waits first);
+#    tests/gpu_fwd_sm90_scores where bundled (softcap and ALiBi, not yet routed);
 # 3. tests/gpu_fwd_select (forward_into's choice of the sm_90a kernel, ForwardArch),
 #    tests/gpu_embed_sm90 (flash_kernel!'s embedded sm_90a kernels),
 #    scripts/manifest_sm90.py on target/gb/ptx-sm90a (a launch from the manifest alone)
@@ -56,6 +57,12 @@ else
   echo "gpu_fwd_sm90 rc=$fwd (${SECONDS}s)"
   grep -E "FAIL|NOTICE|test result|panicked|timed out|mbarrier|failures" "$OUT/fwd.log" | tail -12
   pack
+  if [ -x tests/gpu_fwd_sm90_scores ]; then
+    timeout "$(left 200)" tests/gpu_fwd_sm90_scores --nocapture > "$OUT/scores.log" 2>&1
+    echo "gpu_fwd_sm90_scores rc=$? (${SECONDS}s)"
+    grep -E "FAIL|test result|panicked|timed out|mbarrier|failures" "$OUT/scores.log" | tail -8
+    pack
+  fi
   timeout "$(left 120)" tests/gpu_fwd_select --nocapture > "$OUT/select.log" 2>&1
   echo "gpu_fwd_select rc=$? (${SECONDS}s)"
   grep -E "FAIL|NOTICE|test result|panicked|failures" "$OUT/select.log" | tail -8

@@ -136,6 +136,7 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
         head_dim: 64,
         causal: false,
         window: None,
+        scores: flash_codegen::Scores::Plain,
         overlap: true,
         pingpong: true,
         consumers: None,

@@ -207,6 +207,7 @@ fn sm90_forward_matches_f64_reference() {
                     head_dim: d,
                     causal,
                     window,
+                    scores: flash_codegen::Scores::Plain,
                     overlap,
                     pingpong,
                     consumers: Some(consumers),

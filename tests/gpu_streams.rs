@@ -36,6 +36,7 @@ fn shape(batch: usize, seqlen: usize, heads: usize, causal: bool) -> Sm90FwdShap
         head_dim: 64,
         causal,
         window: None,
+        scores: flash_codegen::Scores::Plain,
         overlap: true,
         pingpong: true,
         consumers: None,

@@ -126,6 +126,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         head_dim,
         causal,
         window,
+        scores,
         overlap,
         pingpong,
         consumers,
@@ -138,6 +139,11 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         DType::F16 => quote!(F16),
         DType::Bf16 => quote!(Bf16),
     };
+    let scores = match scores {
+        Scores::Plain => quote!(Plain),
+        Scores::Softcap => quote!(Softcap),
+        Scores::Alibi => quote!(Alibi),
+    };
     let (head_dim, consumers) = (
         Literal::u32_suffixed(head_dim),
         Literal::u32_suffixed(consumers),
@@ -148,6 +154,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
             head_dim: #head_dim,
             causal: #causal,
             window: #window,
+            scores: #cg::Scores::#scores,
             overlap: #overlap,
             pingpong: #pingpong,
             consumers: #consumers,

@@ -9,14 +9,14 @@ use std::sync::Arc;
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
-use flash_codegen::DType;
 use flash_codegen::kernels::sm90::fwd;
+use flash_codegen::{DType, Scores};
 
 use crate::attention::{FlashAttention, capturing, lock};
 use crate::error::{FlashError, Result};
 use crate::tensor::Element;
 use crate::tensor_map::{TensorMap, TensorMapLayout};
-use crate::validate::{Sm90FwdCall, Sm90Out, TmaSource};
+use crate::validate::{Sm90FwdCall, Sm90Out, Sm90ScoreArgs, TmaSource};
 
 /// The problem of [`FlashAttention::launch_fwd_sm90`]: q, o `[batch, seqlen_q, heads,
 /// head_dim]`, k, v `[batch, seqlen_k, heads_k, head_dim]`, all contiguous there (a
@@ -42,6 +42,9 @@ pub struct Sm90FwdShape {
     /// i + seqlen_k - seqlen_q - left ..= i + seqlen_k - seqlen_q + right, `u32::MAX`
     /// unbounded (`AttnParams`' -1).
     pub window: Option<(u32, u32)>,
+    /// The score transform (`fwd::Variant::scores`; its values are
+    /// [`FlashAttention::launch_fwd_sm90_scored`]'s).
+    pub scores: Scores,
     /// FA3's intra-warpgroup overlap (`fwd::Variant::overlap`).
     pub overlap: bool,
     /// The consumers take turns to issue their products (`fwd::Variant::pingpong`).
@@ -90,6 +93,45 @@ impl FlashAttention {
         o: &mut CudaSlice<T>,
         lse: Option<&mut CudaSlice<f32>>,
     ) -> Result<()> {
+        self.launch_fwd_sm90_scored(stream, sh, (q, k, v), o, lse, (None, None))
+    }
+
+    /// [`FlashAttention::launch_fwd_sm90`] with `sh.scores`' values: a softcap's cap
+    /// (finite, > 0) for `Scores::Softcap`, ALiBi's slopes (`[heads]`, or `[batch, heads]`
+    /// with the flag) for `Scores::Alibi`, neither for plain scores.
+    #[doc(hidden)]
+    #[allow(clippy::type_complexity)]
+    pub fn launch_fwd_sm90_scored<T: Element>(
+        &self,
+        stream: &Arc<CudaStream>,
+        sh: Sm90FwdShape,
+        (q, k, v): (&CudaSlice<T>, &CudaSlice<T>, &CudaSlice<T>),
+        o: &mut CudaSlice<T>,
+        lse: Option<&mut CudaSlice<f32>>,
+        (softcap, alibi): (Option<f32>, Option<(&CudaSlice<f32>, bool)>),
+    ) -> Result<()> {
+        let bad = |why: String| Err(FlashError::InvalidParam(format!("{sh:?}: {why}")));
+        match (sh.scores, softcap, alibi) {
+            (Scores::Plain, None, None) => {}
+            (Scores::Softcap, Some(c), None) if c.is_finite() && c > 0.0 => {}
+            (Scores::Alibi, None, Some((s, per_batch))) => {
+                self.check_ctx("alibi slopes", s.stream().context())?;
+                let need = sh.heads * if per_batch { sh.batch } else { 1 };
+                if s.len() < need {
+                    return bad(format!("{} ALiBi slopes, need {need}", s.len()));
+                }
+                if sh.window.is_some() {
+                    return bad("ALiBi takes no window".into());
+                }
+            }
+            _ => {
+                return bad(format!(
+                    "scores {:?} with softcap {softcap:?} and slopes {}",
+                    sh.scores,
+                    alibi.is_some()
+                ));
+            }
+        }
         self.check_ctx("stream", stream.context())?;
         self.check_ctx("q", q.stream().context())?;
         self.check_ctx("k", k.stream().context())?;
@@ -165,6 +207,18 @@ impl FlashAttention {
             }
             None => (0, None),
         };
+        let (slopes, _s) = match alibi {
+            Some((s, per_batch)) => {
+                let (p, g) = s.device_ptr(stream);
+                (Some((p, if per_batch { u(h)? } else { 0 })), Some(g))
+            }
+            None => (None, None),
+        };
+        let scores = Sm90ScoreArgs {
+            softcap: softcap.unwrap_or(0.0),
+            slopes: slopes.map_or(0, |s| s.0),
+            slopes_batch_stride: slopes.map_or(0, |s| s.1),
+        };
         let (q_st, kv_st) = ([sq * h * d, h * d, d], [sk * hk * d, hk * d, d]);
         let call = Sm90FwdCall {
             variant,
@@ -189,12 +243,14 @@ impl FlashAttention {
             },
             lse: lp,
             scale_log2: std::f32::consts::LOG2_E / (d as f32).sqrt(),
+            scores,
         };
         // SAFETY: the contract of `launch_sm90_call`: the pointers come from live cudarc
         // buffers of this context (checked above), each holding the contiguous tensor its
         // strides describe (lengths checked above: q, o `b * sq * h * d`, k, v
-        // `b * sk * hk * d`, lse `b * h * sq`); q, k, v are only read, o and lse are
-        // borrowed mutably; the guards outlive the launch.
+        // `b * sk * hk * d`, lse `b * h * sq`, ALiBi's slopes `h` or `b * h`); q, k, v and
+        // the slopes are only read, o and lse are borrowed mutably; the guards outlive the
+        // launch.
         unsafe { self.launch_sm90_call(stream, &call) }
     }
 
@@ -208,7 +264,8 @@ impl FlashAttention {
     /// Every pointer of `call` must be a device address of this runtime's context, of a
     /// buffer that holds every element its shape and strides address (q, k, v read through
     /// their tensor maps; o at `batch * o.batch + head * o.head + row * o.row + col` for
-    /// the rows below `seqlen_q`; lse, unless 0, `batch * heads * seqlen_q` f32), with o's
+    /// the rows below `seqlen_q`; lse, unless 0, `batch * heads * seqlen_q` f32; an ALiBi
+    /// variant's slopes `heads` f32, times `batch` with a batch stride), with o's
     /// elements disjoint, and that stays alive and unaliased by other writers (o, lse)
     /// until the launch has run: what `validate::sm90_fwd_call` after `plan_fwd_on`, or
     /// [`FlashAttention::launch_fwd_sm90`]'s checks, prove of a call.
@@ -248,6 +305,16 @@ impl FlashAttention {
         let (left, right) = sh.window.unwrap_or((u32::MAX, u32::MAX));
         if var.window {
             lb.arg(&left).arg(&right);
+        }
+        let sc = &call.scores;
+        match var.scores {
+            Scores::Plain => {}
+            Scores::Softcap => {
+                lb.arg(&sc.softcap);
+            }
+            Scores::Alibi => {
+                lb.arg(&sc.slopes).arg(&sc.slopes_batch_stride);
+            }
         }
         // the dynamic scheduler's claim counter, a zeroed u32[2] that no launch running at
         // the same time uses: this stream's (launches on one stream run in its order, and
@@ -355,6 +422,7 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
         head_dim,
         causal: sh.causal,
         window: sh.window.is_some(),
+        scores: sh.scores,
         overlap: sh.overlap,
         pingpong: sh.pingpong,
         consumers,

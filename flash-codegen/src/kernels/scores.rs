@@ -11,7 +11,7 @@
 
 use super::params::Params;
 use crate::abi::{ALIBI_BATCH_STRIDE, ALIBI_SLOPES, SOFTCAP};
-use crate::ptx::{Addr, B32, Builder, F32, LdCache, Reg, Space, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, F32, LdCache, Reg, Space, Ty};
 use crate::spec::{KernelSpec, Scores};
 use crate::tile::acc::AccTile;
 
@@ -39,14 +39,20 @@ impl ScoreTransform {
             // (ALiBi's bias is [`AlibiBias`], added where the rows are known)
             Scores::Plain | Scores::Alibi => (None, scale_log2),
             Scores::Softcap => {
-                let cap = p.get(SOFTCAP);
-                // scale / cap = scale_log2 / (cap * log2 e)
-                let cap_log2 = b.mul_f32(cap, LOG2_E);
-                let inv = b.rcp(cap_log2);
-                let pre = b.mul_f32(scale_log2, inv);
-                (Some(ScoreTransform { pre }), cap_log2)
+                let (t, cap_log2) = Self::softcap(b, p.get(SOFTCAP), scale_log2);
+                (Some(t), cap_log2)
             }
         }
+    }
+
+    /// The softcap of cap `cap` (a register: any kernel's parameter), and the scale the
+    /// softmax applies after it, `cap * log2 e`.
+    pub fn softcap(b: &mut Builder, cap: Reg<F32>, scale_log2: Reg<F32>) -> (Self, Reg<F32>) {
+        // scale / cap = scale_log2 / (cap * log2 e)
+        let cap_log2 = b.mul_f32(cap, LOG2_E);
+        let inv = b.rcp(cap_log2);
+        let pre = b.mul_f32(scale_log2, inv);
+        (ScoreTransform { pre }, cap_log2)
     }
 
     /// Replaces each raw product of `s` by its transformed score (before the mask: a
@@ -167,15 +173,34 @@ enum BiasRows {
     },
 }
 
+/// Where the slopes are: the f32 buffer and its batch stride (0 for `[heads]`).
+#[derive(Clone, Copy, Debug)]
+pub struct Slopes {
+    /// The buffer's address (`alibi_slopes`).
+    pub ptr: Reg<B64>,
+    /// Slopes per batch entry (`alibi_batch_stride`).
+    pub batch_stride: Reg<B32>,
+}
+
+impl Slopes {
+    /// The sm_80 kernels' parameters `alibi_slopes` and `alibi_batch_stride`.
+    pub fn of(p: &Params) -> Self {
+        Slopes {
+            ptr: p.get(ALIBI_SLOPES),
+            batch_stride: p.get(ALIBI_BATCH_STRIDE),
+        }
+    }
+}
+
 /// The slope of `head` in `batch`, divided by the scale (`slope * log2 e / scale_log2`).
 fn scaled_slope(
     b: &mut Builder,
-    p: &Params,
+    slopes: Slopes,
     (batch, head): (Reg<B32>, Reg<B32>),
     scale_log2: Reg<F32>,
 ) -> Reg<F32> {
-    let base = b.cvta_global(p.get(ALIBI_SLOPES));
-    let at = b.mad_lo_u32(batch, p.get(ALIBI_BATCH_STRIDE), head);
+    let base = b.cvta_global(slopes.ptr);
+    let at = b.mad_lo_u32(batch, slopes.batch_stride, head);
     let addr = b.mad_wide_u32(at, 4u32, base);
     let [slope]: [Reg<F32>; 1] = b.ld(
         Space::Global,
@@ -202,8 +227,30 @@ impl AlibiBias {
         (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
     ) -> Option<Self> {
         (spec.scores == Scores::Alibi).then(|| {
+            Self::head(
+                b,
+                Slopes::of(p),
+                (batch, head),
+                scale_log2,
+                rows,
+                (seqlen_q, seqlen_k),
+            )
+        })
+    }
+
+    /// The bias of one head's rows: its slope `slopes[batch * batch_stride + head]`, read
+    /// once, and the rows' parts of the distance.
+    pub fn head(
+        b: &mut Builder,
+        slopes: Slopes,
+        (batch, head): (Reg<B32>, Reg<B32>),
+        scale_log2: Reg<F32>,
+        rows: TileRows,
+        (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
+    ) -> Self {
+        {
             b.comment("-- ALiBi: the head's slope, each row's diagonal --");
-            let slope = scaled_slope(b, p, (batch, head), scale_log2);
+            let slope = scaled_slope(b, slopes, (batch, head), scale_log2);
             let shift = b.sub_s32(seqlen_k, seqlen_q);
             // the row's diagonal, in column indices
             let diag0 = match rows.of {
@@ -216,7 +263,7 @@ impl AlibiBias {
             AlibiBias {
                 rows: BiasRows::Head { slope, rel0 },
             }
-        })
+        }
     }
 
     /// The bias of an [`Scores::Alibi`] split-KV kernel over packed GQA rows (`None` for
@@ -234,7 +281,7 @@ impl AlibiBias {
             b.comment("-- ALiBi: each packed row's head's slope and diagonal --");
             let shift = b.sub_s32(seqlen_k, seqlen_q);
             let slopes = (heads.iter())
-                .map(|&h| scaled_slope(b, p, (batch, h), scale_log2))
+                .map(|&h| scaled_slope(b, Slopes::of(p), (batch, h), scale_log2))
                 .collect();
             let rels = (positions.iter())
                 .map(|&pos| {

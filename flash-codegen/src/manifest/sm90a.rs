@@ -125,7 +125,7 @@ pub struct Sm90aTiles {
 
 /// The kernel's parameters in order, the tensor maps ([`fwd::MAPS`]) then the scalars
 /// ([`fwd::SCALARS`]), with the type the caller passes and what to pass.
-pub const PARAMS: [(&str, AbiTy, &str); 17] = [
+pub const PARAMS: [(&str, AbiTy, &str); 20] = [
     (
         "tm_q",
         AbiTy::TensorMap,
@@ -189,6 +189,21 @@ pub const PARAMS: [(&str, AbiTy, &str); 17] = [
         "window_right",
         AbiTy::U32,
         "sliding-window kernels (_local) only: keys after the diagonal a query sees, 4294967295 (-1 as u32) for unbounded",
+    ),
+    (
+        "softcap",
+        AbiTy::F32,
+        "softcap kernels (_softcap) only: the cap (finite, > 0): scores s = cap * tanh(s / cap) before the softmax",
+    ),
+    (
+        "alibi_slopes",
+        AbiTy::Ptr,
+        "ALiBi kernels (_alibi) only: device pointer to the f32 slopes, [heads] or [batch, heads], 4-byte aligned; the score of query i and key j gets -slope * |i + seqlen_k - seqlen_q - j|",
+    ),
+    (
+        "alibi_batch_stride",
+        AbiTy::U32,
+        "ALiBi kernels (_alibi) only: slopes per batch entry, 0 for [heads] or heads for [batch, heads]",
     ),
     (
         "tile_counter",

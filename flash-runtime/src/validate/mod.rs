@@ -35,7 +35,7 @@ pub use modifiers::AlibiDesc;
 pub(crate) use modifiers::check_alibi_kernels;
 pub use paged::PagedDesc;
 pub use sm90::{
-    SM90_MAX_SEQLEN, Sm90FwdCall, Sm90Out, Sm90Runtime, TmaSource, sm90_fwd_call,
+    SM90_MAX_SEQLEN, Sm90FwdCall, Sm90Out, Sm90Runtime, Sm90ScoreArgs, TmaSource, sm90_fwd_call,
     sm90_fwd_call_with,
 };
 pub use split_rule::{GpuFill, kvcache_splits, num_splits_for, num_splits_for_paged};

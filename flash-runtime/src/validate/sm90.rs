@@ -78,6 +78,20 @@ pub struct Sm90FwdCall {
     pub lse: u64,
     /// Softmax scale * log2(e), as the sm_80 plan computes it.
     pub scale_log2: f32,
+    /// The score transform's values (`shape.scores`).
+    pub scores: Sm90ScoreArgs,
+}
+
+/// The score transform's launch values (`fwd::Variant::scores`): the cap, or ALiBi's
+/// slopes; zeros for plain scores.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sm90ScoreArgs {
+    /// The softcap's cap (finite, > 0), for `Scores::Softcap`.
+    pub softcap: f32,
+    /// ALiBi's slopes (f32 device address, 4-byte aligned), for `Scores::Alibi`.
+    pub slopes: u64,
+    /// Slopes per batch entry: 0 for `[heads]`, heads for `[batch, heads]`.
+    pub slopes_batch_stride: u32,
 }
 
 /// Longest sequence (exclusive) the kernel's signed 32-bit TMA coordinates and block
@@ -178,6 +192,7 @@ pub fn sm90_fwd_call_with(
         head_dim: d,
         causal: ship.causal,
         window: a.params.window_params().filter(|_| ship.window),
+        scores: ship.scores,
         overlap: ship.overlap,
         pingpong: ship.pingpong,
         consumers: None,
@@ -213,6 +228,7 @@ pub fn sm90_fwd_call_with(
         o,
         lse: a.lse.map_or(0, |l| l.ptr),
         scale_log2,
+        scores: Sm90ScoreArgs::default(),
     })
 }
 
@@ -232,10 +248,18 @@ fn modifiers(p: &AttnParams, slopes: bool, d: usize) -> Result<(Mask, f32), Stri
         alibi,
     } = *p;
     if softcap.is_some() {
-        return Err("a softcap: the sm_90a forward has no softcap".into());
+        return Err(
+            "a softcap: the sm_90a forward does not take one yet (its softcap kernels \
+                    are built, not yet checked on a GPU)"
+                .into(),
+        );
     }
     if alibi.is_some() || slopes {
-        return Err("ALiBi: the sm_90a forward has no ALiBi".into());
+        return Err(
+            "ALiBi: the sm_90a forward does not take it yet (its ALiBi kernels are \
+                    built, not yet checked on a GPU)"
+                .into(),
+        );
     }
     if let crate::Mask::Window { left, right } = mask
         && (left < -1 || right < -1)

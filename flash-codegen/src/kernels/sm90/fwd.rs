@@ -29,7 +29,9 @@ use super::fwd_producer::drain;
 use super::fwd_sched::{Grid, Sched, Tile};
 use crate::kernels::half_fmt;
 use crate::kernels::mask::Window;
+use crate::kernels::scores::{ScoreTransform, Slopes};
 use crate::ptx::{B32, Builder, Cmp, Entry, LaunchBounds, Module, Reg, Special, Target, Ty};
+use crate::spec::Scores;
 
 /// Tensor-map parameters, in order.
 pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
@@ -39,9 +41,11 @@ pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
 /// (o's strides in elements), u64 `o_batch`, f32 `scale_log2` (softmax scale * log2 e),
 /// u32 `batch` (the batch size: the persistent kernel's tile count); a sliding window's
 /// kernels then u32 `window_left` and `window_right` (keys before and after the diagonal
-/// a query sees, `u32::MAX` unbounded); the dynamic scheduler's kernels last u64
+/// a query sees, `u32::MAX` unbounded); a softcap's kernels f32 `softcap` (the cap > 0);
+/// ALiBi's u64 `alibi_slopes` (f32 `[heads]` or `[batch, heads]`) and u32
+/// `alibi_batch_stride` (0 or heads); the dynamic scheduler's kernels last u64
 /// `tile_counter` (a zeroed global `u32[2]`, left zeroed): [`Variant::scalars`].
-pub const SCALARS: [(&str, Ty); 14] = [
+pub const SCALARS: [(&str, Ty); 17] = [
     ("o", Ty::U64),
     ("lse", Ty::U64),
     ("seqlen_q", Ty::U32),
@@ -55,6 +59,9 @@ pub const SCALARS: [(&str, Ty); 14] = [
     ("batch", Ty::U32),
     ("window_left", Ty::U32),
     ("window_right", Ty::U32),
+    ("softcap", Ty::F32),
+    ("alibi_slopes", Ty::U64),
+    ("alibi_batch_stride", Ty::U32),
     ("tile_counter", Ty::U64),
 ];
 
@@ -71,6 +78,7 @@ pub fn module(var: Variant) -> Module {
         head_dim: d,
         causal,
         window,
+        scores,
         overlap,
         pingpong,
         consumers,
@@ -117,6 +125,17 @@ pub fn module(var: Variant) -> Module {
     let win = window.then(|| Window {
         left: b.min_u32(ep.u32(at("window_left")), sk),
         right: b.min_u32(ep.u32(at("window_right")), sq),
+    });
+    let (transform, softmax_scale) = match scores {
+        Scores::Softcap => {
+            let (t, s) = ScoreTransform::softcap(&mut b, ep.f32(at("softcap")), scale_log2);
+            (Some(t), s)
+        }
+        Scores::Plain | Scores::Alibi => (None, scale_log2),
+    };
+    let slopes = (scores == Scores::Alibi).then(|| Slopes {
+        ptr: ep.u64(at("alibi_slopes")),
+        batch_stride: ep.u32(at("alibi_batch_stride")),
     });
 
     let tid = b.special(Special::TidX);
@@ -178,6 +197,9 @@ pub fn module(var: Variant) -> Module {
                 causal,
                 window: win,
                 scale_log2,
+                softmax_scale,
+                transform,
+                slopes,
                 sq,
                 sk,
             };

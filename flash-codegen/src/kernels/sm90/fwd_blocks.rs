@@ -206,6 +206,7 @@ impl Consumer {
             w.pass_turn(b);
             b.wgmma_wait(1);
             Self::release(b, w.lead, &at, K_EMPTY);
+            self.transform(b, (ctx, w), &mut s, i);
             if masked {
                 self.mask(b, (ctx, w), &mut s, i);
             }

@@ -100,7 +100,7 @@ impl Consumer {
         (tid, wg, turn): (Reg<B32>, Reg<B32>, Option<Turn>),
     ) {
         let o = AccTile::zeros(b, 1, sched.head_dim);
-        let softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
+        let softmax = OnlineSoftmax::new(b, o.rows(), self.softmax_scale);
         let p = self.p_regs(b);
         let rec = b.mad_lo_u32(tid, RECORD_BYTES, smem);
         let rec = b.add_u32(rec, lay.bytes());
@@ -195,6 +195,7 @@ impl Consumer {
         w.pass_turn(b);
         b.wgmma_wait(1);
         Self::release(b, w.lead, &at, K_EMPTY);
+        self.transform(b, (ctx, w), &mut s, zero);
         self.mask(b, (ctx, w), &mut s, zero);
         let fin = ch.softmax.finals(b);
         ch.softmax.reset(b);

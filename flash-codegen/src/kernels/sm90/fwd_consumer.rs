@@ -6,6 +6,7 @@ use super::fwd_ctx::{
     BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_FULL, WG_ROWS,
 };
 use crate::kernels::mask::Window;
+use crate::kernels::scores::{AlibiBias, RowsOf, ScoreTransform, Slopes, TileRows};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg, Special};
@@ -20,6 +21,12 @@ pub(super) struct Consumer {
     /// A sliding window's bounds (clamped: `left <= sk`, `right <= sq`).
     pub(super) window: Option<Window>,
     pub(super) scale_log2: Reg<F32>,
+    /// The scale the softmax applies (`scale_log2`, or `cap * log2 e` under a softcap).
+    pub(super) softmax_scale: Reg<F32>,
+    /// A softcap's transform of the raw products (before the mask).
+    pub(super) transform: Option<ScoreTransform>,
+    /// ALiBi's slopes (the bias is added per tile's head, before the mask).
+    pub(super) slopes: Option<Slopes>,
     pub(super) sq: Reg<B32>,
     pub(super) sk: Reg<B32>,
 }
@@ -41,6 +48,8 @@ pub(super) struct Wg {
     turn: Option<Turn>,
     /// The tile's Q slot's Q empty barrier.
     q_empty: Addr,
+    /// ALiBi's bias on this thread's rows of the tile's head.
+    alibi: Option<AlibiBias>,
 }
 
 /// FA3's scheduler barrier: consumer `c` waits at named barrier `ISSUE_BAR + c` (with the
@@ -84,7 +93,7 @@ impl Consumer {
     ) -> (AccTile, Vec<Reg<F32>>, Wg) {
         let w = self.setup(b, ctx, (tid, wg, m0), (turn, j));
         let mut o = AccTile::zeros(b, 1, ctx.d);
-        let mut softmax = OnlineSoftmax::new(b, o.rows(), self.scale_log2);
+        let mut softmax = OnlineSoftmax::new(b, o.rows(), self.softmax_scale);
         if overlap {
             self.blocks_overlapped(b, ctx, &w, &mut softmax, &mut o);
         } else {
@@ -155,6 +164,17 @@ impl Consumer {
         let q_rows = b.mad_lo_u32(cw, WG_ROWS * ROW_BYTES, slot.smem);
         let q0 = q.emit(b, q_rows);
         let diag = b.sub_s32(self.sk, self.sq);
+        let alibi = self.slopes.map(|slopes| {
+            let base = b.mov(0u32);
+            let rows = TileRows {
+                base,
+                row0: row,
+                t2,
+                of: RowsOf::Queries,
+            };
+            let at = (ctx.batch, ctx.head);
+            AlibiBias::head(b, slopes, at, self.scale_log2, rows, (self.sq, self.sk))
+        });
         Wg {
             wg_row,
             row,
@@ -167,6 +187,7 @@ impl Consumer {
             diag,
             turn,
             q_empty: slot.bar(Q_EMPTY),
+            alibi,
         }
     }
 
@@ -217,6 +238,24 @@ impl Consumer {
     /// `base` (K or V empty).
     pub(super) fn release(b: &mut Builder, lead: Reg<Pred>, at: &Stage, base: i32) {
         b.when(lead, false, |b| b.mbarrier_arrive(at.bar(base)));
+    }
+
+    /// The score transform of the block visited `i`-th, once its S has landed: a
+    /// softcap's tanh, ALiBi's bias (before any mask: a masked score stays -inf).
+    pub(super) fn transform(
+        &self,
+        b: &mut Builder,
+        (ctx, w): (&Ctx, &Wg),
+        s: &mut AccTile,
+        i: Reg<B32>,
+    ) {
+        if let Some(t) = &self.transform {
+            t.apply(b, s);
+        }
+        if let Some(a) = &w.alibi {
+            let n0 = ctx.key_row(b, i);
+            a.apply(b, s, n0);
+        }
     }
 
     /// Keys past the end, and past each row's diagonal (bottom-right) or outside its
@@ -276,6 +315,7 @@ impl Consumer {
         w.pass_turn(b);
         b.wgmma_wait(0);
         Self::release(b, w.lead, at, K_EMPTY);
+        self.transform(b, (ctx, w), &mut s, i);
         self.mask(b, (ctx, w), &mut s, i);
         s
     }

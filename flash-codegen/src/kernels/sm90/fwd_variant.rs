@@ -6,7 +6,7 @@ use super::fwd_chain::RECORD_BYTES;
 use super::fwd_ctx::{Layout, WG_ROWS};
 use super::fwd_sched::Grid;
 use crate::ptx::Ty;
-use crate::spec::{DType, Mask};
+use crate::spec::{DType, Mask, Scores};
 
 /// One variant of the forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,6 +21,9 @@ pub struct Variant {
     /// i + sk - sq + right, the bounds runtime parameters; key blocks wholly outside a
     /// tile's windows are not visited.
     pub window: bool,
+    /// The score transform between S and the mask: none, a softcap (`softcap`), ALiBi's
+    /// bias (`alibi_slopes`; not with a window).
+    pub scores: Scores,
     /// FA3's intra-warpgroup overlap (S of the next block beside P V of this one).
     pub overlap: bool,
     /// FA3's scheduler barrier: the consumers issue their GEMMs in turn, so one's softmax
@@ -43,9 +46,9 @@ pub struct Variant {
 
 impl Variant {
     /// Entry name:
-    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_ovl][_pp]_m{rows}[_pers|_dyn][_chain]_sm90a[_debug]`.
+    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_ovl][_pp]_m{rows}[_pers|_dyn][_chain]_sm90a[_debug]`.
     pub fn name(&self) -> String {
-        let mask = self.mask().suffix();
+        let mask = format!("{}{}", self.mask().suffix(), self.scores.suffix());
         let ovl = if self.overlap { "_ovl" } else { "" };
         let pp = if self.pingpong { "_pp" } else { "" };
         let pers = match self.grid_kind() {
@@ -73,6 +76,7 @@ impl Variant {
             head_dim,
             causal,
             window: false,
+            scores: Scores::Plain,
             overlap: true,
             pingpong: true,
             consumers: Self::default_consumers(head_dim),
@@ -155,10 +159,17 @@ impl Variant {
     /// `tile_counter` for the dynamic scheduler only).
     pub fn scalars(&self) -> Vec<(&'static str, Ty)> {
         let (base, rest) = SCALARS.split_at(BASE_SCALARS);
-        let (window, counter) = rest.split_at(2);
+        let (window, rest) = rest.split_at(2);
+        let (softcap, rest) = rest.split_at(1);
+        let (alibi, counter) = rest.split_at(2);
         let mut v = base.to_vec();
         if self.window {
             v.extend_from_slice(window);
+        }
+        match self.scores {
+            Scores::Plain => {}
+            Scores::Softcap => v.extend_from_slice(softcap),
+            Scores::Alibi => v.extend_from_slice(alibi),
         }
         if self.takes_tile_counter() {
             v.extend_from_slice(counter);
@@ -201,7 +212,8 @@ impl Variant {
     /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
     /// and overlapped + pingpong schedules (the last also persistent: static, dynamic),
     /// release and debug builds; at d64 with two consumers too (beside the default
-    /// three); the sliding window on the shipping schedule.
+    /// three); the sliding window on the shipping schedule; softcap (every mask) and
+    /// ALiBi (no mask or causal) on the shipping schedule and tiles.
     pub fn all() -> Vec<Variant> {
         let mut v = Vec::new();
         for dtype in [DType::F16, DType::Bf16] {
@@ -216,6 +228,7 @@ impl Variant {
                             head_dim,
                             causal,
                             window: false,
+                            scores: Scores::Plain,
                             overlap,
                             pingpong,
                             consumers,
@@ -233,10 +246,27 @@ impl Variant {
                     };
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
                 }
+                for (scores, mask) in Self::SCORED {
+                    let ship = Variant {
+                        scores,
+                        ..Self::shipping_for(dtype, head_dim, mask)
+                    };
+                    v.extend([false, true].map(|debug| Variant { debug, ..ship }));
+                }
             }
         }
         v
     }
+
+    /// The score transforms and the masks they come with (ALiBi without a window, as the
+    /// sm_80 kernels).
+    pub const SCORED: [(Scores, Mask); 5] = [
+        (Scores::Softcap, Mask::None),
+        (Scores::Softcap, Mask::Causal),
+        (Scores::Softcap, Mask::Local),
+        (Scores::Alibi, Mask::None),
+        (Scores::Alibi, Mask::Causal),
+    ];
 }
 
 /// The consumer counts built at `head_dim`: the default first.

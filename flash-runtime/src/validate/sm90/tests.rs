@@ -286,14 +286,18 @@ fn head_dims_other_than_64_and_128_refuse() {
 fn modifiers_the_kernel_lacks_refuse() {
     let mut a = bf16_128();
     a.params = AttnParams::causal().with_softcap(50.0);
-    assert_refuses(&a, H100, "a softcap: the sm_90a forward has no softcap");
+    assert_refuses(
+        &a,
+        H100,
+        "a softcap: the sm_90a forward does not take one yet",
+    );
 
     let mut a = bf16_128();
     a.alibi = Some(AlibiDesc {
         slopes: BufDesc { ptr: BASE, len: 8 },
         per_batch: false,
     });
-    assert_refuses(&a, H100, "ALiBi: the sm_90a forward has no ALiBi");
+    assert_refuses(&a, H100, "ALiBi: the sm_90a forward does not take it yet");
 
     let mut a = bf16_128();
     a.params = AttnParams::new().with_mask(Mask::Window { left: -2, right: 0 });

@@ -1,0 +1,248 @@
+//! GPU (feature `gpu`, compute capability 9.0): the sm_90a forward's score transforms
+//! (`fwd::Variant::scores`, through `FlashAttention::launch_fwd_sm90_scored`): softcap
+//! (no mask, causal, a sliding window) and ALiBi (slopes `[heads]` and `[batch, heads]`,
+//! no mask and causal) against the float64 reference (`reference::Modifiers`), beside the
+//! sm_80 forward's error on the same inputs and modifiers (the 1.25x bar). Fresh random
+//! inputs per case; o poisoned (NaN) with a guard band past its end and lse poisoned; odd
+//! lengths, sq != sk both ways (rows with no key), GQA; both dtypes, d64 and d128; the
+//! debug build (bounded mbarrier waits) first, then the release build; the shipping
+//! schedule and the serial one. Other GPUs: a notice.
+#![cfg(feature = "gpu")]
+
+mod gpu_support;
+
+use flash_codegen::Scores;
+use flash_runtime::reference::{Modifiers, Shape, attention_forward_with, rel_l2};
+use flash_runtime::rng::Rng;
+use flash_runtime::{
+    Alibi, AttnParams, Element, FlashAttention, ForwardArch, Mask, Sm90FwdShape, Tensor4,
+};
+use gpu_support::{lse_abs_err, rounded};
+
+const GUARD: usize = 4096;
+
+/// One case's modifiers: a cap, or ALiBi (per batch entry or not), with a mask.
+#[derive(Clone, Copy, Debug)]
+struct Mods {
+    causal: bool,
+    window: Option<(i32, i32)>,
+    softcap: Option<f32>,
+    alibi: Option<bool>,
+}
+
+/// BLOOM's slopes for `h` heads, `2^(-8 (i + 1) / h)`, varied per batch entry.
+fn slopes(b: usize, h: usize, per_batch: bool) -> Vec<f32> {
+    let n = if per_batch { b } else { 1 };
+    (0..n * h)
+        .map(|i| (-8.0 * ((i % h) as f32 + 1.0) / h as f32).exp2() * (1.0 + (i / h) as f32 * 0.5))
+        .collect()
+}
+
+/// (o rel-L2, lse max abs error) of the sm_90a kernel and of the sm_80 forward.
+fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, m: Mods, seed: u64) -> [(f64, f64); 2] {
+    let stream = rt.context().default_stream();
+    let (b, sq, sk, h, hk, d) = sh.sizes();
+    let (nq, nk) = (b * sq * h * d, b * sk * hk * d);
+    let mut rng = Rng::new(seed);
+    let ((q, qf), (k, kf), (v, vf)) = (
+        rounded::<T>(&mut rng, nq),
+        rounded::<T>(&mut rng, nk),
+        rounded::<T>(&mut rng, nk),
+    );
+    let up = |x: &Vec<T>| stream.clone_htod(x).unwrap();
+    let (qd, kd, vd) = (up(&q), up(&k), up(&v));
+    let mut od = stream
+        .clone_htod(&vec![T::from_f32(f32::NAN); nq + GUARD])
+        .unwrap();
+    let mut ld = stream
+        .clone_htod(&vec![f32::NAN; b * h * sq + GUARD])
+        .unwrap();
+    let sl = m.alibi.map(|per_batch| slopes(b, h, per_batch));
+    let sl_d = sl.as_ref().map(|s| stream.clone_htod(s).unwrap());
+    let alibi_arg = sl_d.as_ref().zip(m.alibi);
+    rt.launch_fwd_sm90_scored(
+        &stream,
+        sh,
+        (&qd, &kd, &vd),
+        &mut od,
+        Some(&mut ld),
+        (m.softcap, alibi_arg),
+    )
+    .unwrap_or_else(|e| panic!("{sh:?} {m:?}: {e}"));
+    let o: Vec<T> = stream.clone_dtoh(&od).unwrap();
+    let lse: Vec<f32> = stream.clone_dtoh(&ld).unwrap();
+    assert!(
+        o[nq..].iter().all(|x| x.to_f32().is_nan()),
+        "{sh:?} {m:?}: o written past its end"
+    );
+    assert!(
+        lse[b * h * sq..].iter().all(|x| x.is_nan()),
+        "{sh:?} {m:?}: lse written past its end"
+    );
+    // the reference and the sm_80 forward with the same modifiers
+    let mut mods = Modifiers::causal(m.causal);
+    let mut params = if m.causal {
+        AttnParams::causal()
+    } else {
+        AttnParams::new()
+    };
+    if let Some((l, r)) = m.window {
+        mods = mods.with_window(l.into(), r.into());
+        params = params.with_mask(Mask::Window { left: l, right: r });
+    }
+    if let Some(c) = m.softcap {
+        mods = mods.with_softcap(c.into());
+        params = params.with_softcap(c);
+    }
+    if let Some(s) = &sl {
+        mods = mods.with_alibi(s.iter().map(|&x| x.into()).collect());
+    }
+    if let (Some(s), Some(per_batch)) = (&sl_d, m.alibi) {
+        params = params.with_alibi(match per_batch {
+            true => Alibi::per_batch_head(s),
+            false => Alibi::per_head(s),
+        });
+    }
+    let shape = Shape::new(b, sq, sk, h, hk, d);
+    let r = attention_forward_with(&shape, &qf, &kf, &vf, &mods, None).unwrap();
+    let f = |x: &[T]| -> Vec<f64> { x.iter().map(|y| y.to_f32() as f64).collect() };
+    let errs = |o: &[f64], lse: &[f32]| {
+        let l = (lse.iter().zip(&r.lse))
+            .map(|(&g, &w)| lse_abs_err(g, w))
+            .map(|e| if e.is_nan() { f64::INFINITY } else { e })
+            .fold(0.0f64, f64::max);
+        (rel_l2(o, &r.o), l)
+    };
+    let ours = errs(&f(&o[..nq]), &lse[..b * h * sq]);
+    let view = |x, s, hh| Tensor4::contiguous(x, [b, s, hh, d]);
+    let out = rt
+        .forward(
+            &stream,
+            &view(&qd, sq, h),
+            &view(&kd, sk, hk),
+            &view(&vd, sk, hk),
+            &params,
+        )
+        .unwrap_or_else(|e| panic!("sm80 {m:?}: {e}"));
+    let o80: Vec<T> = stream.clone_dtoh(&out.o).unwrap();
+    let lse80: Vec<f32> = stream.clone_dtoh(&out.lse).unwrap();
+    [ours, errs(&f(&o80[..nq]), &lse80[..b * h * sq])]
+}
+
+#[test]
+fn sm90_scored_forward_matches_f64_reference() {
+    let mut rt = gpu_support::device();
+    rt.set_forward_arch(ForwardArch::Sm80); // the baseline: the sm_80 kernels
+    if rt.compute_capability() != (9, 0) {
+        println!(
+            "NOTICE: the sm_90a forward needs compute capability 9.0; this GPU is {:?}",
+            rt.compute_capability()
+        );
+        return;
+    }
+    let none = Mods {
+        causal: false,
+        window: None,
+        softcap: None,
+        alibi: None,
+    };
+    let causal = Mods {
+        causal: true,
+        ..none
+    };
+    let mods = [
+        Mods {
+            softcap: Some(0.7),
+            ..none
+        },
+        Mods {
+            softcap: Some(30.0),
+            ..causal
+        },
+        Mods {
+            softcap: Some(5.0),
+            window: Some((200, 17)),
+            ..none
+        },
+        Mods {
+            alibi: Some(false),
+            ..none
+        },
+        Mods {
+            alibi: Some(true),
+            ..causal
+        },
+        Mods {
+            alibi: Some(false),
+            ..causal
+        },
+    ];
+    // (b, sq, sk, h, hk)
+    let shapes = [
+        (2, 300, 300, 4, 2),
+        (1, 700, 129, 4, 4),
+        (2, 129, 700, 8, 1),
+        (3, 1000, 1000, 2, 2),
+    ];
+    // (overlap, pingpong, persistent, dynamic): the shipping schedule, the serial one
+    let schedules = [(true, true, true, true), (false, false, false, false)];
+    let mut bad = Vec::new();
+    let mut seed = 100;
+    for debug in [true, false] {
+        for (overlap, pingpong, persistent, dynamic) in schedules {
+            for d in [64, 128] {
+                for (i, m) in mods.iter().enumerate() {
+                    let (b, sq, sk, h, hk) = shapes[(i + d / 64) % shapes.len()];
+                    let sh = Sm90FwdShape {
+                        batch: b,
+                        seqlen_q: sq,
+                        seqlen_k: sk,
+                        heads: h,
+                        heads_k: hk,
+                        head_dim: d,
+                        causal: m.causal,
+                        window: m.window.map(|(l, r)| (l as u32, r as u32)),
+                        scores: match (m.softcap, m.alibi) {
+                            (Some(_), _) => Scores::Softcap,
+                            (_, Some(_)) => Scores::Alibi,
+                            _ => Scores::Plain,
+                        },
+                        overlap,
+                        pingpong,
+                        consumers: None,
+                        persistent,
+                        dynamic,
+                        chained: false,
+                        debug,
+                    };
+                    for bf16 in [false, true] {
+                        seed += 1;
+                        let [(o, l), (o80, l80)] = if bf16 {
+                            case::<half::bf16>(&rt, sh, *m, seed)
+                        } else {
+                            case::<half::f16>(&rt, sh, *m, seed)
+                        };
+                        let tol = if bf16 { 2e-2 } else { 4e-3 };
+                        let ok = o <= tol && o <= 1.25 * o80.max(1e-4) && l <= 1e-3;
+                        let dt = if bf16 { "bf16" } else { "f16" };
+                        println!(
+                            "{dt} {m:?} {sh:?}: o rel-L2 {o:.2e} (sm80 {o80:.2e}) lse {l:.2e} (sm80 {l80:.2e}){}",
+                            if ok { "" } else { "  FAIL" }
+                        );
+                        if !ok {
+                            bad.push(format!(
+                                "{dt} {m:?} {sh:?}: o {o:.2e} (sm80 {o80:.2e}) lse {l:.2e}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} failures:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
