@@ -9,74 +9,15 @@ use std::sync::Arc;
 use cudarc::driver::{
     CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg,
 };
+use flash_codegen::Scores;
 use flash_codegen::kernels::sm90::fwd;
-use flash_codegen::{DType, Scores};
 
 use crate::attention::{FlashAttention, capturing, lock};
 use crate::error::{FlashError, Result};
+use crate::fwd_sm90_shape::{Sm90FwdShape, fwd_variant};
 use crate::tensor::Element;
 use crate::tensor_map::{TensorMap, TensorMapLayout};
 use crate::validate::{Sm90FwdCall, Sm90Out, Sm90ScoreArgs, TmaSource};
-
-/// The problem of [`FlashAttention::launch_fwd_sm90`]: q, o `[batch, seqlen_q, heads,
-/// head_dim]`, k, v `[batch, seqlen_k, heads_k, head_dim]`, all contiguous there (a
-/// `forward_into` call the sm_90a forward runs takes its strides from its tensors).
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Sm90FwdShape {
-    /// Batch.
-    pub batch: usize,
-    /// Query positions.
-    pub seqlen_q: usize,
-    /// Key positions (at least 1).
-    pub seqlen_k: usize,
-    /// Query heads.
-    pub heads: usize,
-    /// Key/value heads (dividing `heads`).
-    pub heads_k: usize,
-    /// 64 or 128.
-    pub head_dim: usize,
-    /// Causal mask, bottom-right aligned (query i sees keys up to i + seqlen_k - seqlen_q).
-    pub causal: bool,
-    /// A sliding window `(left, right)` instead (not with `causal`): query i sees keys
-    /// i + seqlen_k - seqlen_q - left ..= i + seqlen_k - seqlen_q + right, `u32::MAX`
-    /// unbounded (`AttnParams`' -1).
-    pub window: Option<(u32, u32)>,
-    /// The score transform (`fwd::Variant::scores`; its values are
-    /// [`FlashAttention::launch_fwd_sm90_scored`]'s).
-    pub scores: Scores,
-    /// FA3's intra-warpgroup overlap (`fwd::Variant::overlap`).
-    pub overlap: bool,
-    /// The consumers take turns to issue their products (`fwd::Variant::pingpong`).
-    pub pingpong: bool,
-    /// Consumer warpgroups (64 query rows each): 2, or 3 at d64; `None`: the kernel's
-    /// default (`fwd::Variant::default_consumers`).
-    pub consumers: Option<u32>,
-    /// A persistent grid (one CTA per SM walking the tiles; `fwd::Variant::persistent`).
-    pub persistent: bool,
-    /// With `persistent`: the tiles claimed from a counter (`fwd::Variant::dynamic`; the
-    /// runtime keeps a zeroed counter per stream).
-    pub dynamic: bool,
-    /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined
-    /// (`fwd::Variant::chained`).
-    pub chained: bool,
-    /// The debug build: mbarrier waits bounded, failing with the barrier's name.
-    pub debug: bool,
-}
-
-impl Sm90FwdShape {
-    /// `(batch, seqlen_q, seqlen_k, heads, heads_k, head_dim)`.
-    pub fn sizes(&self) -> (usize, usize, usize, usize, usize, usize) {
-        (
-            self.batch,
-            self.seqlen_q,
-            self.seqlen_k,
-            self.heads,
-            self.heads_k,
-            self.head_dim,
-        )
-    }
-}
 
 impl FlashAttention {
     /// Runs the sm_90a forward: `o` = softmax(q k^T / sqrt(d)) v, `lse` (`[b, h, sq]`) when
@@ -380,55 +321,4 @@ impl FlashAttention {
             None => flash_codegen::manifest::sm90a::ptx(var),
         })
     }
-}
-
-/// The kernel variant of `sh` for `dtype` (head dim checked by the caller): the one place
-/// a `fwd::Variant` is made, for [`FlashAttention::launch_fwd_sm90`] and for
-/// `FlashAttention::forward_into` (through `validate::sm90_fwd_call`).
-pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Variant> {
-    let head_dim = sh.head_dim as u32;
-    let consumers = sh
-        .consumers
-        .unwrap_or_else(|| fwd::Variant::default_consumers(head_dim));
-    if !(consumers == 2 || (consumers == 3 && head_dim == 64)) {
-        return Err(FlashError::InvalidParam(format!(
-            "{sh:?}: the sm_90a forward runs 2 consumer warpgroups, or 3 at head dim 64"
-        )));
-    }
-    if sh.dynamic && !sh.persistent {
-        return Err(FlashError::InvalidParam(format!(
-            "{sh:?}: the dynamic scheduler runs on the persistent grid (set persistent too)"
-        )));
-    }
-    if sh.chained && !(sh.persistent && sh.overlap && sh.pingpong) {
-        return Err(FlashError::InvalidParam(format!(
-            "{sh:?}: chained tiles run on the persistent grid with the overlapped pingpong \
-             schedule (set persistent, overlap and pingpong too)"
-        )));
-    }
-    if sh.window.is_some() && sh.causal {
-        return Err(FlashError::InvalidParam(format!(
-            "{sh:?}: a window or the causal mask, not both (causal is the window (-1, 0))"
-        )));
-    }
-    // the window's block arithmetic sums seqlen_q, seqlen_k and a tile's rows in i32
-    if sh.window.is_some() && sh.seqlen_q + sh.seqlen_k + 256 >= 1 << 31 {
-        return Err(FlashError::ShapeMismatch(format!(
-            "{sh:?}: a sliding window needs seqlen_q + seqlen_k below 2^31 - 256"
-        )));
-    }
-    Ok(fwd::Variant {
-        dtype,
-        head_dim,
-        causal: sh.causal,
-        window: sh.window.is_some(),
-        scores: sh.scores,
-        overlap: sh.overlap,
-        pingpong: sh.pingpong,
-        consumers,
-        persistent: sh.persistent,
-        dynamic: sh.dynamic,
-        chained: sh.chained,
-        debug: sh.debug,
-    })
 }

@@ -41,6 +41,7 @@ pub mod error;
 mod forward;
 mod fwd_arch;
 mod fwd_sm90;
+mod fwd_sm90_shape;
 mod jit;
 mod kvcache;
 mod limits;
@@ -65,7 +66,7 @@ pub use embedded::{EmbeddedKernel, EmbeddedSm90aKernel};
 pub use error::{FlashError, Result};
 pub use fwd_arch::ForwardArch;
 #[doc(hidden)]
-pub use fwd_sm90::Sm90FwdShape;
+pub use fwd_sm90_shape::Sm90FwdShape;
 pub use outputs::{Forward, Gradients};
 pub use paged::PagedKv;
 pub use params::{Alibi, AttnParams, BwdOptions, KvOptions, MAX_SPLITS, Mask};

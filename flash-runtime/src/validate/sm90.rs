@@ -13,7 +13,7 @@ use flash_codegen::{DType, Mask};
 
 use super::layout::effective_strides;
 use super::{FwdArgs, TensorDesc};
-use crate::fwd_sm90::{Sm90FwdShape, fwd_variant};
+use crate::fwd_sm90_shape::{Sm90FwdShape, fwd_variant};
 use crate::params::AttnParams;
 
 #[cfg(test)]
