@@ -51,6 +51,12 @@ impl KeyRule {
         }
     }
 
+    /// Whether a row's last visible key depends on the row (the causal diagonal or a
+    /// window's right edge), not only on `seqlen_k`.
+    pub fn per_row(self) -> bool {
+        !matches!(self, KeyRule::All)
+    }
+
     /// The window, under [`KeyRule::Local`].
     pub fn window(self) -> Option<Window> {
         match self {

@@ -28,7 +28,7 @@ use super::fwd_epilogue::Out;
 use super::fwd_producer::drain;
 use super::fwd_sched::{Grid, Sched, Tile};
 use crate::kernels::half_fmt;
-use crate::kernels::mask::Window;
+use crate::kernels::mask::{KeyRule, Window};
 use crate::kernels::scores::{ScoreTransform, Slopes};
 use crate::ptx::{B32, Builder, Cmp, Entry, LaunchBounds, Module, Reg, Special, Target, Ty};
 use crate::spec::Scores;
@@ -122,10 +122,14 @@ pub fn module(var: Variant) -> Module {
     };
     let counter = var.takes_tile_counter().then(|| ep.u64(at("tile_counter")));
     // the bounds clamped as `KeyRule::load` clamps them: every sum stays within i32
-    let win = window.then(|| Window {
-        left: b.min_u32(ep.u32(at("window_left")), sk),
-        right: b.min_u32(ep.u32(at("window_right")), sq),
-    });
+    let rule = match (causal, window) {
+        (_, true) => KeyRule::Local(Window {
+            left: b.min_u32(ep.u32(at("window_left")), sk),
+            right: b.min_u32(ep.u32(at("window_right")), sq),
+        }),
+        (true, false) => KeyRule::Causal,
+        (false, false) => KeyRule::All,
+    };
     let (transform, softmax_scale) = match scores {
         Scores::Softcap => {
             let (t, s) = ScoreTransform::softcap(&mut b, ep.f32(at("softcap")), scale_log2);
@@ -144,8 +148,7 @@ pub fn module(var: Variant) -> Module {
     let grid = var.grid_kind();
     let sched = Sched {
         grid,
-        causal,
-        window: win,
+        rule,
         block_m,
         head_dim: d,
         counter,
@@ -194,8 +197,7 @@ pub fn module(var: Variant) -> Module {
             b.setmaxnreg(true, consumer_regs);
             let c = Consumer {
                 fmt,
-                causal,
-                window: win,
+                rule,
                 scale_log2,
                 softmax_scale,
                 transform,

@@ -88,7 +88,7 @@ impl Consumer {
     /// warpgroup's first row (`%tid / 128`, uniform under `.reqntid`) and the tile.
     pub(super) fn unseen_visits(&self, b: &mut Builder, ctx: &Ctx, w: &Wg) -> Reg<B32> {
         let past = b.setp_u32(Cmp::Ge, w.wg_row, self.sq);
-        let seen = if self.causal || self.window.is_some() {
+        let seen = if self.rule.per_row() {
             // keys below the last valid row's limit `last + 1 + sk - sq (+ right)`, in
             // blocks (from the tile's first, `lo`, under a window)
             let last = b.add_u32(w.wg_row, WG_ROWS - 1);
@@ -97,7 +97,7 @@ impl Consumer {
             let lim = b.add_u32(last, 1u32);
             let lim = b.add_u32(lim, self.sk);
             let lim = b.sub_s32(lim, self.sq);
-            let lim = match self.window {
+            let lim = match self.rule.window() {
                 Some(win) => b.add_s32(lim, win.right),
                 None => lim,
             };

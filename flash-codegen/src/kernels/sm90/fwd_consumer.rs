@@ -5,7 +5,7 @@
 use super::fwd_ctx::{
     BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_FULL, WG_ROWS,
 };
-use crate::kernels::mask::Window;
+use crate::kernels::mask::KeyRule;
 use crate::kernels::scores::{AlibiBias, RowsOf, ScoreTransform, Slopes, TileRows};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
@@ -17,9 +17,8 @@ use crate::tile::smem::{ROW_BYTES, SmemTile};
 /// A consumer warpgroup's constants.
 pub(super) struct Consumer {
     pub(super) fmt: HalfFmt,
-    pub(super) causal: bool,
-    /// A sliding window's bounds (clamped: `left <= sk`, `right <= sq`).
-    pub(super) window: Option<Window>,
+    /// Which keys a query sees (a window's bounds clamped: `left <= sk`, `right <= sq`).
+    pub(super) rule: KeyRule,
     pub(super) scale_log2: Reg<F32>,
     /// The scale the softmax applies (`scale_log2`, or `cap * log2 e` under a softcap).
     pub(super) softmax_scale: Reg<F32>,
@@ -267,16 +266,16 @@ impl Consumer {
         s: &mut AccTile,
         i: Reg<B32>,
     ) {
-        b.comment(match self.window {
+        b.comment(match self.rule.window() {
             Some(_) => "-- mask: keys past the end, and outside each row's window --",
             None => "-- mask: keys past the end, and past each row's diagonal --",
         });
         let n0 = ctx.key_row(b, i);
         s.mask(b, Cmp::Gt, |b, r| {
-            let limit = if self.causal || self.window.is_some() {
+            let limit = if self.rule.per_row() {
                 let rr = b.add_u32(w.row, AccTile::row_offset(r));
                 let lim = b.add_s32(rr, w.diag);
-                let lim = match self.window {
+                let lim = match self.rule.window() {
                     Some(win) => b.add_s32(lim, win.right),
                     None => lim,
                 };
@@ -288,7 +287,7 @@ impl Consumer {
             let rel = b.sub_s32(limit, w.t2);
             b.sub_s32(rel, n0)
         });
-        if let Some(win) = self.window {
+        if let Some(win) = self.rule.window() {
             // keys before each row's first, `row + diag - left`
             s.mask(b, Cmp::Le, |b, r| {
                 let rr = b.add_u32(w.row, AccTile::row_offset(r));

@@ -115,7 +115,7 @@ impl Sched {
         let rest = b.sub_u32(bh, g0);
         let size = b.min_u32(gh, rest);
         let x = b.div_u32(u, size);
-        let x = if self.causal {
+        let x = if self.causal() {
             let last = b.sub_u32(m_blocks, 1u32);
             b.sub_u32(last, x)
         } else {

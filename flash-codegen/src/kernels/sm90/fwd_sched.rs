@@ -8,7 +8,7 @@
 //! each head); or tiles claimed from a counter (`fwd_dynamic`).
 
 use super::fwd_ctx::{BLOCK_N, Layout, Q_EMPTY, QSlot, TileWindow};
-use crate::kernels::mask::Window;
+use crate::kernels::mask::{KeyRule, Window};
 use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
 
 /// How the CTAs find their tiles.
@@ -25,9 +25,8 @@ pub(super) enum Grid {
 /// The problem as the scheduler sees it.
 pub(super) struct Sched {
     pub(super) grid: Grid,
-    pub(super) causal: bool,
-    /// A sliding window's bounds (clamped: `left <= sk`, `right <= sq`).
-    pub(super) window: Option<Window>,
+    /// Which keys a query sees (a window's bounds clamped: `left <= sk`, `right <= sq`).
+    pub(super) rule: KeyRule,
     pub(super) block_m: u32,
     pub(super) head_dim: u32,
     /// The dynamic scheduler's claim counter (global `u32[2]`: claims, CTAs done).
@@ -73,6 +72,11 @@ impl Place {
 }
 
 impl Sched {
+    /// Whether the causal mask is the rule (its query blocks visited longest first).
+    pub(super) fn causal(&self) -> bool {
+        matches!(self.rule, KeyRule::Causal)
+    }
+
     /// The tile count, and the query blocks per head.
     pub(super) fn tiles(&self, b: &mut Builder) -> (Reg<B32>, Reg<B32>) {
         let m_blocks = b.add_u32(self.sq, self.block_m - 1);
@@ -166,7 +170,7 @@ impl Sched {
     /// causal: the longest are scheduled first), head y, batch z.
     fn grid_tile(&self, b: &mut Builder) -> Tile {
         let x = b.special(Special::CtaIdX);
-        let x = if self.causal {
+        let x = if self.causal() {
             let nx = b.special(Special::NCtaIdX);
             let nx = b.sub_u32(nx, 1u32);
             b.sub_u32(nx, x)
@@ -185,7 +189,7 @@ impl Sched {
     /// kernel (H100, docs/bench/sm90_fwd_v4: 132 heads' K and V at once).
     fn grid_order_tile(&self, b: &mut Builder, t: Reg<B32>, m_blocks: Reg<B32>) -> Tile {
         let x = b.rem_u32(t, m_blocks);
-        let x = if self.causal {
+        let x = if self.causal() {
             let last = b.sub_u32(m_blocks, 1u32);
             b.sub_u32(last, x)
         } else {
@@ -206,14 +210,15 @@ impl Sched {
     ) -> Tile {
         let m0 = b.mul_lo_u32(x, self.block_m);
         let kv_head = b.div_u32(head, self.group);
-        let (n_blocks, n_masked, window) = match self.window {
+        let (n_blocks, n_masked, window) = match self.rule.window() {
             Some(w) => {
                 let (n, masked, win) = window_blocks(b, w, (m0, self.block_m), self.sq, self.sk);
                 (n, masked, Some(win))
             }
             None => {
-                let n = key_blocks(b, self.causal, (m0, self.block_m), self.sq, self.sk);
-                let masked = masked_blocks(b, self.causal, (m0, n), self.sq, self.sk);
+                let causal = self.causal();
+                let n = key_blocks(b, causal, (m0, self.block_m), self.sq, self.sk);
+                let masked = masked_blocks(b, causal, (m0, n), self.sq, self.sk);
                 (n, masked, None)
             }
         };
