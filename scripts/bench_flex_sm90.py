@@ -9,10 +9,12 @@ the median over the rounds.
 Usage: python3 scripts/bench_flex_sm90.py PTX_DIR   (PTX_DIR: emit --all --arch sm90a)
 Env: BENCH_N=8192,32768; BENCH_ROWS=causal,window256,..; BENCH_ROUNDS=3; BENCH_D=128.
 bf16, batch 2, 16 heads, sq = sk = n. Rows: causal; windows 256, 1024, 4096 as Mistral
-runs them (query i sees keys i - w + 1 .. i: window (w - 1, 0)); plain (no mask). One JSON
-line per row and round's medians: ms and TFLOP/s on the unmasked work (4 d per visible
-pair) for ours and Flex, ours/Flex (time ratio Flex ms / our ms), ours against our causal
-kernel (window rows); then the accuracy of both against float64 on one head (rel L2).
+runs them (query i sees keys i - w + 1 .. i: window (w - 1, 0)); plain (no mask); softcap
+30 causal and plain (Gemma 2), ALiBi causal and plain (BLOOM's slopes). One JSON line per
+row and round's medians: ms and TFLOP/s on the unmasked work (4 d per visible pair) for
+ours and Flex, ours/Flex (time ratio Flex ms / our ms), our plain twin's ms over ours
+(twin_ms_over_ms: the window rows against causal, the modifiers against their mask's
+plain kernel); then the accuracy of both against float64 on one head (rel L2).
 """
 import json, math, os, statistics, sys
 
@@ -27,9 +29,16 @@ D = int(os.environ.get("BENCH_D", "128"))
 torch._dynamo.config.cache_size_limit = 64
 flex = torch.compile(flex_attention, dynamic=False)
 
-# (label, causal, window)
-ROWS = [("causal", True, None), ("window256", True, 256), ("window1024", True, 1024),
-        ("window4096", True, 4096), ("plain", False, None)]
+# (label, causal, window, softcap, alibi)
+ROWS = [("causal", True, None, None, False), ("window256", True, 256, None, False),
+        ("window1024", True, 1024, None, False), ("window4096", True, 4096, None, False),
+        ("plain", False, None, None, False), ("causal_softcap30", True, None, 30.0, False),
+        ("plain_softcap30", False, None, 30.0, False), ("causal_alibi", True, None, None, True),
+        ("plain_alibi", False, None, None, True)]
+# our plain twin of each row (same mask, no modifier) for the cost ratio
+TWIN = {"window256": "causal", "window1024": "causal", "window4096": "causal",
+        "causal_softcap30": "causal", "plain_softcap30": "plain",
+        "causal_alibi": "causal", "plain_alibi": "plain"}
 if os.environ.get("BENCH_ROWS"):
     ROWS = [r for r in ROWS if r[0] in os.environ["BENCH_ROWS"].split(",")]
 
@@ -41,22 +50,45 @@ def pairs(n, causal, window):
     return sum(min(i + 1, w) for i in range(n))
 
 
-def ours(man, q, k, v, o, counter, causal, window):
+# BLOOM's ALiBi slopes for H heads: 2^(-8 (i + 1) / H)
+SLOPES = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)], device="cuda")
+
+
+def alibi_mod(score, b, h, qi, ki):
+    return score - SLOPES[h] * (qi - ki).abs()
+
+
+def softcap_mod(cap):
+    def softcap(score, b, h, qi, ki):
+        return cap * torch.tanh(score / cap)
+    return softcap
+
+
+# one score_mod per cap, made once (a fresh closure per call would recompile)
+SOFTCAPS = {cap: softcap_mod(cap) for cap in {r[3] for r in ROWS if r[3]}}
+
+
+def ours(man, q, k, v, o, counter, causal, window, cap, alibi):
     """q, k, v, o: [b, s, h, d] contiguous."""
     n = q.shape[1]
     win = None if window is None else (window - 1, 0)
-    kern = man.pick(D, "bf16", causal, win)
+    scores = "softcap" if cap else "alibi" if alibi else "plain"
+    kern = man.pick(D, "bf16", causal, win, scores)
     sizes = dict(batch=B, seqlen_q=n, seqlen_k=n, heads=H, heads_k=H, head_dim=D)
     scalars = dict(o=o.data_ptr(), lse=0, seqlen_q=n, seqlen_k=n, group=1, heads=H,
                    o_row=o.stride(1), o_head=o.stride(2), o_batch=o.stride(0),
                    scale_log2=m90.LOG2E / math.sqrt(D), batch=B, tile_counter=counter.data_ptr())
     if win is not None:
         scalars.update(window_left=win[0], window_right=win[1])
+    if cap:
+        scalars.update(softcap=cap)
+    if alibi:
+        scalars.update(alibi_slopes=SLOPES.data_ptr(), alibi_batch_stride=0)
     run, keep = man.prepare(kern, dict(q=q, k=k, v=v), sizes, scalars)
     return kern["name"], run, keep
 
 
-def flex_call(q, k, v, causal, window):
+def flex_call(q, k, v, causal, window, cap, alibi):
     """q, k, v: [b, h, s, d] views."""
     n = q.shape[2]
 
@@ -65,16 +97,23 @@ def flex_call(q, k, v, causal, window):
         return mm & (qi - ki < window) if window is not None else mm
 
     bm = create_block_mask(mask, B=None, H=None, Q_LEN=n, KV_LEN=n) if causal else None
-    return lambda: flex(q, k, v, block_mask=bm)
+    mod = alibi_mod if alibi else SOFTCAPS[cap] if cap else None
+    if mod is None:
+        return lambda: flex(q, k, v, block_mask=bm)
+    return lambda: flex(q, k, v, block_mask=bm, score_mod=mod)
 
 
-def reference_head(q, k, v, causal, window):
+def reference_head(q, k, v, causal, window, cap, alibi):
     """o of batch 0, head 0 in float64 (the first 1024 queries); q, k, v [b, s, h, d]."""
     n = q.shape[1]
     qs = q[0, :1024, 0].double()
     s = (qs @ k[0, :, 0].double().T) / math.sqrt(D)
     i = torch.arange(1024, device="cuda")[:, None]
     j = torch.arange(n, device="cuda")[None, :]
+    if cap:
+        s = cap * torch.tanh(s / cap)
+    if alibi:
+        s = s - SLOPES[0].double() * (i - j).abs()
     keep = j <= i if causal else torch.ones_like(j <= i)
     if window is not None:
         keep &= i - j < window
@@ -99,32 +138,33 @@ def main():
         o = torch.empty_like(q)
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         calls = {}
-        for label, causal, window in ROWS:
-            name, run, keep = ours(man, q, k, v, o, counter, causal, window)
-            calls[label] = (name, run, keep, flex_call(qt, kt, vt, causal, window))
+        for label, *mods in ROWS:
+            name, run, keep = ours(man, q, k, v, o, counter, *mods)
+            calls[label] = (name, run, keep, flex_call(qt, kt, vt, *mods))
             # warm-up (Flex compiles here) and accuracy on one head
             run()
             fo = calls[label][3]()
             torch.cuda.synchronize()
-            ref = reference_head(q, k, v, causal, window)
+            ref = reference_head(q, k, v, *mods)
             acc = {"ours": rel(o[0, :1024, 0], ref), "flex": rel(fo[0, 0, :1024], ref)}
             print(json.dumps({"n": n, "row": label, "kernel": name, "rel_l2": acc}), flush=True)
-        times = {label: ([], []) for label, _, _ in ROWS}
+        times = {r[0]: ([], []) for r in ROWS}
         for r in range(rounds):
-            for label, causal, window in ROWS:
+            for label, *_ in ROWS:
                 _, run, _, fl = calls[label]
                 times[label][0].append(triton.testing.do_bench(run))
                 times[label][1].append(triton.testing.do_bench(fl))
-        causal_ms = statistics.median(times["causal"][0]) if "causal" in times else None
-        for label, causal, window in ROWS:
+        for label, causal, window, _, _ in ROWS:
             om, fm = (statistics.median(t) for t in times[label])
             work = 4.0 * B * H * D * pairs(n, causal, window)
             row = {"n": n, "row": label, "ours_ms": om, "flex_ms": fm,
                    "ours_tflops": work / om / 1e9, "flex_tflops": work / fm / 1e9,
                    "ours_over_flex": fm / om, "rounds_ours_ms": times[label][0],
                    "rounds_flex_ms": times[label][1]}
-            if window is not None and causal_ms:
-                row["causal_ms_over_ms"] = causal_ms / om
+            twin = TWIN.get(label)
+            if twin in times:
+                row["twin"] = twin
+                row["twin_ms_over_ms"] = statistics.median(times[twin][0]) / om
             print(json.dumps(row), flush=True)
         torch.cuda.synchronize()
 

@@ -11,7 +11,8 @@
 #    tests/gpu_fwd_sm90_scores where bundled (softcap and ALiBi, not yet routed);
 # 3. tests/gpu_fwd_select (forward_into's choice of the sm_90a kernel, ForwardArch),
 #    tests/gpu_embed_sm90 (flash_kernel!'s embedded sm_90a kernels),
-#    scripts/manifest_sm90.py on target/gb/ptx-sm90a (a launch from the manifest alone)
+#    scripts/manifest_sm90.py and manifest_sm90_scores.py on target/gb/ptx-sm90a (launches
+#    from the manifest alone; the softcap and ALiBi kernels in the second)
 #    and tests/gpu_fwd (the dense forward suite on forward_into's own choice);
 # 4. only when the probe passed: memcheck and racecheck of the forward's test on its first
 #    SM90_SANITIZE_SHAPES shapes (default 3; or i,j,..: those, 0-based; memcheck's:
@@ -75,6 +76,10 @@ else
     timeout "$(left 120)" python3 scripts/manifest_sm90.py ptx-sm90a > "$OUT/manifest.log" 2>&1
     echo "manifest_sm90.py rc=$? (${SECONDS}s)"
     tail -n 4 "$OUT/manifest.log"
+    timeout "$(left 90)" python3 scripts/manifest_sm90_scores.py ptx-sm90a \
+      > "$OUT/manifest_scores.log" 2>&1
+    echo "manifest_sm90_scores.py rc=$? (${SECONDS}s)"
+    grep -E "FAIL|ALL OK|SOME|Error|error" "$OUT/manifest_scores.log" | tail -n 6
   fi
   if [ -x tests/gpu_fwd ]; then
     # the dense forward suite, forward_into's own choice (sm_90a at d64/d128 here)

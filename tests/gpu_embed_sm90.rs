@@ -1,9 +1,9 @@
 //! GPU (feature `gpu`, compute capability 9.0): `flash_kernel!`'s `arch = sm90a` in an
 //! embedded-only runtime. With `[sm80, sm90a]` embedded, `ForwardArch::Auto` names and
 //! runs the sm_90a forward, bit for bit as a generating runtime (the same kernel, the
-//! same PTX), and the sm_80 kernel where the sm_90a one cannot run (d96, a softcap); with
-//! only sm80 embedded it stays on sm_80 and forced `Sm90a` says the kernel is missing;
-//! with only sm90a embedded a call it cannot run fails with `KernelNotEmbedded` for the
+//! same PTX; softcapped too), and the sm_80 kernel where the sm_90a one cannot run (d96);
+//! with only sm80 embedded it stays on sm_80 and forced `Sm90a` says the kernel is
+//! missing; with only sm90a embedded a call it cannot run fails with `KernelNotEmbedded` for the
 //! sm_80 kernel, and `launch_fwd_sm90` of a missing variant with
 //! `Sm90aKernelNotEmbedded`. Other GPUs: a notice.
 #![cfg(feature = "gpu")]
@@ -88,7 +88,8 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
     // [sm80, sm90a]: Auto runs the embedded sm_90a forward, bit for bit the generated one
     let rt = both::runtime(ctx.clone()).unwrap();
     assert!(!rt.generates_on_demand());
-    for p in [&plain, &causal] {
+    let capped = [plain.with_softcap(30.0), causal.with_softcap(30.0)];
+    for p in [&plain, &causal, &capped[0], &capped[1]] {
         let (name, o) = run(&rt, &stream, 128, p).unwrap();
         let (gen_name, gen_o) = run(&generating, &stream, 128, p).unwrap();
         assert!(name.ends_with("_sm90a"), "{name}");
@@ -101,8 +102,8 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
     // ... and the sm_80 kernels where the sm_90a one cannot
     let (name, _) = run(&rt, &stream, 96, &causal).unwrap();
     assert_eq!(name, "fa2_fwd_d96_bf16_causal_sm80");
-    let (name, _) = run(&rt, &stream, 128, &plain.with_softcap(30.0)).unwrap();
-    assert_eq!(name, "fa2_fwd_d128_bf16_softcap_sm80");
+    let (name, _) = run(&rt, &stream, 96, &plain.with_softcap(30.0)).unwrap();
+    assert_eq!(name, "fa2_fwd_d96_bf16_softcap_sm80");
 
     // sm80 only: stays on sm_80; forced Sm90a names the missing kernel
     let mut rt = sm80_only::runtime(ctx.clone()).unwrap();

@@ -7,7 +7,7 @@
 //! sq != sk both ways, seqlen_q 1, causal and not, d64 and d128, both dtypes, a custom
 //! scale, with and without lse; o (in the inputs' layout) and lse NaN-poisoned with a
 //! guard band that must stay untouched; `forward_kernel_name` names an sm_90a entry.
-//! Fallbacks: d96 and a softcap run (and name) the sm_80 kernel under Auto, bit for bit
+//! Fallbacks: d96 and a softcapped d256 run (and name) the sm_80 kernel under Auto, bit for bit
 //! as forced Sm80, and forced Sm90a refuses them with `FlashError::ArchUnavailable`; so
 //! do no keys and a lowered compute capability; an empty call launches nothing.
 //! Other GPUs: a notice.
@@ -176,9 +176,10 @@ fn auto_falls_back_to_sm80_and_forced_sm90a_says_why() {
         lse: true,
     };
     let mut problems = Vec::new();
-    // d96, then a softcap at d128: Auto runs sm_80, bit for bit as forced Sm80
+    // d96, then a softcap at d256: Auto runs sm_80, bit for bit as forced Sm80 (the
+    // sm_90a softcap kernels: tests/gpu_fwd_sm90_scores.rs, tests/gpu_window.rs)
     let softcap = Case {
-        d: 128,
+        d: 256,
         layout: Layout::Packed,
         sk: 300,
         hk: 4,
@@ -190,7 +191,11 @@ fn auto_falls_back_to_sm80_and_forced_sm90a_says_why() {
             params(&base),
             "head dim 96: the sm_90a forward takes 64 and 128",
         ),
-        (softcap, params(&softcap).with_softcap(50.0), "a softcap"),
+        (
+            softcap,
+            params(&softcap).with_softcap(50.0),
+            "head dim 256: the sm_90a forward takes 64 and 128",
+        ),
     ];
     for (i, (c, p, why)) in cases.into_iter().enumerate() {
         let s = setup::<half::bf16>(&stream, c, 77 + i as u64).unwrap();

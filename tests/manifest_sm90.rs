@@ -18,7 +18,7 @@ fn entries() -> Vec<(fwd::Variant, Sm90aKernel)> {
     let vars = sm90a::shipping();
     let json = manifest::manifest_with_sm90a(&[], &vars, &Tuning::NONE).to_json();
     let m = manifest::Manifest::from_json(&json).expect("the manifest reads back");
-    assert_eq!(m.sm90a.kernels.len(), 12);
+    assert_eq!(m.sm90a.kernels.len(), 32);
     vars.into_iter().zip(m.sm90a.kernels).collect()
 }
 

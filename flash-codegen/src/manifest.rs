@@ -356,7 +356,7 @@ mod tests {
         let e = Manifest::from_json(&old).unwrap_err();
         assert!(e.contains("format 2") && e.contains("emit --all"), "{e}");
         let with = manifest_with_sm90a(&[], &sm90a::shipping(), &Tuning::NONE);
-        assert_eq!(with.sm90a.kernels.len(), 12);
+        assert_eq!(with.sm90a.kernels.len(), 32);
         assert_eq!(Manifest::from_json(&with.to_json()), Ok(with));
     }
 

@@ -112,7 +112,7 @@ fn emit_all_writes_every_kernel_and_the_manifest() {
 #[test]
 fn emit_all_for_one_arch() {
     let dir = TempDir::new("arch");
-    for (arch, sm80, sm90) in [("sm90a", 0, 12), ("sm80", KernelSpec::all().len(), 0)] {
+    for (arch, sm80, sm90) in [("sm90a", 0, 32), ("sm80", KernelSpec::all().len(), 0)] {
         let out = dir.0.join(arch);
         let o = cli(&[
             "emit",

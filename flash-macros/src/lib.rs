@@ -66,8 +66,9 @@ mod tests;
 /// `arch` is literal: `sm80` embeds the sm_80 kernels, `sm90a` the sm_90a (Hopper: wgmma,
 /// TMA; compute capability 9.0) forward, `[sm80, sm90a]` both. The sm_90a path is the
 /// dense forward only: `sm90a` embeds `fwd::Variant::shipping` of each `dtype`, `causal`
-/// and head dim 64 or 128 with `fwd` in `passes` (no softcap, ALiBi or window). With
-/// `sm90a` alone every head dim, pass and `softcap`/`alibi` value must have such a kernel
+/// and head dim 64 or 128 with `fwd` in `passes`, the sliding window's with `fwd_local`,
+/// and with `softcap = true` / `alibi = true` their softcap and ALiBi twins (ALiBi: no
+/// window). With `sm90a` alone every head dim and pass must have such a kernel
 /// (anything else is a compile error on its token: add `sm80`); with `sm80` beside it,
 /// `sm90a` adds the forwards of the combinations that have one, and must add at least
 /// one. An embedded-only runtime runs the sm_90a forward on compute capability 9.0 for

@@ -3,7 +3,7 @@
 //!
 //! The key is literal: `sm90a` embeds the sm_90a forwards, `sm80` the sm_80 kernels, and
 //! `[sm80, sm90a]` both. So with `sm90a` alone every value must have an sm_90a kernel
-//! (head dims 64 and 128, `passes = fwd`, no softcap or ALiBi): anything else would embed
+//! (head dims 64 and 128, `passes = fwd` or `fwd_local`): anything else would embed
 //! nothing for it, and is an error on its token. With `sm80` beside it, `sm90a` adds the
 //! forwards of the combinations that have one, and must add at least one.
 
@@ -12,17 +12,18 @@ use flash_codegen::{DType, Mask, Scores};
 use syn::{Error, Result};
 
 use crate::parse::{Args, Entry};
-use crate::values::{Atom, Passes, Target, causal};
+use crate::values::{Atom, Passes, Target};
 
 /// What `sm90a` embeds, for the errors.
 const SUPPORTS: &str = "`arch = sm90a` embeds the sm_90a forward (wgmma, TMA; compute \
                         capability 9.0), which takes `passes = fwd` (causal or not) and \
                         `fwd_local` (the sliding window), head dims 64 and 128, f16 and \
-                        bf16, no softcap or ALiBi";
+                        bf16, plain, softcapped (`softcap = true`) or ALiBi (`alibi = true`, \
+                        no window) scores";
 
-/// The shipping sm_90a forward of every (dtype, head dim, causal) the invocation asks for
-/// with `sm90a` in `arch` (none without it), and with `fwd_local` in `passes` the sliding
-/// window's, in `manifest::sm90a::shipping` order.
+/// The shipping sm_90a forward of every (dtype, head dim, causal, scores) the invocation
+/// asks for with `sm90a` in `arch` (none without it), and with `fwd_local` in `passes` the
+/// sliding window's (plain or softcapped), in `manifest::sm90a::shipping` order.
 pub(crate) fn variants(entries: &[Entry], args: &Args) -> Result<Vec<fwd::Variant>> {
     let atoms = |key: &str| atoms(entries, key);
     let Some(at) = args.arch.iter().position(|t| *t == Target::Sm90a) else {
@@ -39,33 +40,42 @@ pub(crate) fn variants(entries: &[Entry], args: &Args) -> Result<Vec<fwd::Varian
         Some("no head dim 64 or 128")
     } else if !args.passes.iter().any(|p| sm90a_pass(*p)) {
         Some("no `fwd` or `fwd_local` in `passes`")
-    } else if !args.scores.contains(&Scores::Plain) {
-        Some("only softcap or ALiBi kernels")
     } else {
         None
     };
-    if let Some(why) = none {
+    let nothing = |why: &str| {
         let msg = format!(
             "`sm90a` embeds nothing here ({why}): {SUPPORTS}; drop `sm90a` or ask for one of \
              its forwards"
         );
-        return Err(Error::new(atoms("arch")[at].span(), msg));
+        Error::new(atoms("arch")[at].span(), msg)
+    };
+    if let Some(why) = none {
+        return Err(nothing(why));
     }
+    // the masks asked for: `fwd` with each `causal` value, `fwd_local` the window
+    let fwd = args.passes.contains(&Passes::Fwd);
+    let wants = |mask: Mask| match mask {
+        Mask::None => fwd && args.causal.contains(&false),
+        Mask::Causal => fwd && args.causal.contains(&true),
+        Mask::Local => args.passes.contains(&Passes::FwdLocal),
+    };
+    let plain = Mask::ALL.map(|m| (Scores::Plain, m));
     let mut out = Vec::new();
     for dtype in DType::ALL.into_iter().filter(|d| args.dtypes.contains(d)) {
         for &head_dim in fwd::HEAD_DIMS.iter().filter(|d| head_dims.contains(d)) {
-            if args.passes.contains(&Passes::Fwd) {
-                for causal in [false, true]
-                    .into_iter()
-                    .filter(|c| args.causal.contains(c))
-                {
-                    out.push(fwd::Variant::shipping(dtype, head_dim, causal));
+            for (scores, mask) in plain.into_iter().chain(fwd::Variant::SCORED) {
+                if args.scores.contains(&scores) && wants(mask) {
+                    out.push(fwd::Variant {
+                        scores,
+                        ..fwd::Variant::shipping_for(dtype, head_dim, mask)
+                    });
                 }
             }
-            if args.passes.contains(&Passes::FwdLocal) {
-                out.push(fwd::Variant::shipping_for(dtype, head_dim, Mask::Local));
-            }
         }
+    }
+    if out.is_empty() {
+        return Err(nothing("ALiBi has no sliding-window kernel"));
     }
     Ok(out)
 }
@@ -83,7 +93,7 @@ fn atoms<'a>(entries: &'a [Entry], key: &str) -> &'a [Atom] {
         .map_or(&[], |e| &e.values)
 }
 
-/// `arch = sm90a` alone: every head dim, pass and score flag must have an sm_90a kernel.
+/// `arch = sm90a` alone: every head dim and pass must have an sm_90a kernel.
 fn only_sm90a(entries: &[Entry], args: &Args) -> Result<()> {
     let atoms = |key: &str| atoms(entries, key);
     let add = "add `sm80` (`arch = [sm80, sm90a]`) to embed the sm_80 kernels too";
@@ -101,14 +111,6 @@ fn only_sm90a(entries: &[Entry], args: &Args) -> Result<()> {
             };
             let msg = format!("pass `{name}` has no sm_90a kernel: {SUPPORTS}; {add}");
             return Err(Error::new(a.span(), msg));
-        }
-    }
-    for key in ["softcap", "alibi"] {
-        for a in atoms(key) {
-            if causal(a)? {
-                let msg = format!("`{key} = true` has no sm_90a kernel: {SUPPORTS}; {add}");
-                return Err(Error::new(a.span(), msg));
-            }
         }
     }
     Ok(())

@@ -143,9 +143,9 @@ fn errors_say_what_is_wrong() {
             "pass `bwd` has no sm_90a kernel",
         ),
         (
-            quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = fwd,
-                           arch = sm90a, softcap = [false, true] }),
-            "`softcap = true` has no sm_90a kernel",
+            quote!(mod m { head_dim = 64, dtype = f16, causal = false, passes = fwd_local,
+                           arch = sm90a, alibi = true }),
+            "`sm90a` embeds nothing here (ALiBi has no sliding-window kernel)",
         ),
         (
             quote!(mod m { head_dim = 96, dtype = f16, causal = false, passes = fwd,
@@ -278,20 +278,46 @@ fn alibi_brings_its_kernels_and_the_plain_helpers() {
 }
 
 /// `arch` is literal: `sm90a` alone embeds only the sm_90a forwards (the shipping
-/// variant of each dtype, head dim and mask), `[sm80, sm90a]` both, and no `arch` the
-/// sm_80 kernels only.
+/// variant of each dtype, head dim, mask and score transform), `[sm80, sm90a]` both, and
+/// no `arch` the sm_80 kernels only.
 #[test]
 fn arch_sm90a_embeds_the_shipping_forwards() {
-    use flash_codegen::DType;
     use flash_codegen::kernels::sm90::fwd::Variant;
+    use flash_codegen::{DType, Scores};
 
     let only = parse(quote! {
         mod m { head_dim = [64, 128], dtype = [f16, bf16], causal = [false, true],
-                passes = [fwd, fwd_local], arch = sm90a }
+                passes = [fwd, fwd_local], softcap = [false, true], alibi = [false, true],
+                arch = sm90a }
     })
     .unwrap();
     assert!(only.specs.is_empty());
     assert_eq!(only.sm90a, flash_codegen::manifest::sm90a::shipping());
+    // the plain ones alone without the flags; softcap alone with `softcap = true`; ALiBi
+    // has no window kernel
+    let plain = parse(quote! {
+        mod m { head_dim = [64, 128], dtype = [f16, bf16], causal = [false, true],
+                passes = [fwd, fwd_local], arch = sm90a }
+    })
+    .unwrap();
+    let of = |s: Scores| -> Vec<Variant> {
+        let all = flash_codegen::manifest::sm90a::shipping();
+        all.into_iter().filter(|v| v.scores == s).collect()
+    };
+    assert_eq!(plain.sm90a, of(Scores::Plain));
+    let alibi = parse(quote! {
+        mod m { head_dim = 64, dtype = bf16, causal = [false, true], passes = [fwd, fwd_local],
+                alibi = true, arch = sm90a }
+    })
+    .unwrap();
+    let names: Vec<String> = alibi.sm90a.iter().map(Variant::name).collect();
+    assert_eq!(
+        names,
+        [
+            "fa3_fwd_d64_bf16_alibi_ovl_pp_m192_dyn_sm90a",
+            "fa3_fwd_d64_bf16_causal_alibi_ovl_pp_m192_dyn_sm90a"
+        ]
+    );
 
     let both = parse(quote! {
         mod m { head_dim = [64, 96], dtype = bf16, causal = true, passes = [fwd, bwd],

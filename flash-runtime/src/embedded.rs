@@ -7,7 +7,7 @@ use std::fmt;
 
 use flash_codegen::kernels::sm90::fwd;
 use flash_codegen::spec::HEAD_DIMS;
-use flash_codegen::{KernelSpec, Pass};
+use flash_codegen::{KernelSpec, Pass, Scores};
 
 use crate::attention::{FlashAttention, lock};
 use crate::error::{FlashError, Result};
@@ -129,10 +129,15 @@ pub(crate) fn missing_sm90a_hint(var: &fwd::Variant) -> String {
         true => "`passes = fwd_local`".to_string(),
         false => format!("`causal = {}` and `passes = fwd`", var.causal),
     };
+    let scores = match var.scores {
+        Scores::Plain => "",
+        Scores::Softcap => ", `softcap = true`",
+        Scores::Alibi => ", `alibi = true`",
+    };
     format!(
-        "add `arch = [sm80, sm90a]` (or `sm90a`), `head_dim = {}`, `dtype = {}`, {mask} to \
-         the `flash_kernel!` invocation, or make the runtime with `FlashAttention::new` to \
-         generate it on demand",
+        "add `arch = [sm80, sm90a]` (or `sm90a`), `head_dim = {}`, `dtype = {}`, \
+         {mask}{scores} to the `flash_kernel!` invocation, or make the runtime with \
+         `FlashAttention::new` to generate it on demand",
         var.head_dim,
         var.dtype.name(),
     )

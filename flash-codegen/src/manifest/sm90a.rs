@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::{LaunchInfo, SMEM_DEFAULT_LIMIT};
 use crate::kernels::sm90::fwd;
 use crate::ptx::{ParamTy, Target};
-use crate::spec::{DType, Mask, Pass};
+use crate::spec::{DType, Mask, Pass, Scores};
 
 pub mod maps;
 mod notes;
@@ -79,8 +79,10 @@ pub struct Sm90aVariant {
     pub head_dim: u32,
     /// Element type of q, k, v and o.
     pub dtype: DType,
-    /// `none` or `causal` (bottom-right aligned).
+    /// `none`, `causal` (bottom-right aligned) or `local` (the sliding window).
     pub mask: Mask,
+    /// The score transform: `plain`, `softcap` or `alibi`.
+    pub scores: Scores,
     /// FA3's intra-warpgroup overlap.
     pub overlap: bool,
     /// FA3's pingpong between the consumer warpgroups.
@@ -128,13 +130,20 @@ pub struct Sm90aTiles {
 /// The kernels `emit --all` writes: the configuration the runtime runs
 /// (`validate::sm90_fwd_call`): overlapped and pingpong schedules, the default consumers,
 /// the persistent grid with the dynamic scheduler, no debug build; both dtypes, every head dim,
-/// no mask, causal and the sliding window.
+/// no mask, causal and the sliding window with plain scores, then the score transforms
+/// under the masks they come with ([`fwd::Variant::SCORED`]).
 pub fn shipping() -> Vec<fwd::Variant> {
     let mut v = Vec::new();
     for dtype in DType::ALL {
         for head_dim in fwd::HEAD_DIMS {
             for mask in Mask::ALL {
                 v.push(fwd::Variant::shipping_for(dtype, head_dim, mask));
+            }
+            for (scores, mask) in fwd::Variant::SCORED {
+                v.push(fwd::Variant {
+                    scores,
+                    ..fwd::Variant::shipping_for(dtype, head_dim, mask)
+                });
             }
         }
     }
@@ -173,6 +182,7 @@ pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
             head_dim: var.head_dim,
             dtype: var.dtype,
             mask: var.mask(),
+            scores: var.scores,
             overlap: var.overlap,
             pingpong: var.pingpong,
             consumers: var.consumers,
@@ -297,16 +307,22 @@ mod tests {
         assert_eq!(at[13], ("batch", 436, 4));
     }
 
-    /// Twelve shipping kernels (no mask, causal, the window), the runtime's schedule,
-    /// distinct names; each entry's launch is its variant's.
+    /// 32 shipping kernels (8 per dtype and head dim: no mask, causal, the window; softcap
+    /// under each; ALiBi without a mask and causal), the runtime's schedule, distinct
+    /// names; each entry's launch is its variant's.
     #[test]
     fn shipping_kernels_and_their_entries() {
         let vars = shipping();
-        assert_eq!(vars.len(), 12);
+        assert_eq!(vars.len(), 32);
         let mut names: Vec<String> = vars.iter().map(fwd::Variant::name).collect();
         names.sort();
         names.dedup();
-        assert_eq!(names.len(), 12);
+        assert_eq!(names.len(), 32);
+        let count = |s: Scores| vars.iter().filter(|v| v.scores == s).count();
+        assert_eq!(
+            [Scores::Plain, Scores::Softcap, Scores::Alibi].map(count),
+            [12, 12, 8]
+        );
         for v in &vars {
             // the persistent grid, tiles claimed from the counter
             assert!(

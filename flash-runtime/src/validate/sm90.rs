@@ -9,10 +9,10 @@
 //! runs the sm_80 forward there, `ForwardArch::Sm90a` reports it.
 
 use flash_codegen::kernels::sm90::fwd;
-use flash_codegen::{DType, Mask};
+use flash_codegen::{DType, Mask, Scores};
 
 use super::layout::effective_strides;
-use super::{FwdArgs, TensorDesc};
+use super::{AlibiDesc, FwdArgs, TensorDesc};
 use crate::fwd_sm90_shape::{Sm90FwdShape, fwd_variant};
 use crate::params::AttnParams;
 
@@ -105,8 +105,10 @@ pub const SM90_MAX_SEQLEN: usize = (1 << 31) - 256;
 ///   function: an embedded-only runtime has no sm_90a kernel; [`sm90_fwd_call_with`] takes
 ///   the registered ones);
 /// - the problem: head dim 64 or 128 (`fwd::HEAD_DIMS`; f16 and bf16 both run); no
-///   softcap, no ALiBi; no mask, causal or a sliding window (a window `(-1, -1)` or
-///   `(-1, 0)` counts as none or causal, as the sm_80 plan normalises it); any positive,
+///   mask, causal or a sliding window (a window `(-1, -1)` or `(-1, 0)` counts as none or
+///   causal, as the sm_80 plan normalises it); a softcap (finite, > 0) under any of them,
+///   or ALiBi (slopes `[heads]` or `[batch, heads]`, 4-byte aligned) without a window,
+///   not both; any positive,
 ///   finite softmax scale (the kernel takes scale * log2 e); at least one key; sequences
 ///   shorter than 2^31 - 256; heads a multiple of heads_k; a non-empty problem;
 /// - q, k, v (read through TMA tensor maps): head_dim stride 1, every other stride of a
@@ -156,7 +158,7 @@ pub fn sm90_fwd_call_with(
             head_dims()
         ));
     }
-    let (mask, scale_log2) = modifiers(&a.params, a.alibi.is_some(), d)?;
+    let mods = modifiers(a, (b, h, d))?;
     if sk == 0 {
         return Err("seqlen_k 0: the sm_90a forward needs at least one key".into());
     }
@@ -182,7 +184,7 @@ pub fn sm90_fwd_call_with(
         tma_source("v", &a.v, d)?,
     );
     let o = out(&a.o)?;
-    let ship = fwd::Variant::shipping_for(dtype, d as u32, mask);
+    let ship = fwd::Variant::shipping_for(dtype, d as u32, mods.mask);
     let shape = Sm90FwdShape {
         batch: b,
         seqlen_q: sq,
@@ -192,7 +194,7 @@ pub fn sm90_fwd_call_with(
         head_dim: d,
         causal: ship.causal,
         window: a.params.window_params().filter(|_| ship.window),
-        scores: ship.scores,
+        scores: mods.scores,
         overlap: ship.overlap,
         pingpong: ship.pingpong,
         consumers: None,
@@ -227,8 +229,8 @@ pub fn sm90_fwd_call_with(
         v,
         o,
         lse: a.lse.map_or(0, |l| l.ptr),
-        scale_log2,
-        scores: Sm90ScoreArgs::default(),
+        scale_log2: mods.scale_log2,
+        scores: mods.args,
     })
 }
 
@@ -237,30 +239,16 @@ fn head_dims() -> String {
     fwd::HEAD_DIMS.map(|d| d.to_string()).join(" and ")
 }
 
-/// The kernels' mask (a window's bounds -1 or more) and `scale_log2`, or the modifier the kernel
-/// lacks. Takes every field of [`AttnParams`] by name, so a new one fails to compile here
-/// until the rule says whether the kernel has it.
-fn modifiers(p: &AttnParams, slopes: bool, d: usize) -> Result<(Mask, f32), String> {
+/// The kernels' mask (a window's bounds -1 or more), `scale_log2`, score transform and its
+/// launch values, or the modifier the kernel lacks. Takes every field of [`AttnParams`] by
+/// name, so a new one fails to compile here until the rule says whether the kernel has it.
+fn modifiers(a: &FwdArgs, (b, h, d): (usize, usize, usize)) -> Result<Modifiers, String> {
     let AttnParams {
         mask,
         softmax_scale,
         softcap,
         alibi,
-    } = *p;
-    if softcap.is_some() {
-        return Err(
-            "a softcap: the sm_90a forward does not take one yet (its softcap kernels \
-                    are built, not yet checked on a GPU)"
-                .into(),
-        );
-    }
-    if alibi.is_some() || slopes {
-        return Err(
-            "ALiBi: the sm_90a forward does not take it yet (its ALiBi kernels are \
-                    built, not yet checked on a GPU)"
-                .into(),
-        );
-    }
+    } = a.params;
     if let crate::Mask::Window { left, right } = mask
         && (left < -1 || right < -1)
     {
@@ -277,7 +265,81 @@ fn modifiers(p: &AttnParams, slopes: bool, d: usize) -> Result<(Mask, f32), Stri
             ));
         }
     };
-    Ok((p.kernel_mask(), (scale * std::f64::consts::LOG2_E) as f32))
+    let mask = a.params.kernel_mask();
+    let (scores, args) = match (softcap, a.alibi) {
+        (Some(_), Some(_)) => {
+            return Err("ALiBi and a softcap together: no sm_90a kernel computes both".into());
+        }
+        (Some(cap), None) if cap.is_finite() && cap > 0.0 => (
+            Scores::Softcap,
+            Sm90ScoreArgs {
+                softcap: cap,
+                ..Default::default()
+            },
+        ),
+        (Some(cap), None) => {
+            return Err(format!(
+                "softcap {cap}: the sm_90a forward takes a positive, finite cap"
+            ));
+        }
+        (None, Some(_)) if mask == Mask::Local => {
+            return Err(format!(
+                "ALiBi under a sliding window ({mask:?}): the sm_90a forward has ALiBi without \
+                 a mask and causal only"
+            ));
+        }
+        (None, Some(s)) => (Scores::Alibi, slopes(&s, b, h)?),
+        (None, None) if alibi.is_some() => {
+            return Err("ALiBi slopes given but not resolved to a buffer".into());
+        }
+        (None, None) => (Scores::Plain, Sm90ScoreArgs::default()),
+    };
+    Ok(Modifiers {
+        mask,
+        scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
+        scores,
+        args,
+    })
+}
+
+/// What [`modifiers`] gives a call: the kernel's mask and score transform, their values.
+struct Modifiers {
+    mask: Mask,
+    scale_log2: f32,
+    scores: Scores,
+    args: Sm90ScoreArgs,
+}
+
+/// ALiBi's slopes as the kernel reads them (`[heads]`, or `[batch, heads]` with a batch
+/// stride of `heads`), or why it cannot.
+fn slopes(s: &AlibiDesc, b: usize, h: usize) -> Result<Sm90ScoreArgs, String> {
+    let (need, dims) = match s.per_batch {
+        true => (b.saturating_mul(h), "[batch, heads]"),
+        false => (h, "[heads]"),
+    };
+    if s.slopes.len != need {
+        return Err(format!(
+            "ALiBi slopes {dims} must hold {need} f32 values (batch {b}, heads {h}), the \
+             buffer holds {}",
+            s.slopes.len
+        ));
+    }
+    if s.slopes.ptr == 0 || !s.slopes.ptr.is_multiple_of(4) {
+        return Err(format!(
+            "ALiBi slopes at {:#x}: the sm_90a forward reads them from a 4-byte aligned \
+             pointer",
+            s.slopes.ptr
+        ));
+    }
+    let stride = if s.per_batch { h } else { 0 };
+    let Ok(slopes_batch_stride) = u32::try_from(stride) else {
+        return Err(format!("heads {h}: ALiBi's batch stride must fit u32"));
+    };
+    Ok(Sm90ScoreArgs {
+        slopes: s.slopes.ptr,
+        slopes_batch_stride,
+        ..Default::default()
+    })
 }
 
 /// q, k or v as its tensor map takes it, or why TMA cannot.

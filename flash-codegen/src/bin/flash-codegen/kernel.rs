@@ -145,6 +145,6 @@ mod tests {
         let (sm80, none) = selected(Some(ArchFilter::Sm80));
         let (none2, sm90) = selected(Some(ArchFilter::Sm90a));
         assert!(none.is_empty() && none2.is_empty());
-        assert_eq!((sm90.len(), sm80.len() + sm90.len()), (12, all.len()));
+        assert_eq!((sm90.len(), sm80.len() + sm90.len()), (32, all.len()));
     }
 }

@@ -5,17 +5,19 @@
 use flash_codegen::{Arch, DType};
 
 use super::*;
-use crate::params::{AttnParams, Mask};
+use crate::params::AttnParams;
 use crate::tensor::{bhsd_layout, contiguous_strides};
-use crate::validate::{AlibiDesc, BufDesc, LseDesc, plan_fwd_on};
+use crate::validate::{LseDesc, plan_fwd_on};
 
-const H100: Sm90Runtime = Sm90Runtime {
+mod modifiers;
+
+pub(super) const H100: Sm90Runtime = Sm90Runtime {
     cc: (9, 0),
     generates: true,
     smem_optin: 227 << 10,
     tma: true,
 };
-const BASE: u64 = 0x7f00_0000_0000;
+pub(super) const BASE: u64 = 0x7f00_0000_0000;
 
 /// A contiguous `[b, s, h, d]` tensor at `ptr`.
 fn t(shape: [usize; 4], ptr: u64, dtype: DType) -> TensorDesc {
@@ -41,7 +43,7 @@ fn args(d: usize, dtype: DType) -> FwdArgs<'static> {
     }
 }
 
-fn bf16_128() -> FwdArgs<'static> {
+pub(super) fn bf16_128() -> FwdArgs<'static> {
     args(128, DType::Bf16)
 }
 
@@ -54,7 +56,7 @@ fn refusal(a: &FwdArgs, rt: Sm90Runtime) -> String {
     }
 }
 
-fn assert_refuses(a: &FwdArgs, rt: Sm90Runtime, want: &str) {
+pub(super) fn assert_refuses(a: &FwdArgs, rt: Sm90Runtime, want: &str) {
     let why = refusal(a, rt);
     assert!(why.contains(want), "reason `{why}` lacks `{want}`");
 }
@@ -154,47 +156,6 @@ fn a_dim_of_one_takes_a_stride_tma_accepts() {
 }
 
 #[test]
-fn windows_equal_to_none_or_causal_run_as_those() {
-    for (left, right, causal) in [(-1, -1, false), (-1, 0, true)] {
-        let mut a = bf16_128();
-        a.params = AttnParams::new().with_window(left, right);
-        let call = sm90_fwd_call(&a, H100).expect("eligible");
-        assert_eq!(call.shape.causal, causal, "({left}, {right})");
-    }
-}
-
-/// Any other window runs the window's kernel, its bounds as the kernel takes them (-1 as
-/// `u32::MAX`).
-#[test]
-fn sliding_windows_run_the_local_kernel() {
-    for (left, right, want) in [
-        (4095, 0, (4095, 0)),
-        (-1, 7, (u32::MAX, 7)),
-        (0, 0, (0, 0)),
-        (256, -1, (256, u32::MAX)),
-    ] {
-        let mut a = bf16_128();
-        a.params = AttnParams::new().with_mask(Mask::Window { left, right });
-        let call = sm90_fwd_call(&a, H100).expect("eligible");
-        assert_eq!(
-            call.variant.name(),
-            "fa3_fwd_d128_bf16_local_ovl_pp_m128_dyn_sm90a"
-        );
-        assert!(!call.shape.causal && call.variant.window);
-        assert_eq!(call.shape.window, Some(want), "({left}, {right})");
-    }
-}
-
-#[test]
-fn a_custom_scale_is_passed_on() {
-    let mut a = bf16_128();
-    a.params = AttnParams::new().with_scale(0.3);
-    let call = sm90_fwd_call(&a, H100).expect("eligible");
-    let want = (f64::from(0.3f32) * std::f64::consts::LOG2_E) as f32;
-    assert_eq!(call.scale_log2, want);
-}
-
-#[test]
 fn the_runtime_must_generate_on_compute_capability_9_0() {
     let embedded = Sm90Runtime {
         generates: false,
@@ -279,34 +240,6 @@ fn head_dims_other_than_64_and_128_refuse() {
         let why = refusal(&args(d, DType::F16), H100);
         let want = format!("head dim {d}: the sm_90a forward takes 64 and 128");
         assert_eq!(why, want);
-    }
-}
-
-#[test]
-fn modifiers_the_kernel_lacks_refuse() {
-    let mut a = bf16_128();
-    a.params = AttnParams::causal().with_softcap(50.0);
-    assert_refuses(
-        &a,
-        H100,
-        "a softcap: the sm_90a forward does not take one yet",
-    );
-
-    let mut a = bf16_128();
-    a.alibi = Some(AlibiDesc {
-        slopes: BufDesc { ptr: BASE, len: 8 },
-        per_batch: false,
-    });
-    assert_refuses(&a, H100, "ALiBi: the sm_90a forward does not take it yet");
-
-    let mut a = bf16_128();
-    a.params = AttnParams::new().with_mask(Mask::Window { left: -2, right: 0 });
-    assert_refuses(&a, H100, "each bound must be -1 (unbounded)");
-
-    for s in [f32::NAN, -1.0, 0.0, f32::INFINITY] {
-        let mut a = bf16_128();
-        a.params = AttnParams::new().with_scale(s);
-        assert_refuses(&a, H100, "softmax scale");
     }
 }
 
