@@ -32,9 +32,9 @@ pub enum ForwardArch {
     /// has the call's sm_90a kernel registered (a [`FlashAttention::with_kernels`] runtime:
     /// `flash_kernel!` with `arch = [sm80, sm90a]`,
     /// [`FlashAttention::register_sm90a_kernels`]) and allows its shared memory
-    /// ([`FlashAttention::limit_smem`]), for head dims 64 and 128, f16 and bf16, no mask
-    /// or the causal one (a window `(-1, -1)` or `(-1, 0)` is those), any scale, no
-    /// softcap, no ALiBi, at least one key, and q, k, v whose strides (of the dims longer
+    /// ([`FlashAttention::limit_smem`]), for head dims 64 and 128, f16 and bf16, no mask,
+    /// the causal one or a sliding window, any scale, a softcap (under any mask) or ALiBi
+    /// (no window), at least one key, and q, k, v whose strides (of the dims longer
     /// than one) are non-zero multiples of 16 bytes: contiguous tensors,
     /// `Tensor4::from_bhsd` views and q, k, v of a packed qkv buffer all are; any o and lse
     /// the checks accept. The default.

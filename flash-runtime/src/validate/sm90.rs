@@ -8,16 +8,18 @@
 //! each refusal reads on its own. A refusal is a reason, not an error: `ForwardArch::Auto`
 //! runs the sm_80 forward there, `ForwardArch::Sm90a` reports it.
 
+use flash_codegen::DType;
 use flash_codegen::kernels::sm90::fwd;
-use flash_codegen::{DType, Mask, Scores};
 
 use super::layout::effective_strides;
 use super::{AlibiDesc, FwdArgs, TensorDesc};
 use crate::fwd_sm90_shape::{Sm90FwdShape, fwd_variant};
-use crate::params::AttnParams;
 
+mod modifiers;
 #[cfg(test)]
 mod tests;
+
+use modifiers::modifiers;
 
 /// What the rule needs to know of the runtime.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -237,109 +239,6 @@ pub fn sm90_fwd_call_with(
 /// `fwd::HEAD_DIMS` in words ("64 and 128").
 fn head_dims() -> String {
     fwd::HEAD_DIMS.map(|d| d.to_string()).join(" and ")
-}
-
-/// The kernels' mask (a window's bounds -1 or more), `scale_log2`, score transform and its
-/// launch values, or the modifier the kernel lacks. Takes every field of [`AttnParams`] by
-/// name, so a new one fails to compile here until the rule says whether the kernel has it.
-fn modifiers(a: &FwdArgs, (b, h, d): (usize, usize, usize)) -> Result<Modifiers, String> {
-    let AttnParams {
-        mask,
-        softmax_scale,
-        softcap,
-        alibi,
-    } = a.params;
-    if let crate::Mask::Window { left, right } = mask
-        && (left < -1 || right < -1)
-    {
-        return Err(format!(
-            "window ({left}, {right}): each bound must be -1 (unbounded) or a key count >= 0"
-        ));
-    }
-    let scale = match softmax_scale {
-        None => 1.0 / (d as f64).sqrt(),
-        Some(s) if s.is_finite() && s > 0.0 => f64::from(s),
-        Some(s) => {
-            return Err(format!(
-                "softmax scale {s}: the sm_90a forward takes a positive, finite scale"
-            ));
-        }
-    };
-    let mask = a.params.kernel_mask();
-    let (scores, args) = match (softcap, a.alibi) {
-        (Some(_), Some(_)) => {
-            return Err("ALiBi and a softcap together: no sm_90a kernel computes both".into());
-        }
-        (Some(cap), None) if cap.is_finite() && cap > 0.0 => (
-            Scores::Softcap,
-            Sm90ScoreArgs {
-                softcap: cap,
-                ..Default::default()
-            },
-        ),
-        (Some(cap), None) => {
-            return Err(format!(
-                "softcap {cap}: the sm_90a forward takes a positive, finite cap"
-            ));
-        }
-        (None, Some(_)) if mask == Mask::Local => {
-            return Err(format!(
-                "ALiBi under a sliding window ({mask:?}): the sm_90a forward has ALiBi without \
-                 a mask and causal only"
-            ));
-        }
-        (None, Some(s)) => (Scores::Alibi, slopes(&s, b, h)?),
-        (None, None) if alibi.is_some() => {
-            return Err("ALiBi slopes given but not resolved to a buffer".into());
-        }
-        (None, None) => (Scores::Plain, Sm90ScoreArgs::default()),
-    };
-    Ok(Modifiers {
-        mask,
-        scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
-        scores,
-        args,
-    })
-}
-
-/// What [`modifiers`] gives a call: the kernel's mask and score transform, their values.
-struct Modifiers {
-    mask: Mask,
-    scale_log2: f32,
-    scores: Scores,
-    args: Sm90ScoreArgs,
-}
-
-/// ALiBi's slopes as the kernel reads them (`[heads]`, or `[batch, heads]` with a batch
-/// stride of `heads`), or why it cannot.
-fn slopes(s: &AlibiDesc, b: usize, h: usize) -> Result<Sm90ScoreArgs, String> {
-    let (need, dims) = match s.per_batch {
-        true => (b.saturating_mul(h), "[batch, heads]"),
-        false => (h, "[heads]"),
-    };
-    if s.slopes.len != need {
-        return Err(format!(
-            "ALiBi slopes {dims} must hold {need} f32 values (batch {b}, heads {h}), the \
-             buffer holds {}",
-            s.slopes.len
-        ));
-    }
-    if s.slopes.ptr == 0 || !s.slopes.ptr.is_multiple_of(4) {
-        return Err(format!(
-            "ALiBi slopes at {:#x}: the sm_90a forward reads them from a 4-byte aligned \
-             pointer",
-            s.slopes.ptr
-        ));
-    }
-    let stride = if s.per_batch { h } else { 0 };
-    let Ok(slopes_batch_stride) = u32::try_from(stride) else {
-        return Err(format!("heads {h}: ALiBi's batch stride must fit u32"));
-    };
-    Ok(Sm90ScoreArgs {
-        slopes: s.slopes.ptr,
-        slopes_batch_stride,
-        ..Default::default()
-    })
 }
 
 /// q, k or v as its tensor map takes it, or why TMA cannot.
