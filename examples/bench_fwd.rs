@@ -13,7 +13,9 @@
 //! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
 //! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; sm90pers: that
 //! on a persistent grid, sm90dyn: its tiles claimed from a counter, sm90chain: that with
-//! the tile edges chained; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups).
+//! the tile edges chained; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
+//! BENCH_WINDOW=w (a sliding window as Mistral runs it, query i seeing keys i - w + 1 ..= i:
+//! window (w - 1, 0) in place of the mask, `causal` 0; TFLOP/s on the pairs it sees).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -53,6 +55,7 @@ impl Row {
             "kernel": self.kernel,
             "path": std::env::var("BENCH_PATH").unwrap_or_else(|_| "sm80".into()),
             "sm90_wgs": sm90_consumers(),
+            "window": window(),
         })
     }
 }
@@ -95,9 +98,13 @@ fn time_row<T: Element>(
 ) -> Result<(f64, f64, String), Box<dyn Error>> {
     let (b, h) = (TOKENS / n, HIDDEN / d);
     let hk = h / group();
+    let causal = causal && window().is_none(); // (a window replaces the mask)
     let (shape, kv_shape) = ([b, n, h, d], [b, n, hk, d]);
     stream.memcpy_dtod(&bu.nan, &mut bu.o)?; // poison: every launch must overwrite o
-    let params = attn_params(causal);
+    let params = match window() {
+        Some(w) => attn_params(false).with_window(w as i32 - 1, 0),
+        None => attn_params(causal),
+    };
     let (q, k, v) = (
         Tensor4::contiguous(&bu.q, shape),
         Tensor4::contiguous(&bu.k, kv_shape),
@@ -122,7 +129,7 @@ fn time_row<T: Element>(
                 heads_k: hk,
                 head_dim: d,
                 causal,
-                window: None,
+                window: window().map(|w| (w as u32 - 1, 0)),
                 scores: flash_codegen::Scores::Plain,
                 overlap: sm90_overlap(),
                 pingpong: sm90_pingpong(),
@@ -190,7 +197,15 @@ fn sweep<T: Element>(
         for &causal in &sw.causal {
             for &n in &sw.seqs {
                 let (b, h) = (TOKENS / n.max(1), HIDDEN / d.max(1));
-                let flops = 4.0 * (b * h * n * n * d) as f64 / if causal { 2.0 } else { 1.0 };
+                let flops = match window() {
+                    // the pairs a window of w sees: sum over queries i of min(i + 1, w)
+                    Some(w) => {
+                        let w = w.min(n);
+                        let pairs = w * (w + 1) / 2 + (n - w) * w;
+                        4.0 * (b * h * d * pairs) as f64
+                    }
+                    None => 4.0 * (b * h * n * n * d) as f64 / if causal { 2.0 } else { 1.0 },
+                };
                 let mut row = Row {
                     dtype: T::DTYPE.name(),
                     d,
@@ -283,6 +298,14 @@ fn group() -> usize {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1usize)
         .max(1)
+}
+
+/// BENCH_WINDOW: the sliding window's width w (window (w - 1, 0)), at least 1; none unset.
+fn window() -> Option<usize> {
+    std::env::var("BENCH_WINDOW")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&w: &usize| w >= 1)
 }
 
 /// BENCH_SM90_WGS: consumer warpgroups (default: the kernel's choice per head dim).
