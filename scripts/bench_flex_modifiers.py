@@ -20,6 +20,7 @@ import triton
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import gpu_check_kvcache as g  # the manifest loader and launcher (argv[1] = PTX_DIR)
+import flex_mods
 
 B, H, D = 2, 16, 128
 # every (mask, score_mod, length) compiles once; past the default cache size dynamo falls
@@ -45,12 +46,9 @@ if os.environ.get("BENCH_ROWS"):
 TWIN = {"window256": "causal", "window1024": "causal", "window4096": "causal",
         "causal_softcap30": "causal", "plain_softcap30": "plain",
         "causal_alibi": "causal", "plain_alibi": "plain"}
-# BLOOM's ALiBi slopes for H heads: 2^(-8 (i + 1) / H)
-SLOPES = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)], device="cuda")
-
-
-def alibi(score, b, h, qi, ki):
-    return score - SLOPES[h] * (qi - ki).abs()
+SLOPES = flex_mods.bloom_slopes(H)
+alibi = flex_mods.alibi_mod(SLOPES)
+softcap_mod = flex_mods.softcap_mod
 
 
 def ours(q, k, v, o, causal, window, cap, bias):
@@ -84,12 +82,6 @@ def flex_call(q, k, v, causal, window, cap, bias):
     if cap is None:
         return lambda: flex(q, k, v, block_mask=bm)
     return lambda: flex(q, k, v, block_mask=bm, score_mod=SOFTCAPS[cap])
-
-
-def softcap_mod(cap):
-    def softcap(score, b, h, qi, ki):
-        return cap * torch.tanh(score / cap)
-    return softcap
 
 
 # one score_mod per cap, made once (a fresh closure per call would recompile)

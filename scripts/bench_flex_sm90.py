@@ -23,6 +23,7 @@ import triton
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
 import manifest_sm90 as m90
+import flex_mods
 
 B, H = 2, 16
 D = int(os.environ.get("BENCH_D", "128"))
@@ -50,18 +51,9 @@ def pairs(n, causal, window):
     return sum(min(i + 1, w) for i in range(n))
 
 
-# BLOOM's ALiBi slopes for H heads: 2^(-8 (i + 1) / H)
-SLOPES = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)], device="cuda")
-
-
-def alibi_mod(score, b, h, qi, ki):
-    return score - SLOPES[h] * (qi - ki).abs()
-
-
-def softcap_mod(cap):
-    def softcap(score, b, h, qi, ki):
-        return cap * torch.tanh(score / cap)
-    return softcap
+SLOPES = flex_mods.bloom_slopes(H)
+alibi_mod = flex_mods.alibi_mod(SLOPES)
+softcap_mod = flex_mods.softcap_mod
 
 
 # one score_mod per cap, made once (a fresh closure per call would recompile)

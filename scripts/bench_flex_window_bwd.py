@@ -18,6 +18,7 @@ import torch._functorch.config
 import triton
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+import flex_mods
 
 torch._functorch.config.donated_buffer = False
 torch._dynamo.config.cache_size_limit = 64
@@ -31,17 +32,9 @@ ROWS = [("causal", True, None, None), ("window256", True, 256, None),
         ("plain_alibi", False, None, "alibi")]
 if os.environ.get("BENCH_ROWS"):
     ROWS = [r for r in ROWS if r[0] in os.environ["BENCH_ROWS"].split(",")]
-SLOPES = torch.tensor([2.0 ** (-8.0 * (i + 1) / H) for i in range(H)], device="cuda")
-
-
-def alibi(score, b, h, qi, ki):
-    return score - SLOPES[h] * (qi - ki).abs()
-
-
-def softcap_mod(cap):
-    def softcap(score, b, h, qi, ki):
-        return cap * torch.tanh(score / cap)
-    return softcap
+SLOPES = flex_mods.bloom_slopes(H)
+alibi = flex_mods.alibi_mod(SLOPES)
+softcap_mod = flex_mods.softcap_mod
 
 
 SOFTCAPS = {cap: softcap_mod(cap) for cap in {r[3] for r in ROWS if r[3] and r[3] != "alibi"}}

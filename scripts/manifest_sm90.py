@@ -310,6 +310,21 @@ def reference(q, k, v, causal, scale, dtype, window=None):
     return o.transpose(1, 2), lse
 
 
+def guarded_counter():
+    """A dynamic kernel's tile counter (u32[2], zeroed; the kernel leaves it zeroed), with
+    guard words either side: (the whole buffer, the counter)."""
+    full = torch.full((6,), 0x5A5A5A5A, device="cuda", dtype=torch.int32)
+    counter = full[2:4]
+    counter.zero_()
+    return full, counter
+
+
+def counter_intact(full):
+    """The counter left zeroed (the next launch may reuse it), its guard words intact."""
+    want = torch.tensor([0x5A5A5A5A] * 2 + [0, 0] + [0x5A5A5A5A] * 2, dtype=torch.int32)
+    return bool((full.cpu() == want).all().item())
+
+
 def rel_l2(a, b):
     a, b = a.double(), b.double()
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
@@ -335,12 +350,7 @@ def case(man, b, sq, sk, h, hk, d, dt, causal, layout="contiguous", with_lse=Tru
     l_full, l_pad, lse = guarded((b, h, sq), torch.float32)
     scale = 1.0 / math.sqrt(d)
     sizes = dict(batch=b, seqlen_q=sq, seqlen_k=sk, heads=h, heads_k=hk, head_dim=d)
-    # a dynamic kernel's tile counter (zeroed; the kernel leaves it zeroed; the others do not
-    # take it), with
-    # guard words either side
-    counter_full = torch.full((6,), 0x5A5A5A5A, device="cuda", dtype=torch.int32)
-    counter = counter_full[2:4]
-    counter.zero_()
+    counter_full, counter = guarded_counter()
     scalars = dict(o=o.data_ptr(), lse=lse.data_ptr() if with_lse else 0, seqlen_q=sq, seqlen_k=sk,
                    group=h // hk, heads=h, o_row=o.stride(1), o_head=o.stride(2), o_batch=o.stride(0),
                    scale_log2=scale * LOG2E, batch=b, tile_counter=counter.data_ptr())
@@ -363,9 +373,7 @@ def case(man, b, sq, sk, h, hk, d, dt, causal, layout="contiguous", with_lse=Tru
         lse_msg = f"lse rel-L2 {r_l:.2e}{'' if same_empty else ' (-inf rows differ)'}"
     else:
         ok &= bool(torch.isnan(lse).all().item()) and untouched(l_full, l_pad, sq)
-    # the counter left zeroed (the next launch may reuse it), its guard words intact
-    want = torch.tensor([0x5A5A5A5A] * 2 + [0, 0] + [0x5A5A5A5A] * 2, dtype=torch.int32)
-    counter_ok = bool((counter_full.cpu() == want).all().item())
+    counter_ok = counter_intact(counter_full)
     ok &= counter_ok
     guards = "" if untouched(o_full, o_pad, d) else " (o written outside its elements)"
     guards += "" if counter_ok else f" (tile_counter left {counter_full.tolist()})"
