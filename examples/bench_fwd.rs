@@ -15,7 +15,9 @@
 //! on a persistent grid, sm90dyn: its tiles claimed from a counter, sm90chain: that with
 //! the tile edges chained; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
 //! BENCH_WINDOW=w (a sliding window as Mistral runs it, query i seeing keys i - w + 1 ..= i:
-//! window (w - 1, 0) in place of the mask, `causal` 0; TFLOP/s on the pairs it sees).
+//! window (w - 1, 0) in place of the mask, `causal` 0; TFLOP/s on the pairs it sees),
+//! BENCH_SOFTCAP=cap (a logit softcap), BENCH_FMA_EXP2=k (sm90 paths: k of every 4
+//! n-tiles' probabilities on the FMA pipe, `fwd::Variant::fma_exp2`; default the kernel's).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -56,6 +58,8 @@ impl Row {
             "path": std::env::var("BENCH_PATH").unwrap_or_else(|_| "sm80".into()),
             "sm90_wgs": sm90_consumers(),
             "window": window(),
+            "softcap": softcap(),
+            "fma_exp2": fma_exp2(),
         })
     }
 }
@@ -105,6 +109,10 @@ fn time_row<T: Element>(
         Some(w) => attn_params(false).with_window(w as i32 - 1, 0),
         None => attn_params(causal),
     };
+    let params = match softcap() {
+        Some(cap) => params.with_softcap(cap),
+        None => params,
+    };
     let (q, k, v) = (
         Tensor4::contiguous(&bu.q, shape),
         Tensor4::contiguous(&bu.k, kv_shape),
@@ -130,7 +138,11 @@ fn time_row<T: Element>(
                 head_dim: d,
                 causal,
                 window: window().map(|w| (w as u32 - 1, 0)),
-                scores: flash_codegen::Scores::Plain,
+                scores: match softcap() {
+                    Some(_) => flash_codegen::Scores::Softcap,
+                    None => flash_codegen::Scores::Plain,
+                },
+                fma_exp2: fma_exp2(),
                 overlap: sm90_overlap(),
                 pingpong: sm90_pingpong(),
                 consumers: sm90_consumers(),
@@ -139,14 +151,13 @@ fn time_row<T: Element>(
                 chained: sm90_chained(),
                 debug: false,
             };
-            rt.launch_fwd_sm90(
+            rt.launch_fwd_sm90_scored(
                 stream,
                 sh,
-                &bu.q,
-                &bu.k,
-                &bu.v,
+                (&bu.q, &bu.k, &bu.v),
                 &mut bu.o,
                 Some(&mut bu.lse),
+                (softcap(), None),
             )?;
         } else {
             let mut o = Tensor4Mut::contiguous(&mut bu.o, shape);
@@ -298,6 +309,20 @@ fn group() -> usize {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1usize)
         .max(1)
+}
+
+/// BENCH_SOFTCAP: a logit softcap (finite, > 0), none unset.
+fn softcap() -> Option<f32> {
+    std::env::var("BENCH_SOFTCAP")
+        .ok()
+        .and_then(|s| s.parse().ok())
+}
+
+/// BENCH_FMA_EXP2: the sm90 kernel's FMA share of the softmax's `ex2` (0 to 4 quarters).
+fn fma_exp2() -> Option<u32> {
+    std::env::var("BENCH_FMA_EXP2")
+        .ok()
+        .and_then(|s| s.parse().ok())
 }
 
 /// BENCH_WINDOW: the sliding window's width w (window (w - 1, 0)), at least 1; none unset.

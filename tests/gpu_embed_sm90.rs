@@ -138,6 +138,7 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
         causal: false,
         window: None,
         scores: flash_codegen::Scores::Plain,
+        fma_exp2: None,
         overlap: true,
         pingpong: true,
         consumers: None,

@@ -208,6 +208,7 @@ fn sm90_forward_matches_f64_reference() {
                     causal,
                     window,
                     scores: flash_codegen::Scores::Plain,
+                    fma_exp2: None,
                     overlap,
                     pingpong,
                     consumers: Some(consumers),

@@ -6,7 +6,9 @@
 //! inputs per case; o poisoned (NaN) with a guard band past its end and lse poisoned; odd
 //! lengths, sq != sk both ways (rows with no key), GQA; both dtypes, d64 and d128; the
 //! debug build (bounded mbarrier waits) first, then the release build; the shipping
-//! schedule and the serial one. Other GPUs: a notice.
+//! schedule and the serial one; the softcap also with 1, 2 and 4 of every 4 n-tiles'
+//! probabilities made on the FMA pipe (`fwd::Variant::fma_exp2`; 4: all of them, the
+//! masked scores' exact zeros included). Other GPUs: a notice.
 #![cfg(feature = "gpu")]
 
 mod gpu_support;
@@ -191,7 +193,13 @@ fn sm90_scored_forward_matches_f64_reference() {
     for debug in [true, false] {
         for (overlap, pingpong, persistent, dynamic) in schedules {
             for d in [64, 128] {
-                for (i, m) in mods.iter().enumerate() {
+                for (i, m, fma_exp2) in mods.iter().enumerate().flat_map(|(i, m)| {
+                    let shares = match m.softcap {
+                        Some(_) => vec![None, Some(1), Some(2), Some(4)],
+                        None => vec![None],
+                    };
+                    shares.into_iter().map(move |s| (i, m, s))
+                }) {
                     let (b, sq, sk, h, hk) = shapes[(i + d / 64) % shapes.len()];
                     let sh = Sm90FwdShape {
                         batch: b,
@@ -207,6 +215,7 @@ fn sm90_scored_forward_matches_f64_reference() {
                             (_, Some(_)) => Scores::Alibi,
                             _ => Scores::Plain,
                         },
+                        fma_exp2,
                         overlap,
                         pingpong,
                         consumers: None,

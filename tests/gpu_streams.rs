@@ -37,6 +37,7 @@ fn shape(batch: usize, seqlen: usize, heads: usize, causal: bool) -> Sm90FwdShap
         causal,
         window: None,
         scores: flash_codegen::Scores::Plain,
+        fma_exp2: None,
         overlap: true,
         pingpong: true,
         consumers: None,

@@ -117,10 +117,7 @@ fn embedded_sm90a_ptx_is_the_emitters_byte_for_byte() {
         let var = k.variant();
         assert_eq!(
             var,
-            Variant {
-                scores: var.scores,
-                ..Variant::shipping_for(var.dtype, var.head_dim, var.mask())
-            }
+            Variant::shipping_scored(var.dtype, var.head_dim, var.mask(), var.scores)
         );
         let expected = sm90a::ptx(var);
         assert!(

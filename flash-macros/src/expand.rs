@@ -127,6 +127,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         causal,
         window,
         scores,
+        fma_exp2,
         overlap,
         pingpong,
         consumers,
@@ -144,9 +145,10 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         Scores::Softcap => quote!(Softcap),
         Scores::Alibi => quote!(Alibi),
     };
-    let (head_dim, consumers) = (
+    let (head_dim, consumers, fma_exp2) = (
         Literal::u32_suffixed(head_dim),
         Literal::u32_suffixed(consumers),
+        Literal::u32_suffixed(fma_exp2),
     );
     quote! {
         #cg::kernels::sm90::fwd::Variant {
@@ -155,6 +157,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
             causal: #causal,
             window: #window,
             scores: #cg::Scores::#scores,
+            fma_exp2: #fma_exp2,
             overlap: #overlap,
             pingpong: #pingpong,
             consumers: #consumers,

@@ -66,10 +66,7 @@ pub(crate) fn variants(entries: &[Entry], args: &Args) -> Result<Vec<fwd::Varian
         for &head_dim in fwd::HEAD_DIMS.iter().filter(|d| head_dims.contains(d)) {
             for (scores, mask) in plain.into_iter().chain(fwd::Variant::SCORED) {
                 if args.scores.contains(&scores) && wants(mask) {
-                    out.push(fwd::Variant {
-                        scores,
-                        ..fwd::Variant::shipping_for(dtype, head_dim, mask)
-                    });
+                    out.push(fwd::Variant::shipping_scored(dtype, head_dim, mask, scores));
                 }
             }
         }

@@ -33,6 +33,10 @@ pub struct Sm90FwdShape {
     /// The score transform (`fwd::Variant::scores`; its values are
     /// [`FlashAttention::launch_fwd_sm90_scored`]'s).
     pub scores: Scores,
+    /// Of every 4 n-tiles of S, how many make their probabilities on the FMA pipe
+    /// (`fwd::Variant::fma_exp2`); `None`: the kernel's default
+    /// (`fwd::Variant::default_fma_exp2`).
+    pub fma_exp2: Option<u32>,
     /// FA3's intra-warpgroup overlap (`fwd::Variant::overlap`).
     pub overlap: bool,
     /// The consumers take turns to issue their products (`fwd::Variant::pingpong`).
@@ -101,12 +105,21 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
             "{sh:?}: a sliding window needs seqlen_q + seqlen_k below 2^31 - 256"
         )));
     }
+    let fma_exp2 = sh
+        .fma_exp2
+        .unwrap_or_else(|| fwd::Variant::default_fma_exp2(sh.scores));
+    if fma_exp2 > 4 {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: fma_exp2 is a share of 4 n-tiles (0 to 4)"
+        )));
+    }
     Ok(fwd::Variant {
         dtype,
         head_dim,
         causal: sh.causal,
         window: sh.window.is_some(),
         scores: sh.scores,
+        fma_exp2,
         overlap: sh.overlap,
         pingpong: sh.pingpong,
         consumers,

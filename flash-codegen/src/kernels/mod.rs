@@ -5,6 +5,7 @@
 pub mod bwd_elementwise;
 pub mod bwd_kv_sum;
 pub mod combine;
+pub mod exp2;
 pub mod mask;
 pub mod params;
 pub mod schedule;

@@ -7,6 +7,7 @@
 //! `m_i = -inf` and use 0 as their scaled max, so no probability is NaN (the rescale test
 //! compares `-inf - -inf` on purpose: NaN compares false, nothing to rescale).
 
+use super::exp2::exp2_fma;
 use crate::ptx::{Builder, Cmp, F32, Pred, Reg};
 use crate::tile::acc::AccTile;
 
@@ -25,6 +26,9 @@ pub struct OnlineSoftmax {
     /// Running row sum of exp2, this thread's columns only (quad-reduced at the end).
     l_i: Vec<Reg<F32>>,
     scale_log2: Reg<F32>,
+    /// Of every 4 n-tiles of a row, how many make their probabilities on the FMA pipe
+    /// ([`exp2_fma`]) instead of `ex2` (0: none).
+    fma_exp2: u32,
 }
 
 impl OnlineSoftmax {
@@ -36,7 +40,17 @@ impl OnlineSoftmax {
             m_i,
             l_i,
             scale_log2,
+            fma_exp2: 0,
         }
+    }
+
+    /// The probabilities of `share` n-tiles in every 4 made on the FMA pipe
+    /// ([`exp2_fma`]), the rest by `ex2`: for kernels whose multi-function unit is the
+    /// bottleneck (a softcap's `tanh` beside the softmax's `ex2`).
+    pub fn with_fma_exp2(mut self, share: u32) -> Self {
+        assert!(share <= 4, "generator bug: an FMA share of {share} in 4");
+        self.fma_exp2 = share;
+        self
     }
 
     /// `max_scaled = (m == -inf) ? 0 : m * scale_log2`.
@@ -71,7 +85,16 @@ impl OnlineSoftmax {
         for row in 0..s.rows() {
             let ms = self.scaled_max(b, self.m_i[row]);
             let neg_ms = b.neg_f32(ms);
-            let l = s.exp2_row(b, row, self.scale_log2, neg_ms, self.l_i[row]);
+            let l = match self.fma_exp2 {
+                0 => s.exp2_row(b, row, self.scale_log2, neg_ms, self.l_i[row]),
+                share => {
+                    let exp = |b: &mut Builder, nt: usize, y| match (nt % 4) < share as usize {
+                        true => exp2_fma(b, y),
+                        false => b.ex2(y),
+                    };
+                    s.exp2_row_with(b, row, (self.scale_log2, neg_ms), self.l_i[row], exp)
+                }
+            };
             b.assign(self.l_i[row], l);
         }
     }

@@ -140,10 +140,7 @@ pub fn shipping() -> Vec<fwd::Variant> {
                 v.push(fwd::Variant::shipping_for(dtype, head_dim, mask));
             }
             for (scores, mask) in fwd::Variant::SCORED {
-                v.push(fwd::Variant {
-                    scores,
-                    ..fwd::Variant::shipping_for(dtype, head_dim, mask)
-                });
+                v.push(fwd::Variant::shipping_scored(dtype, head_dim, mask, scores));
             }
         }
     }

@@ -282,11 +282,25 @@ impl AccTile {
         r: usize,
         scale: Reg<F32>,
         neg_max: Reg<F32>,
+        sum: Reg<F32>,
+    ) -> Reg<F32> {
+        self.exp2_row_with(b, r, (scale, neg_max), sum, |b, _, y| b.ex2(y))
+    }
+
+    /// [`AccTile::exp2_row`] with each 2^y made by `exp(b, n_tile, y)` (the element's
+    /// n-tile given: a kernel may spread the work over the GPU's pipes by column).
+    #[must_use]
+    pub fn exp2_row_with(
+        &mut self,
+        b: &mut Builder,
+        r: usize,
+        (scale, neg_max): (Reg<F32>, Reg<F32>),
         mut sum: Reg<F32>,
+        mut exp: impl FnMut(&mut Builder, usize, Reg<F32>) -> Reg<F32>,
     ) -> Reg<F32> {
         for (el, reg) in Self::row_elems(r, self.n_tiles()) {
             let y = b.fma_f32(self.at(el, reg), scale, neg_max);
-            let p = b.ex2(y);
+            let p = exp(b, el.n_tile, y);
             self.frags[el.m_tile()][el.n_tile][reg] = p;
             sum = b.add_f32(sum, p);
         }

@@ -197,6 +197,7 @@ pub fn sm90_fwd_call_with(
         causal: ship.causal,
         window: a.params.window_params().filter(|_| ship.window),
         scores: mods.scores,
+        fma_exp2: None,
         overlap: ship.overlap,
         pingpong: ship.pingpong,
         consumers: None,

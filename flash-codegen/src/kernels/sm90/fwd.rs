@@ -79,6 +79,7 @@ pub fn module(var: Variant) -> Module {
         causal,
         window,
         scores,
+        fma_exp2,
         overlap,
         pingpong,
         consumers,
@@ -87,6 +88,10 @@ pub fn module(var: Variant) -> Module {
         chained,
         debug,
     } = var;
+    assert!(
+        fma_exp2 <= 4,
+        "generator bug: an FMA share of {fma_exp2} in 4"
+    );
     assert!(
         !(causal && window),
         "generator bug: a window variant takes the causal mask as its window (-1, 0)"
@@ -197,6 +202,7 @@ pub fn module(var: Variant) -> Module {
             b.setmaxnreg(true, consumer_regs);
             let c = Consumer {
                 fmt,
+                fma_exp2,
                 rule,
                 scale_log2,
                 softmax_scale,

@@ -100,7 +100,8 @@ impl Consumer {
         (tid, wg, turn): (Reg<B32>, Reg<B32>, Option<Turn>),
     ) {
         let o = AccTile::zeros(b, 1, sched.head_dim);
-        let softmax = OnlineSoftmax::new(b, o.rows(), self.softmax_scale);
+        let softmax =
+            OnlineSoftmax::new(b, o.rows(), self.softmax_scale).with_fma_exp2(self.fma_exp2);
         let p = self.p_regs(b);
         let rec = b.mad_lo_u32(tid, RECORD_BYTES, smem);
         let rec = b.add_u32(rec, lay.bytes());

@@ -17,6 +17,8 @@ use crate::tile::smem::{ROW_BYTES, SmemTile};
 /// A consumer warpgroup's constants.
 pub(super) struct Consumer {
     pub(super) fmt: HalfFmt,
+    /// Of every 4 n-tiles of S, how many make P on the FMA pipe (`Variant::fma_exp2`).
+    pub(super) fma_exp2: u32,
     /// Which keys a query sees (a window's bounds clamped: `left <= sk`, `right <= sq`).
     pub(super) rule: KeyRule,
     pub(super) scale_log2: Reg<F32>,
@@ -92,7 +94,8 @@ impl Consumer {
     ) -> (AccTile, Vec<Reg<F32>>, Wg) {
         let w = self.setup(b, ctx, (tid, wg, m0), (turn, j));
         let mut o = AccTile::zeros(b, 1, ctx.d);
-        let mut softmax = OnlineSoftmax::new(b, o.rows(), self.softmax_scale);
+        let mut softmax =
+            OnlineSoftmax::new(b, o.rows(), self.softmax_scale).with_fma_exp2(self.fma_exp2);
         if overlap {
             self.blocks_overlapped(b, ctx, &w, &mut softmax, &mut o);
         } else {

@@ -24,6 +24,11 @@ pub struct Variant {
     /// The score transform between S and the mask: none, a softcap (`softcap`), ALiBi's
     /// bias (`alibi_slopes`; not with a window).
     pub scores: Scores,
+    /// Of every 4 n-tiles of S, how many make their probabilities on the FMA pipe
+    /// (`kernels::exp2`) instead of `ex2` (0..=4; name `_fx{k}` when not 0): relief for
+    /// the multi-function unit under a softcap, whose `tanh` doubles its load
+    /// ([`Variant::default_fma_exp2`]).
+    pub fma_exp2: u32,
     /// FA3's intra-warpgroup overlap (S of the next block beside P V of this one).
     pub overlap: bool,
     /// FA3's scheduler barrier: the consumers issue their GEMMs in turn, so one's softmax
@@ -46,9 +51,13 @@ pub struct Variant {
 
 impl Variant {
     /// Entry name:
-    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_ovl][_pp]_m{rows}[_pers|_dyn][_chain]_sm90a[_debug]`.
+    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_ovl][_pp]_m{rows}[_pers|_dyn][_chain]_sm90a[_debug]`.
     pub fn name(&self) -> String {
-        let mask = format!("{}{}", self.mask().suffix(), self.scores.suffix());
+        let fx = match self.fma_exp2 {
+            0 => String::new(),
+            k => format!("_fx{k}"),
+        };
+        let mask = format!("{}{}{fx}", self.mask().suffix(), self.scores.suffix());
         let ovl = if self.overlap { "_ovl" } else { "" };
         let pp = if self.pingpong { "_pp" } else { "" };
         let pers = match self.grid_kind() {
@@ -77,6 +86,7 @@ impl Variant {
             causal,
             window: false,
             scores: Scores::Plain,
+            fma_exp2: 0,
             overlap: true,
             pingpong: true,
             consumers: Self::default_consumers(head_dim),
@@ -95,6 +105,16 @@ impl Variant {
         }
     }
 
+    /// [`Variant::shipping_for`] with score transform `scores` (and its default FMA share
+    /// of the softmax's `ex2`, [`Variant::default_fma_exp2`]).
+    pub fn shipping_scored(dtype: DType, head_dim: u32, mask: Mask, scores: Scores) -> Variant {
+        Variant {
+            scores,
+            fma_exp2: Self::default_fma_exp2(scores),
+            ..Self::shipping_for(dtype, head_dim, mask)
+        }
+    }
+
     /// The mask the variant computes.
     pub fn mask(&self) -> Mask {
         match (self.causal, self.window) {
@@ -102,6 +122,13 @@ impl Variant {
             (false, true) => Mask::Local,
             (false, false) => Mask::None,
         }
+    }
+
+    /// The FMA share of the softmax's `ex2` ([`Variant::fma_exp2`]) a kernel of `scores`
+    /// runs by default: 0 (every probability by `ex2`) until a share is measured faster
+    /// on a GPU.
+    pub fn default_fma_exp2(_scores: Scores) -> u32 {
+        0
     }
 
     /// FA3's choice: three consumers (192 query rows) at d64, where a warpgroup's
@@ -213,7 +240,8 @@ impl Variant {
     /// and overlapped + pingpong schedules (the last also persistent: static, dynamic),
     /// release and debug builds; at d64 with two consumers too (beside the default
     /// three); the sliding window on the shipping schedule; softcap (every mask) and
-    /// ALiBi (no mask or causal) on the shipping schedule and tiles.
+    /// ALiBi (no mask or causal) on the shipping schedule and tiles, the softcap also with
+    /// 1 and 2 of every 4 n-tiles' `ex2`s on the FMA pipe (`fma_exp2`).
     pub fn all() -> Vec<Variant> {
         let mut v = Vec::new();
         for dtype in [DType::F16, DType::Bf16] {
@@ -229,6 +257,7 @@ impl Variant {
                             causal,
                             window: false,
                             scores: Scores::Plain,
+                            fma_exp2: 0,
                             overlap,
                             pingpong,
                             consumers,
@@ -247,11 +276,13 @@ impl Variant {
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
                 }
                 for (scores, mask) in Self::SCORED {
-                    let ship = Variant {
-                        scores,
-                        ..Self::shipping_for(dtype, head_dim, mask)
-                    };
+                    let ship = Self::shipping_scored(dtype, head_dim, mask, scores);
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
+                    // the softcap's softmax with a quarter or half of its `ex2`s on the FMA
+                    // pipe (release builds only: the same barriers as the builds above)
+                    if scores == Scores::Softcap {
+                        v.extend([1, 2].map(|fma_exp2| Variant { fma_exp2, ..ship }));
+                    }
                 }
             }
         }

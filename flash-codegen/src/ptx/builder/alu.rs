@@ -269,6 +269,17 @@ impl Builder {
         d
     }
 
+    /// Reinterprets the bits of an f32 as a 32-bit word (`mov.b32`).
+    pub fn f32_bits(&mut self, a: Reg<F32>) -> Reg<B32> {
+        let d = self.reg::<B32>();
+        self.push(Inst::Mov {
+            ty: Ty::B32,
+            d: d.into(),
+            a: a.into(),
+        });
+        d
+    }
+
     /// Exact f16 -> f32.
     pub fn cvt_f32_f16(&mut self, a: Reg<B16>) -> Reg<F32> {
         let d = self.reg::<F32>();
