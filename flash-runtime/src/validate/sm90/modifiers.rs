@@ -35,7 +35,7 @@ pub(super) fn modifiers(
             ));
         }
     };
-    let mask = a.params.kernel_mask();
+    let kernel_mask = a.params.kernel_mask();
     let (scores, args) = match (softcap, a.alibi) {
         (Some(_), Some(_)) => {
             return Err("ALiBi and a softcap together: no sm_90a kernel computes both".into());
@@ -52,7 +52,7 @@ pub(super) fn modifiers(
                 "softcap {cap}: the sm_90a forward takes a positive, finite cap"
             ));
         }
-        (None, Some(_)) if mask == Mask::Local => {
+        (None, Some(_)) if kernel_mask == Mask::Local => {
             return Err(format!(
                 "ALiBi under a sliding window ({mask:?}): the sm_90a forward has ALiBi without \
                  a mask and causal only"
@@ -65,7 +65,7 @@ pub(super) fn modifiers(
         (None, None) => (Scores::Plain, Sm90ScoreArgs::default()),
     };
     Ok(Modifiers {
-        mask,
+        mask: kernel_mask,
         scale_log2: (scale * std::f64::consts::LOG2_E) as f32,
         scores,
         args,
