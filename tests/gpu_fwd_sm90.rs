@@ -10,75 +10,23 @@
 
 mod gpu_support;
 
-use flash_runtime::reference::{Modifiers, Shape, attention_forward_with, rel_l2};
-use flash_runtime::rng::Rng;
-use flash_runtime::{
-    AttnParams, Element, FlashAttention, ForwardArch, Mask, Sm90FwdShape, Tensor4,
-};
-use gpu_support::{attn_params, lse_abs_err, rounded};
-
-const GUARD: usize = 4096;
+use flash_runtime::reference::Modifiers;
+use flash_runtime::{AttnParams, Element, FlashAttention, ForwardArch, Mask, Sm90FwdShape};
+use gpu_support::attn_params;
+use gpu_support::sm90::Sm90Case;
 
 /// (o rel-L2, lse max abs error) of the sm90 kernel and of the sm80 forward.
 fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> ((f64, f64), (f64, f64)) {
-    let stream = rt.context().default_stream();
-    let (b, sq, sk, h, hk, d) = (
-        sh.batch,
-        sh.seqlen_q,
-        sh.seqlen_k,
-        sh.heads,
-        sh.heads_k,
-        sh.head_dim,
-    );
-    let (nq, nk) = (b * sq * h * d, b * sk * hk * d);
-    let mut rng = Rng::new(seed);
-    let ((q, qf), (k, kf), (v, vf)) = (
-        rounded::<T>(&mut rng, nq),
-        rounded::<T>(&mut rng, nk),
-        rounded::<T>(&mut rng, nk),
-    );
-    let (qd, kd, vd) = (
-        stream.clone_htod(&q).unwrap(),
-        stream.clone_htod(&k).unwrap(),
-        stream.clone_htod(&v).unwrap(),
-    );
-    let mut od = stream
-        .clone_htod(&vec![T::from_f32(f32::NAN); nq + GUARD])
-        .unwrap();
-    let mut ld = stream
-        .clone_htod(&vec![f32::NAN; b * h * sq + GUARD])
-        .unwrap();
-    rt.launch_fwd_sm90(&stream, sh, &qd, &kd, &vd, &mut od, Some(&mut ld))
+    let mut c = Sm90Case::<T>::new(rt, sh, seed);
+    rt.launch_fwd_sm90(&c.stream, sh, &c.q, &c.k, &c.v, &mut c.o, Some(&mut c.lse))
         .unwrap_or_else(|e| panic!("{sh:?}: {e}"));
-    let o: Vec<T> = stream.clone_dtoh(&od).unwrap();
-    let lse: Vec<f32> = stream.clone_dtoh(&ld).unwrap();
-    assert!(
-        o[nq..].iter().all(|x| x.to_f32().is_nan()),
-        "{sh:?}: o written past its end"
-    );
-    assert!(
-        lse[b * h * sq..].iter().all(|x| x.is_nan()),
-        "{sh:?}: lse written past its end"
-    );
-    let shape = Shape::new(b, sq, sk, h, hk, d);
-    let f = |x: &[T]| -> Vec<f64> { x.iter().map(|y| y.to_f32() as f64).collect() };
+    let (o, lse) = c.outputs();
     let bound = |x: u32| if x == u32::MAX { -1 } else { i64::from(x) };
     let mods = match sh.window {
         Some((l, r)) => Modifiers::default().with_window(bound(l), bound(r)),
         None => Modifiers::causal(sh.causal),
     };
-    let r = attention_forward_with(&shape, &qf, &kf, &vf, &mods, None).unwrap();
-    let errs = |o: &[f64], lse: &[f32]| {
-        // a NaN lse is an infinite error (f64::max would skip it)
-        let lse_err = lse
-            .iter()
-            .zip(&r.lse)
-            .map(|(&g, &w)| lse_abs_err(g, w))
-            .map(|e| if e.is_nan() { f64::INFINITY } else { e })
-            .fold(0.0f64, f64::max);
-        (rel_l2(o, &r.o), lse_err)
-    };
-    let ours = errs(&f(&o[..nq]), &lse[..b * h * sq]);
+    let r = c.reference(&mods);
     // the sm80 forward on the same inputs
     let params = match sh.window {
         Some((l, r)) => AttnParams::new().with_mask(Mask::Window {
@@ -87,19 +35,7 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> ((f64, 
         }),
         None => attn_params(sh.causal, None),
     };
-    let view = |x, s, hh| Tensor4::contiguous(x, [b, s, hh, d]);
-    let out = rt
-        .forward(
-            &stream,
-            &view(&qd, sq, h),
-            &view(&kd, sk, hk),
-            &view(&vd, sk, hk),
-            &params,
-        )
-        .unwrap();
-    let o80: Vec<T> = stream.clone_dtoh(&out.o).unwrap();
-    let lse80: Vec<f32> = stream.clone_dtoh(&out.lse).unwrap();
-    (ours, errs(&f(&o80[..nq]), &lse80[..b * h * sq]))
+    (c.errors(&r, (&o, &lse)), c.sm80_errors(rt, &params, &r))
 }
 
 #[test]

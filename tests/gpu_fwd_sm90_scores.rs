@@ -14,14 +14,9 @@
 mod gpu_support;
 
 use flash_codegen::Scores;
-use flash_runtime::reference::{Modifiers, Shape, attention_forward_with, rel_l2};
-use flash_runtime::rng::Rng;
-use flash_runtime::{
-    Alibi, AttnParams, Element, FlashAttention, ForwardArch, Mask, Sm90FwdShape, Tensor4,
-};
-use gpu_support::{lse_abs_err, rounded};
-
-const GUARD: usize = 4096;
+use flash_runtime::reference::Modifiers;
+use flash_runtime::{Alibi, AttnParams, Element, FlashAttention, ForwardArch, Mask, Sm90FwdShape};
+use gpu_support::sm90::Sm90Case;
 
 /// One case's modifiers: a cap, or ALiBi (per batch entry or not), with a mask.
 #[derive(Clone, Copy, Debug)]
@@ -42,45 +37,21 @@ fn slopes(b: usize, h: usize, per_batch: bool) -> Vec<f32> {
 
 /// (o rel-L2, lse max abs error) of the sm_90a kernel and of the sm_80 forward.
 fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, m: Mods, seed: u64) -> [(f64, f64); 2] {
-    let stream = rt.context().default_stream();
-    let (b, sq, sk, h, hk, d) = sh.sizes();
-    let (nq, nk) = (b * sq * h * d, b * sk * hk * d);
-    let mut rng = Rng::new(seed);
-    let ((q, qf), (k, kf), (v, vf)) = (
-        rounded::<T>(&mut rng, nq),
-        rounded::<T>(&mut rng, nk),
-        rounded::<T>(&mut rng, nk),
-    );
-    let up = |x: &Vec<T>| stream.clone_htod(x).unwrap();
-    let (qd, kd, vd) = (up(&q), up(&k), up(&v));
-    let mut od = stream
-        .clone_htod(&vec![T::from_f32(f32::NAN); nq + GUARD])
-        .unwrap();
-    let mut ld = stream
-        .clone_htod(&vec![f32::NAN; b * h * sq + GUARD])
-        .unwrap();
+    let mut c = Sm90Case::<T>::new(rt, sh, seed);
+    let (b, h) = (sh.batch, sh.heads);
     let sl = m.alibi.map(|per_batch| slopes(b, h, per_batch));
-    let sl_d = sl.as_ref().map(|s| stream.clone_htod(s).unwrap());
+    let sl_d = sl.as_ref().map(|s| c.stream.clone_htod(s).unwrap());
     let alibi_arg = sl_d.as_ref().zip(m.alibi);
     rt.launch_fwd_sm90_scored(
-        &stream,
+        &c.stream,
         sh,
-        (&qd, &kd, &vd),
-        &mut od,
-        Some(&mut ld),
+        (&c.q, &c.k, &c.v),
+        &mut c.o,
+        Some(&mut c.lse),
         (m.softcap, alibi_arg),
     )
     .unwrap_or_else(|e| panic!("{sh:?} {m:?}: {e}"));
-    let o: Vec<T> = stream.clone_dtoh(&od).unwrap();
-    let lse: Vec<f32> = stream.clone_dtoh(&ld).unwrap();
-    assert!(
-        o[nq..].iter().all(|x| x.to_f32().is_nan()),
-        "{sh:?} {m:?}: o written past its end"
-    );
-    assert!(
-        lse[b * h * sq..].iter().all(|x| x.is_nan()),
-        "{sh:?} {m:?}: lse written past its end"
-    );
+    let (o, lse) = c.outputs();
     // the reference and the sm_80 forward with the same modifiers
     let mut mods = Modifiers::causal(m.causal);
     let mut params = if m.causal {
@@ -92,9 +63,9 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, m: Mods, seed: u64) -
         mods = mods.with_window(l.into(), r.into());
         params = params.with_mask(Mask::Window { left: l, right: r });
     }
-    if let Some(c) = m.softcap {
-        mods = mods.with_softcap(c.into());
-        params = params.with_softcap(c);
+    if let Some(cap) = m.softcap {
+        mods = mods.with_softcap(cap.into());
+        params = params.with_softcap(cap);
     }
     if let Some(s) = &sl {
         mods = mods.with_alibi(s.iter().map(|&x| x.into()).collect());
@@ -105,30 +76,8 @@ fn case<T: Element>(rt: &FlashAttention, sh: Sm90FwdShape, m: Mods, seed: u64) -
             false => Alibi::per_head(s),
         });
     }
-    let shape = Shape::new(b, sq, sk, h, hk, d);
-    let r = attention_forward_with(&shape, &qf, &kf, &vf, &mods, None).unwrap();
-    let f = |x: &[T]| -> Vec<f64> { x.iter().map(|y| y.to_f32() as f64).collect() };
-    let errs = |o: &[f64], lse: &[f32]| {
-        let l = (lse.iter().zip(&r.lse))
-            .map(|(&g, &w)| lse_abs_err(g, w))
-            .map(|e| if e.is_nan() { f64::INFINITY } else { e })
-            .fold(0.0f64, f64::max);
-        (rel_l2(o, &r.o), l)
-    };
-    let ours = errs(&f(&o[..nq]), &lse[..b * h * sq]);
-    let view = |x, s, hh| Tensor4::contiguous(x, [b, s, hh, d]);
-    let out = rt
-        .forward(
-            &stream,
-            &view(&qd, sq, h),
-            &view(&kd, sk, hk),
-            &view(&vd, sk, hk),
-            &params,
-        )
-        .unwrap_or_else(|e| panic!("sm80 {m:?}: {e}"));
-    let o80: Vec<T> = stream.clone_dtoh(&out.o).unwrap();
-    let lse80: Vec<f32> = stream.clone_dtoh(&out.lse).unwrap();
-    [ours, errs(&f(&o80[..nq]), &lse80[..b * h * sq])]
+    let r = c.reference(&mods);
+    [c.errors(&r, (&o, &lse)), c.sm80_errors(rt, &params, &r)]
 }
 
 #[test]

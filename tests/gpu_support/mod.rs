@@ -6,6 +6,8 @@
 //! offsets and runtimes.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod sm90;
+
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DriverError};
