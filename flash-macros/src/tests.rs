@@ -293,8 +293,7 @@ fn arch_sm90a_embeds_the_shipping_forwards() {
     .unwrap();
     assert!(only.specs.is_empty());
     assert_eq!(only.sm90a, flash_codegen::manifest::sm90a::shipping());
-    // the plain ones alone without the flags; softcap alone with `softcap = true`; ALiBi
-    // has no window kernel
+    // the plain ones alone without the flags; ALiBi has no window kernel
     let plain = parse(quote! {
         mod m { head_dim = [64, 128], dtype = [f16, bf16], causal = [false, true],
                 passes = [fwd, fwd_local], arch = sm90a }

@@ -85,16 +85,12 @@ impl OnlineSoftmax {
         for row in 0..s.rows() {
             let ms = self.scaled_max(b, self.m_i[row]);
             let neg_ms = b.neg_f32(ms);
-            let l = match self.fma_exp2 {
-                0 => s.exp2_row(b, row, self.scale_log2, neg_ms, self.l_i[row]),
-                share => {
-                    let exp = |b: &mut Builder, nt: usize, y| match (nt % 4) < share as usize {
-                        true => exp2_fma(b, y),
-                        false => b.ex2(y),
-                    };
-                    s.exp2_row_with(b, row, (self.scale_log2, neg_ms), self.l_i[row], exp)
-                }
+            let share = self.fma_exp2 as usize;
+            let exp = |b: &mut Builder, nt: usize, y| match nt % 4 < share {
+                true => exp2_fma(b, y),
+                false => b.ex2(y),
             };
+            let l = s.exp2_row_with(b, row, (self.scale_log2, neg_ms), self.l_i[row], exp);
             b.assign(self.l_i[row], l);
         }
     }
