@@ -13,7 +13,8 @@
 //! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
 //! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; sm90pers: that
 //! on a persistent grid, sm90dyn: its tiles claimed from a counter, sm90chain: that with
-//! the tile edges chained; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
+//! the tile edges chained, sm90tst: sm90dyn with the epilogue through TMA; recorded as
+//! `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
 //! BENCH_WINDOW=w (a sliding window as Mistral runs it, query i seeing keys i - w + 1 ..= i:
 //! window (w - 1, 0) in place of the mask, `causal` 0; TFLOP/s on the pairs it sees),
 //! BENCH_SOFTCAP=cap (a logit softcap), BENCH_FMA_EXP2=k (sm90 paths: k of every 4
@@ -149,6 +150,7 @@ fn time_row<T: Element>(
                 persistent: sm90_persistent(),
                 dynamic: sm90_dynamic(),
                 chained: sm90_chained(),
+                tma_store: sm90_tma_store(),
                 debug: false,
             };
             rt.launch_fwd_sm90_scored(
@@ -275,20 +277,29 @@ fn bench_path_in(paths: &[&str]) -> bool {
     std::env::var("BENCH_PATH").is_ok_and(|p| paths.contains(&p.as_str()))
 }
 
-/// BENCH_PATH=sm90ovl, sm90pp, sm90pers, sm90dyn or sm90chain.
+/// BENCH_PATH=sm90ovl, sm90pp, sm90pers, sm90dyn, sm90chain or sm90tst.
 fn sm90_overlap() -> bool {
-    bench_path_in(&["sm90ovl", "sm90pp", "sm90pers", "sm90dyn", "sm90chain"])
+    bench_path_in(&[
+        "sm90ovl",
+        "sm90pp",
+        "sm90pers",
+        "sm90dyn",
+        "sm90chain",
+        "sm90tst",
+    ])
 }
 
-/// BENCH_PATH=sm90pers (static zigzag), sm90dyn (dynamic scheduler) or sm90chain (that
-/// with the tile edges chained): the pingpong schedule on a persistent grid.
+/// BENCH_PATH=sm90pers (static zigzag), sm90dyn (dynamic scheduler), sm90chain (that
+/// with the tile edges chained) or sm90tst (with the TMA epilogue): the pingpong schedule
+/// on a persistent grid.
 fn sm90_persistent() -> bool {
-    bench_path_in(&["sm90pers", "sm90dyn", "sm90chain"])
+    bench_path_in(&["sm90pers", "sm90dyn", "sm90chain", "sm90tst"])
 }
 
-/// BENCH_PATH=sm90dyn or sm90chain: the persistent grid's tiles claimed from a counter.
+/// BENCH_PATH=sm90dyn, sm90chain or sm90tst: the persistent grid's tiles claimed from a
+/// counter.
 fn sm90_dynamic() -> bool {
-    bench_path_in(&["sm90dyn", "sm90chain"])
+    bench_path_in(&["sm90dyn", "sm90chain", "sm90tst"])
 }
 
 /// BENCH_PATH=sm90chain: the tile edges chained.
@@ -296,10 +307,15 @@ fn sm90_chained() -> bool {
     bench_path_in(&["sm90chain"])
 }
 
-/// BENCH_PATH=sm90pp (or sm90pers, sm90dyn, sm90chain): overlapped, the consumers taking
-/// turns to issue.
+/// BENCH_PATH=sm90tst: the epilogue through shared memory and TMA.
+fn sm90_tma_store() -> bool {
+    bench_path_in(&["sm90tst"])
+}
+
+/// BENCH_PATH=sm90pp (or sm90pers, sm90dyn, sm90chain, sm90tst): overlapped, the
+/// consumers taking turns to issue.
 fn sm90_pingpong() -> bool {
-    bench_path_in(&["sm90pp", "sm90pers", "sm90dyn", "sm90chain"])
+    bench_path_in(&["sm90pp", "sm90pers", "sm90dyn", "sm90chain", "sm90tst"])
 }
 
 /// BENCH_GROUP: query heads per KV head (GQA; default 1, at least 1).

@@ -145,6 +145,7 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
         persistent: false,
         dynamic: false,
         chained: false,
+        tma_store: false,
         debug: false,
     };
     let e = rt

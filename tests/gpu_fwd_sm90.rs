@@ -5,6 +5,8 @@
 //! and lse poisoned; odd lengths, sq != sk both ways, seqlen 1, GQA 16:1, causal rows with
 //! no key (sq > sk), both dtypes, d64 and d128. The debug build (bounded mbarrier waits)
 //! runs first, so a protocol error fails with the barrier's name instead of hanging.
+//! Every schedule of `Variant::SCHEDULES` runs, the shipping one also with the TMA
+//! epilogue (`tma_store`: o through shared memory and a tensor map).
 //! Other GPUs: a notice.
 #![cfg(feature = "gpu")]
 
@@ -123,15 +125,29 @@ fn sm90_forward_matches_f64_reference() {
             .collect(),
         Err(_) => all.to_vec(),
     };
+    // each schedule with the pair stores, the shipping one also with the TMA epilogue
+    let schedules: Vec<_> = schedules
+        .into_iter()
+        .flat_map(|s| {
+            let (.., dynamic, chained) = s;
+            let tst: &[bool] = if dynamic && !chained {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            tst.iter().map(move |&t| (s, t))
+        })
+        .collect();
     let mut bad = Vec::new();
     let mut ratios = Vec::new();
     let mut seed = 1;
     // (head dim, consumer warpgroups): the defaults, and d64 with two consumers too
     let tiles = [(64, 3), (64, 2), (128, 2)];
     for debug in builds {
-        for ((overlap, pingpong, persistent, dynamic, chained), (d, consumers)) in schedules
-            .iter()
-            .flat_map(|&s| tiles.into_iter().map(move |t| (s, t)))
+        for (((overlap, pingpong, persistent, dynamic, chained), tma_store), (d, consumers)) in
+            schedules
+                .iter()
+                .flat_map(|&s| tiles.into_iter().map(move |t| (s, t)))
         {
             for &(b, sq, sk, h, hk, causal, window) in picked.iter().filter_map(|&i| cases.get(i)) {
                 let sh = Sm90FwdShape {
@@ -151,6 +167,7 @@ fn sm90_forward_matches_f64_reference() {
                     persistent,
                     dynamic,
                     chained,
+                    tma_store,
                     debug,
                 };
                 for bf16 in [false, true] {

@@ -171,6 +171,7 @@ fn sm90_scored_forward_matches_f64_reference() {
                         persistent,
                         dynamic,
                         chained: false,
+                        tma_store: false,
                         debug,
                     };
                     for bf16 in [false, true] {

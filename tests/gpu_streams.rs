@@ -44,6 +44,7 @@ fn shape(batch: usize, seqlen: usize, heads: usize, causal: bool) -> Sm90FwdShap
         persistent: true,
         dynamic: true,
         chained: false,
+        tma_store: false,
         debug: false,
     }
 }

@@ -134,6 +134,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         persistent,
         dynamic,
         chained,
+        tma_store,
         debug,
     } = *var;
     let dtype = match dtype {
@@ -164,6 +165,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
             persistent: #persistent,
             dynamic: #dynamic,
             chained: #chained,
+            tma_store: #tma_store,
             debug: #debug,
         }
     }

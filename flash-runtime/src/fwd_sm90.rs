@@ -197,7 +197,7 @@ impl FlashAttention {
 
     /// Enqueues the sm_90a forward `call` on `stream`: its tensor maps (encoded here, the
     /// driver's limits checked first), its entry (registered or generated, loaded on first use), its
-    /// parameters (three maps, then `Variant::scalars`, a dynamic kernel's claim counter
+    /// parameters (three maps, o's fourth for the TMA epilogue, then `Variant::scalars`, a dynamic kernel's claim counter
     /// allocated zeroed here) and grid `[ceil(seqlen_q / block_m), heads, batch]`
     /// (persistent: one CTA per SM).
     ///
@@ -223,11 +223,22 @@ impl FlashAttention {
             TensorMapLayout::bhsd(var.dtype, [b, sk, hk, d], call.k.strides, fwd::BLOCK_N, 64);
         let v_map =
             TensorMapLayout::bhsd(var.dtype, [b, sk, hk, d], call.v.strides, fwd::BLOCK_N, 64);
-        let maps = [
+        let mut maps = vec![
             TensorMap::encode(&q_map, call.q.ptr)?,
             TensorMap::encode(&k_map, call.k.ptr)?,
             TensorMap::encode(&v_map, call.v.ptr)?,
         ];
+        if var.tma_store {
+            // o's strides as TMA takes them: a dim of size 1 (stride 0) never stepped over
+            let st = |x: u64, n: usize| if n == 1 { d } else { x as usize };
+            let o_st = [
+                st(call.o.batch, b),
+                st(call.o.row.into(), sq),
+                st(call.o.head.into(), h),
+            ];
+            let o_map = TensorMapLayout::bhsd(var.dtype, [b, sq, h, d], o_st, fwd::O_BOX_ROWS, 64);
+            maps.push(TensorMap::encode(&o_map, call.o.ptr)?);
+        }
         let f = self.fwd_sm90_function(var)?;
         let u = |x: usize| -> Result<u32> {
             u32::try_from(x)
@@ -290,9 +301,9 @@ impl FlashAttention {
             block_dim: (var.threads(), 1, 1),
             shared_mem_bytes: var.smem_bytes(),
         };
-        // SAFETY: the parameters are the kernel's (three tensor maps, then
-        // `fwd::SCALARS`) in order and width; the maps describe q, k, v within their
-        // buffers (TMA clips every box at the tensors' ends), o and lse hold the elements
+        // SAFETY: the parameters are the kernel's (`Variant::maps`, then
+        // `Variant::scalars`) in order and width; the maps describe q, k, v (and o) within
+        // their buffers (TMA clips every box at the tensors' ends), o and lse hold the elements
         // the kernel writes (rows below seqlen_q of each head and batch), all by the
         // caller's contract, which also keeps every buffer alive until the launch is
         // enqueued; the grid's y and z are the heads and batch (persistent: 1, x at most

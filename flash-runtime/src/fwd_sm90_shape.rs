@@ -52,6 +52,9 @@ pub struct Sm90FwdShape {
     /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined
     /// (`fwd::Variant::chained`).
     pub chained: bool,
+    /// The epilogue through shared memory and TMA (`fwd::Variant::tma_store`; not with
+    /// `chained`).
+    pub tma_store: bool,
     /// The debug build: mbarrier waits bounded, failing with the barrier's name.
     pub debug: bool,
 }
@@ -94,6 +97,11 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
              schedule (set persistent, overlap and pingpong too)"
         )));
     }
+    if sh.chained && sh.tma_store {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: chained tiles store O with the pair stores (unset tma_store)"
+        )));
+    }
     if sh.window.is_some() && sh.causal {
         return Err(FlashError::InvalidParam(format!(
             "{sh:?}: a window or the causal mask, not both (causal is the window (-1, 0))"
@@ -126,6 +134,7 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
         persistent: sh.persistent,
         dynamic: sh.dynamic,
         chained: sh.chained,
+        tma_store: sh.tma_store,
         debug: sh.debug,
     })
 }

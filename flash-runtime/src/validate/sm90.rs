@@ -204,6 +204,7 @@ pub fn sm90_fwd_call_with(
         persistent: ship.persistent,
         dynamic: ship.dynamic,
         chained: ship.chained,
+        tma_store: ship.tma_store,
         debug: ship.debug,
     };
     let variant = fwd_variant(dtype, &shape).map_err(|e| e.to_string())?;
@@ -214,6 +215,10 @@ pub fn sm90_fwd_call_with(
             variant.name(),
             crate::embedded::missing_sm90a_hint(&variant)
         ));
+    }
+    if variant.tma_store {
+        // the TMA epilogue stores o through a tensor map, as q is read
+        tma_source("o", &a.o, d)?;
     }
     if u64::from(variant.smem_bytes()) > rt.smem_optin {
         return Err(format!(

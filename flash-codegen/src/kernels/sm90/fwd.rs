@@ -23,7 +23,7 @@ pub use super::fwd_variant::Variant;
 
 use super::fwd_consumer::Consumer;
 pub use super::fwd_ctx::BLOCK_N;
-use super::fwd_ctx::Ctx;
+use super::fwd_ctx::{Ctx, QSlot};
 use super::fwd_epilogue::Out;
 use super::fwd_producer::drain;
 use super::fwd_sched::{Grid, Sched, Tile};
@@ -32,9 +32,17 @@ use crate::kernels::mask::{KeyRule, Window};
 use crate::kernels::scores::{ScoreTransform, Slopes};
 use crate::ptx::{B32, Builder, Cmp, Entry, LaunchBounds, Module, Reg, Special, Target, Ty};
 use crate::spec::Scores;
+use crate::tile::smem::SmemTile;
 
 /// Tensor-map parameters, in order.
 pub const MAPS: [&str; 3] = ["tm_q", "tm_k", "tm_v"];
+
+/// Tensor-map parameters of the TMA epilogue's kernels (`Variant::tma_store`): `tm_o`, o's
+/// map (Q's layout and swizzle, boxes `{64, 1, 64, 1}`), after q's, k's and v's.
+pub const MAPS_TST: [&str; 4] = ["tm_q", "tm_k", "tm_v", "tm_o"];
+
+/// Rows of `tm_o`'s box: one consumer warpgroup's stripe.
+pub const O_BOX_ROWS: u32 = super::fwd_ctx::WG_ROWS;
 
 /// Scalar parameters after the maps: `o` (u64), `lse` (u64, 0 = none: `[b, h, sq]` f32),
 /// u32 `seqlen_q`, `seqlen_k`, `group` (heads / heads_k), `heads`, `o_row` and `o_head`
@@ -86,6 +94,7 @@ pub fn module(var: Variant) -> Module {
         persistent,
         dynamic,
         chained,
+        tma_store,
         debug,
     } = var;
     assert!(
@@ -109,6 +118,10 @@ pub fn module(var: Variant) -> Module {
         !chained || (persistent && overlap && pingpong),
         "generator bug: chained tiles need the persistent, overlapped, pingpong schedule"
     );
+    assert!(
+        !(chained && tma_store),
+        "generator bug: chained tiles store a tile's O after its Q slot is released"
+    );
     let block_m = var.block_m();
     let (fmt, lay) = (half_fmt(dtype), var.layout());
     let (producer_regs, consumer_regs) = var.registers();
@@ -116,7 +129,7 @@ pub fn module(var: Variant) -> Module {
     if debug {
         b.bound_waits(1 << 22);
     }
-    let ep = EntryParams::load(&mut b, &MAPS, &var.scalars());
+    let ep = EntryParams::load(&mut b, var.maps(), &var.scalars());
     let tm = ep.maps.clone();
     let (o_ptr, lse_ptr, sq, sk) = (ep.u64(0), ep.u64(1), ep.u32(2), ep.u32(3));
     let (group, heads, o_row, o_head) = (ep.u32(4), ep.u32(5), ep.u32(6), ep.u32(7));
@@ -219,18 +232,35 @@ pub fn module(var: Variant) -> Module {
                 o_head,
                 o_batch,
                 heads,
+                tm_o: tma_store.then(|| tm[3]),
             };
             if chained {
                 c.consume_chained(b, &sched, (smem, &lay, &out), ctx, (tid, wg, turn));
             } else {
+                let q_tile = SmemTile::new(lay.q, block_m, d);
                 sched.consume_tiles(b, (smem, &lay), |b, tile, at| {
                     let ctx = ctx(tile, at.it0);
                     let (o, lse, w) = c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
-                    if persistent {
-                        c.release_q(b, &w);
+                    if tma_store {
+                        // O staged in the tile's Q slot: released once the store has read it
+                        let slot = QSlot::of(b, (smem, &lay), at.j);
+                        let st = (&q_tile, slot.smem, tid);
+                        c.epilogue_tma(b, (&ctx, &w), &out, st, (&o, &lse));
+                        if persistent {
+                            c.release_q(b, &w);
+                        }
+                    } else {
+                        if persistent {
+                            c.release_q(b, &w);
+                        }
+                        c.epilogue(b, &w.rows(&ctx), &out, (&o, &lse));
                     }
-                    c.epilogue(b, &w.rows(&ctx), &out, (&o, &lse));
                 });
+                if tma_store {
+                    // the CTA's TMA stores complete before it exits
+                    let lead = Consumer::leader(b, tid);
+                    b.when(lead, false, |b| b.bulk_wait(0, false));
+                }
             }
         },
     );

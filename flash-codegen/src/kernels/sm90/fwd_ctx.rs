@@ -12,6 +12,9 @@ pub(super) const STAGES: u32 = 2;
 pub(super) const WG_ROWS: u32 = 64;
 /// The first named barrier of the consumers' GEMM-issue order (`bar.sync 0` is the CTA's).
 pub(super) const ISSUE_BAR: u32 = 1;
+/// The first named barrier of the TMA epilogue's (consumer `c` meets its warps at
+/// `EPI_BAR + c`, after the issue order's `ISSUE_BAR..ISSUE_BAR + 3`).
+pub(super) const EPI_BAR: u32 = 4;
 
 /// Shared memory: the mbarriers, then the Q slots, the K stages, the V stages (1024-byte
 /// aligned). The persistent kernel has two Q slots (tile `j` in slot `j & 1`), so that the

@@ -1,10 +1,13 @@
 //! Kernel layer, sm_90a: the forward consumers' epilogue (see `fwd`): O normalised,
-//! converted and stored from the accumulator layout, and the rows' LSE.
+//! converted and stored from the accumulator layout, or staged in shared memory and
+//! stored by TMA (`fwd::Variant::tma_store`), and the rows' LSE.
 
 use super::fwd_consumer::{Consumer, Wg};
-use super::fwd_ctx::Ctx;
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, Reg, Space, Ty};
+use super::fwd_ctx::{Ctx, EPI_BAR, WG_ROWS};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, Operand, Reg, Space, Special, Ty};
 use crate::tile::acc::AccTile;
+use crate::tile::frag::LDM_A;
+use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};
 
 /// Where the epilogue writes.
 pub(super) struct Out {
@@ -14,6 +17,8 @@ pub(super) struct Out {
     pub(super) o_head: Reg<B32>,
     pub(super) o_batch: Reg<B64>,
     pub(super) heads: Reg<B32>,
+    /// The TMA epilogue's map of o (`tm_o`: Q's layout, 64-row boxes).
+    pub(super) tm_o: Option<Reg<B64>>,
 }
 
 /// Whose rows a warpgroup's epilogue stores: the tile's batch and head, the thread's
@@ -86,6 +91,83 @@ impl Consumer {
                     );
                 }
             });
+            let skip = b.or_pred(skip_lse, out_of);
+            b.unless(skip, |b| {
+                let a = b.mad_wide_u32(rr, 4u32, lse_row0);
+                b.st(Space::Global, Ty::F32, Addr::Global(a, 0), &[lse_r]);
+            });
+        }
+    }
+}
+
+impl Consumer {
+    /// The TMA epilogue (`fwd::Variant::tma_store`): each warp writes its 16 rows of O
+    /// (normalised, converted) with `stmatrix` into the warpgroup's 64-row stripe of the
+    /// tile's Q slot `q_slot` (the tile `SmemTile` at `slot`: the warpgroup's S products,
+    /// its only readers of that stripe, have landed), `fence.proxy.async`, the warpgroup
+    /// meets at its named barrier, and its leader stores the stripe with one TMA box per
+    /// 64 columns (rows past `seqlen_q` clipped by the map) and waits until the boxes are
+    /// read: only then may its warp release the slot (`release_q`). Then the LSE, as
+    /// [`Consumer::epilogue`] stores it.
+    pub(super) fn epilogue_tma(
+        &self,
+        b: &mut Builder,
+        (ctx, w): (&Ctx, &Wg),
+        out: &Out,
+        (q_slot, slot, tid): (&SmemTile, Reg<B32>, Reg<B32>),
+        (o, lse): (&AccTile, &[Reg<F32>]),
+    ) {
+        b.comment("-- epilogue: O by stmatrix into the Q slot, one TMA store, the LSE --");
+        let tm_o = out
+            .tm_o
+            .expect("generator bug: a TMA epilogue without its map");
+        let lane = b.special(Special::LaneId);
+        let warp = b.shr_u32(tid, 5u32);
+        let wg = b.shr_u32(warp, 2u32);
+        let cw = b.sub_u32(wg, 1u32);
+        // the warpgroup's stripe (its 64 rows of every panel), and this warp's 16 rows
+        let stripe = b.mad_lo_u32(cw, WG_ROWS * ROW_BYTES, slot);
+        let warp = b.and_b32(warp, 3u32);
+        let rows = b.mad_lo_u32(warp, 16 * ROW_BYTES, stripe);
+        let lanes = LdmLanes::new(b, &LDM_A, lane);
+        for (kk, f) in o.as_a(b, self.fmt, 0).into_iter().enumerate() {
+            let at = lanes.addr(b, rows, q_slot, 0, 2 * kk as u32);
+            b.stmatrix(false, at, f);
+        }
+        b.fence_proxy_async();
+        let bar = b.add_u32(cw, EPI_BAR);
+        b.bar_sync_named(bar, 128);
+        b.when(w.lead, false, |b| {
+            for p in 0..ctx.d / 64 {
+                let coords: Vec<Operand<B32>> = vec![
+                    Operand::Imm(64 * p as i64),
+                    ctx.head.into(),
+                    w.wg_row.into(),
+                    ctx.batch.into(),
+                ];
+                let off = q_slot.base + p * q_slot.rows * ROW_BYTES;
+                b.tma_store(tm_o, coords, Addr::Shared(stripe, off as i32));
+            }
+            b.bulk_commit();
+            b.bulk_wait(0, true);
+        });
+        self.lse_stores(b, &w.rows(ctx), out, lse);
+    }
+
+    /// The rows' LSE (below `seqlen_q`), by lane t = 0 of each quad, when `lse` is not
+    /// null.
+    fn lse_stores(&self, b: &mut Builder, at: &Rows, out: &Out, lse: &[Reg<F32>]) {
+        let no_lse = b.setp_u64(Cmp::Eq, out.lse_ptr, 0i64);
+        let other = b.setp_u32(Cmp::Ne, at.t2, 0u32);
+        let skip_lse = b.or_pred(no_lse, other);
+        let bh = b.mad_lo_u32(at.batch, out.heads, at.head);
+        let lse_row0 = b.mul_wide_u32(bh, self.sq);
+        let lse_row0 = b.shl_b64(lse_row0, 2);
+        let lse_row0 = b.add_s64(out.lse_ptr, lse_row0);
+        let lse_row0 = b.cvta_global(lse_row0);
+        for (r, &lse_r) in lse.iter().enumerate() {
+            let rr = b.add_u32(at.row, AccTile::row_offset(r));
+            let out_of = b.setp_u32(Cmp::Ge, rr, self.sq);
             let skip = b.or_pred(skip_lse, out_of);
             b.unless(skip, |b| {
                 let a = b.mad_wide_u32(rr, 4u32, lse_row0);

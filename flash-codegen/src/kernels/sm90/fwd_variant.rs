@@ -1,7 +1,7 @@
 //! Kernel layer, sm_90a: the first forward's variants ([`Variant`]: what `fwd::module`
 //! builds, its name, launch geometry, scalar parameters and shared memory).
 
-use super::fwd::{BASE_SCALARS, HEAD_DIMS, SCALARS};
+use super::fwd::{BASE_SCALARS, HEAD_DIMS, MAPS, MAPS_TST, SCALARS};
 use super::fwd_chain::RECORD_BYTES;
 use super::fwd_ctx::{Layout, WG_ROWS};
 use super::fwd_sched::Grid;
@@ -45,13 +45,19 @@ pub struct Variant {
     /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined, each tile's
     /// last P V issued beside the next tile's first S (`fwd_chain`).
     pub chained: bool,
+    /// The epilogue through shared memory and TMA (not with `chained`): each consumer
+    /// warpgroup writes its normalised O stripe with `stmatrix` into its stripe of the
+    /// tile's Q slot and one thread stores it with `cp.async.bulk.tensor` through a fourth
+    /// tensor map, `tm_o` (o's strides then multiples of 16 bytes, as q's), instead of
+    /// each thread storing its pairs.
+    pub tma_store: bool,
     /// Bounded mbarrier waits that fail naming the barrier ([`crate::ptx::Builder::bound_waits`]).
     pub debug: bool,
 }
 
 impl Variant {
     /// Entry name:
-    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_ovl][_pp]_m{rows}[_pers|_dyn][_chain]_sm90a[_debug]`.
+    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_ovl][_pp]_m{rows}[_pers|_dyn][_chain][_tst]_sm90a[_debug]`.
     pub fn name(&self) -> String {
         let fx = match self.fma_exp2 {
             0 => String::new(),
@@ -66,9 +72,10 @@ impl Variant {
             Grid::Plain => "",
         };
         let chain = if self.chained { "_chain" } else { "" };
+        let tst = if self.tma_store { "_tst" } else { "" };
         let dbg = if self.debug { "_debug" } else { "" };
         format!(
-            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}{chain}_sm90a{dbg}",
+            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}{chain}{tst}_sm90a{dbg}",
             self.head_dim,
             self.dtype.name(),
             self.block_m()
@@ -93,6 +100,7 @@ impl Variant {
             persistent: true,
             dynamic: true,
             chained: false,
+            tma_store: false,
             debug: false,
         }
     }
@@ -182,6 +190,11 @@ impl Variant {
         self.grid_kind() == Grid::Dynamic
     }
 
+    /// The tensor-map parameters, in order: [`MAPS`], and `tm_o` for the TMA epilogue.
+    pub fn maps(&self) -> &'static [&'static str] {
+        if self.tma_store { &MAPS_TST } else { &MAPS }
+    }
+
     /// The scalar parameters, in order ([`SCALARS`]: the window's bounds for a window,
     /// `tile_counter` for the dynamic scheduler only).
     pub fn scalars(&self) -> Vec<(&'static str, Ty)> {
@@ -239,7 +252,8 @@ impl Variant {
     /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
     /// and overlapped + pingpong schedules (the last also persistent: static, dynamic),
     /// release and debug builds; at d64 with two consumers too (beside the default
-    /// three); the sliding window on the shipping schedule; softcap (every mask) and
+    /// three); the sliding window on the shipping schedule; the TMA epilogue
+    /// (`tma_store`) on the shipping schedule and tiles, every mask; softcap (every mask) and
     /// ALiBi (no mask or causal) on the shipping schedule and tiles, the softcap also with
     /// 1 and 2 of every 4 n-tiles' `ex2`s on the FMA pipe (`fma_exp2`).
     pub fn all() -> Vec<Variant> {
@@ -264,6 +278,7 @@ impl Variant {
                             persistent,
                             dynamic,
                             chained,
+                            tma_store: false,
                             debug,
                         }));
                     }
@@ -272,6 +287,14 @@ impl Variant {
                     let ship = Variant {
                         consumers,
                         ..Self::shipping_for(dtype, head_dim, Mask::Local)
+                    };
+                    v.extend([false, true].map(|debug| Variant { debug, ..ship }));
+                }
+                // the epilogue through TMA on the shipping schedule, every mask
+                for mask in [Mask::None, Mask::Causal, Mask::Local] {
+                    let ship = Variant {
+                        tma_store: true,
+                        ..Self::shipping_for(dtype, head_dim, mask)
                     };
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
                 }
