@@ -4,7 +4,7 @@
 
 use super::fwd_consumer::{Consumer, Wg};
 use super::fwd_ctx::{Ctx, EPI_BAR, WG_ROWS};
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, Operand, Reg, Space, Special, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, Operand, Pred, Reg, Space, Special, Ty};
 use crate::tile::acc::AccTile;
 use crate::tile::frag::LDM_A;
 use crate::tile::smem::{LdmLanes, ROW_BYTES, SmemTile};
@@ -63,15 +63,7 @@ impl Consumer {
         let base = b.cvta_global(base);
         let col = b.mul_wide_u32(t2, 2u32);
         let base = b.add_s64(base, col);
-        let no_lse = b.setp_u64(Cmp::Eq, out.lse_ptr, 0i64);
-        let other = b.setp_u32(Cmp::Ne, t2, 0u32);
-        let skip_lse = b.or_pred(no_lse, other);
-        // (batch * heads + head) * seqlen_q, in 64 bits: b * h * sq may pass 2^32
-        let bh = b.mad_lo_u32(at.batch, out.heads, at.head);
-        let lse_row0 = b.mul_wide_u32(bh, self.sq);
-        let lse_row0 = b.shl_b64(lse_row0, 2);
-        let lse_row0 = b.add_s64(out.lse_ptr, lse_row0);
-        let lse_row0 = b.cvta_global(lse_row0);
+        let lse_at = self.lse_rows(b, at, out);
         debug_assert_eq!(lse.len(), o.rows(), "generator bug: one LSE per row");
         for (r, &lse_r) in lse.iter().enumerate() {
             let rr = b.add_u32(row, AccTile::row_offset(r));
@@ -91,12 +83,36 @@ impl Consumer {
                     );
                 }
             });
-            let skip = b.or_pred(skip_lse, out_of);
-            b.unless(skip, |b| {
-                let a = b.mad_wide_u32(rr, 4u32, lse_row0);
-                b.st(Space::Global, Ty::F32, Addr::Global(a, 0), &[lse_r]);
-            });
+            Self::lse_store(b, lse_at, (rr, out_of), lse_r);
         }
+    }
+
+    /// Where the LSE goes: whether this thread skips it (no `lse`, or not lane t = 0 of
+    /// its quad), and the generic address of the tile's (batch, head) row 0.
+    fn lse_rows(&self, b: &mut Builder, at: &Rows, out: &Out) -> (Reg<Pred>, Reg<B64>) {
+        let no_lse = b.setp_u64(Cmp::Eq, out.lse_ptr, 0i64);
+        let other = b.setp_u32(Cmp::Ne, at.t2, 0u32);
+        let skip_lse = b.or_pred(no_lse, other);
+        // (batch * heads + head) * seqlen_q, in 64 bits: b * h * sq may pass 2^32
+        let bh = b.mad_lo_u32(at.batch, out.heads, at.head);
+        let lse_row0 = b.mul_wide_u32(bh, self.sq);
+        let lse_row0 = b.shl_b64(lse_row0, 2);
+        let lse_row0 = b.add_s64(out.lse_ptr, lse_row0);
+        (skip_lse, b.cvta_global(lse_row0))
+    }
+
+    /// Row `rr`'s LSE `v`, unless skipped or `out_of` (past `seqlen_q`).
+    fn lse_store(
+        b: &mut Builder,
+        (skip_lse, lse_row0): (Reg<Pred>, Reg<B64>),
+        (rr, out_of): (Reg<B32>, Reg<Pred>),
+        v: Reg<F32>,
+    ) {
+        let skip = b.or_pred(skip_lse, out_of);
+        b.unless(skip, |b| {
+            let a = b.mad_wide_u32(rr, 4u32, lse_row0);
+            b.st(Space::Global, Ty::F32, Addr::Global(a, 0), &[v]);
+        });
     }
 }
 
@@ -157,22 +173,11 @@ impl Consumer {
     /// The rows' LSE (below `seqlen_q`), by lane t = 0 of each quad, when `lse` is not
     /// null.
     fn lse_stores(&self, b: &mut Builder, at: &Rows, out: &Out, lse: &[Reg<F32>]) {
-        let no_lse = b.setp_u64(Cmp::Eq, out.lse_ptr, 0i64);
-        let other = b.setp_u32(Cmp::Ne, at.t2, 0u32);
-        let skip_lse = b.or_pred(no_lse, other);
-        let bh = b.mad_lo_u32(at.batch, out.heads, at.head);
-        let lse_row0 = b.mul_wide_u32(bh, self.sq);
-        let lse_row0 = b.shl_b64(lse_row0, 2);
-        let lse_row0 = b.add_s64(out.lse_ptr, lse_row0);
-        let lse_row0 = b.cvta_global(lse_row0);
+        let lse_at = self.lse_rows(b, at, out);
         for (r, &lse_r) in lse.iter().enumerate() {
             let rr = b.add_u32(at.row, AccTile::row_offset(r));
             let out_of = b.setp_u32(Cmp::Ge, rr, self.sq);
-            let skip = b.or_pred(skip_lse, out_of);
-            b.unless(skip, |b| {
-                let a = b.mad_wide_u32(rr, 4u32, lse_row0);
-                b.st(Space::Global, Ty::F32, Addr::Global(a, 0), &[lse_r]);
-            });
+            Self::lse_store(b, lse_at, (rr, out_of), lse_r);
         }
     }
 }
