@@ -20,25 +20,25 @@ step() { echo "== $1 (${SECONDS}s)"; }
 summary() { grep -E "test result|FAIL|panicked|geometric|failures|ERROR SUMMARY" "$1" | head -8; }
 
 step "1. gpu_fwd_sm90_scores"
-timeout 120 tests/gpu_fwd_sm90_scores --nocapture > "$OUT/scores.log" 2>&1
+timeout 100 tests/gpu_fwd_sm90_scores --nocapture > "$OUT/scores.log" 2>&1
 echo "rc=$?"; summary "$OUT/scores.log"
 echo "fma_exp2 1/2/4 cases: $(grep -cE 'fma_exp2: Some\([124]\)' "$OUT/scores.log")"
 
 step "2. softcap FMA shares"
-BENCH_SEQ=8192,16384 timeout 200 bash scripts/sm90_softcap_fma.sh "$OUT/fma" 2>&1 | grep -v "^round"
+BENCH_SEQ=8192,16384 timeout 160 bash scripts/sm90_softcap_fma.sh "$OUT/fma" 2>&1 | grep -v "^round"
 
 step "3. gpu_fwd_sm90, shipping schedule, pair stores and TMA epilogue"
-GPU_FWD_SM90_SCHEDULES=4 timeout 120 tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
+GPU_FWD_SM90_SCHEDULES=4 timeout 90 tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
 echo "rc=$?"; summary "$OUT/fwd.log"
 echo "tma_store cases: $(grep -c 'tma_store: true' "$OUT/fwd.log")"
-GPU_FWD_SM90_SCHEDULES=4 GPU_FWD_SM90_SHAPES=0,8,13 timeout 90 compute-sanitizer --tool memcheck \
+GPU_FWD_SM90_SCHEDULES=4 GPU_FWD_SM90_SHAPES=0,8,13 timeout 60 compute-sanitizer --tool memcheck \
   --print-limit 10 tests/gpu_fwd_sm90 --nocapture > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$?"; summary "$OUT/memcheck.log"
 
 step "4. window edges, sm90tst beside sm90dyn"
-BENCH_SEQ=8192 WINDOWS="1024 4096" PATHS="sm90dyn sm90tst" timeout 120 \
+BENCH_SEQ=8192 WINDOWS="1024 4096" PATHS="sm90dyn sm90tst" timeout 90 \
   bash scripts/sm90_window_edges.sh "$OUT/edges" 2>&1 | grep -v "^round"
 
 step "5. ncu"
-timeout 120 bash scripts/sm90_ncu_window.sh "$OUT/ncu" 2>&1 | cut -c1-200 | head -90
+timeout 90 bash scripts/sm90_ncu_window.sh "$OUT/ncu" 2>&1 | cut -c1-200 | head -90
 step "done"
