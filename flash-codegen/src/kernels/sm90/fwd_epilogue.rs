@@ -122,9 +122,9 @@ impl Consumer {
     /// tile's Q slot `q_slot` (the tile `SmemTile` at `slot`: the warpgroup's S products,
     /// its only readers of that stripe, have landed), `fence.proxy.async`, the warpgroup
     /// meets at its named barrier, and its leader stores the stripe with one TMA box per
-    /// 64 columns (rows past `seqlen_q` clipped by the map) and waits until the boxes are
-    /// read: only then may its warp release the slot (`release_q`). Then the LSE, as
-    /// [`Consumer::epilogue`] stores it.
+    /// 64 columns (rows past `seqlen_q` clipped by the map); the LSE, as
+    /// [`Consumer::epilogue`] stores it, while the boxes are read; the leader waits until
+    /// they are: only then may its warp release the slot (`release_q`).
     pub(super) fn epilogue_tma(
         &self,
         b: &mut Builder,
@@ -165,9 +165,9 @@ impl Consumer {
                 b.tma_store(tm_o, coords, Addr::Shared(stripe, off as i32));
             }
             b.bulk_commit();
-            b.bulk_wait(0, true);
         });
         self.lse_stores(b, &w.rows(ctx), out, lse);
+        b.when(w.lead, false, |b| b.bulk_wait(0, true));
     }
 
     /// The rows' LSE (below `seqlen_q`), by lane t = 0 of each quad, when `lse` is not
@@ -178,6 +178,90 @@ impl Consumer {
             let rr = b.add_u32(at.row, AccTile::row_offset(r));
             let out_of = b.setp_u32(Cmp::Ge, rr, self.sq);
             Self::lse_store(b, lse_at, (rr, out_of), lse_r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::sm90::fwd::{Variant, module};
+    use crate::kernels::sm90::fwd_ctx::Q_EMPTY;
+    use crate::ptx::print;
+    use crate::spec::{DType, Mask};
+
+    /// The TMA epilogue's order in the PTX: every warp's `stmatrix`s, its
+    /// `fence.proxy.async`, the warpgroup's 128-thread barrier, the leader's d / 64 box
+    /// stores and their commit, the LSE, the leader's wait for the boxes to be read, and
+    /// only then the warp's Q-empty arrival; the CTA's last wait before it exits. The
+    /// pair-store kernel has none of it and three maps.
+    #[test]
+    fn the_tma_epilogue_releases_q_after_the_store_has_read_it() {
+        for (dtype, d, mask) in [
+            (DType::Bf16, 64, Mask::Causal),
+            (DType::F16, 128, Mask::Local),
+        ] {
+            let ship = Variant::shipping_for(dtype, d, mask);
+            let var = Variant {
+                tma_store: true,
+                ..ship
+            };
+            let ptx = print::module(&module(var));
+            assert_eq!(ptx.matches(".param .align 64 .b8").count(), 4, "d{d}");
+            let epi = ptx
+                .split("-- epilogue: O by stmatrix")
+                .nth(1)
+                .expect("the TMA epilogue");
+            let at = |pat: &str| {
+                epi.find(pat)
+                    .unwrap_or_else(|| panic!("d{d}: `{pat}` missing:\n{epi}"))
+            };
+            let last_st = epi
+                .rfind("stmatrix.sync.aligned.m8n8.x4")
+                .expect("stmatrix");
+            let order = [
+                last_st,
+                at("fence.proxy.async.shared::cta;"),
+                at("bar.sync"),
+                at("cp.async.bulk.tensor.4d.global.shared::cta"),
+                at("cp.async.bulk.commit_group;"),
+                at("st.global.f32"),
+                at("cp.async.bulk.wait_group.read 0;"),
+                at(&format!("+{Q_EMPTY}];")),
+            ];
+            assert!(order.is_sorted(), "d{d}: {order:?}\n{epi}");
+            let bar = epi[order[2]..].lines().next().unwrap_or_default();
+            assert!(
+                bar.ends_with(", 128;"),
+                "d{d}: the warpgroup's barrier: {bar}"
+            );
+            let stores = &epi[..order[4]];
+            assert_eq!(
+                stores.matches("stmatrix").count(),
+                (d / 16) as usize,
+                "d{d}"
+            );
+            let boxes: Vec<_> = stores
+                .lines()
+                .filter(|l| l.contains("cp.async.bulk.tensor"))
+                .collect();
+            assert_eq!(boxes.len(), (d / 64) as usize, "d{d}");
+            assert!(
+                boxes.iter().all(|l| l.trim_start().starts_with("@%p")),
+                "d{d}"
+            );
+            let tail = ptx
+                .rsplit("cp.async.bulk.wait_group 0;")
+                .next()
+                .expect("exit wait");
+            assert!(
+                tail.contains("ret;") && !tail.contains("cp.async.bulk"),
+                "d{d}"
+            );
+            let plain = print::module(&module(ship));
+            assert!(
+                !plain.contains("stmatrix") && !plain.contains("cp.async.bulk.tensor.4d.global")
+            );
+            assert_eq!(plain.matches(".param .align 64 .b8").count(), 3);
         }
     }
 }
