@@ -13,8 +13,8 @@
 //! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
 //! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; sm90pers: that
 //! on a persistent grid, sm90dyn: its tiles claimed from a counter, sm90chain: that with
-//! the tile edges chained, sm90tst: sm90dyn with the epilogue through TMA; recorded as
-//! `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
+//! the tile edges chained, sm90tst: sm90dyn with the epilogue through TMA, sm90qa: that
+//! with each next tile's Q loaded early; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
 //! BENCH_WINDOW=w (a sliding window as Mistral runs it, query i seeing keys i - w + 1 ..= i:
 //! window (w - 1, 0) in place of the mask, `causal` 0; TFLOP/s on the pairs it sees),
 //! BENCH_SOFTCAP=cap (a logit softcap), BENCH_FMA_EXP2=k (sm90 paths: k of every 4
@@ -151,6 +151,7 @@ fn time_row<T: Element>(
                 dynamic: sm90_dynamic(),
                 chained: sm90_chained(),
                 tma_store: sm90_tma_store(),
+                q_ahead: sm90_q_ahead(),
                 debug: false,
             };
             rt.launch_fwd_sm90_scored(
@@ -277,7 +278,7 @@ fn bench_path_in(paths: &[&str]) -> bool {
     std::env::var("BENCH_PATH").is_ok_and(|p| paths.contains(&p.as_str()))
 }
 
-/// BENCH_PATH=sm90ovl, sm90pp, sm90pers, sm90dyn, sm90chain or sm90tst.
+/// BENCH_PATH=sm90ovl, sm90pp, sm90pers, sm90dyn, sm90chain, sm90tst or sm90qa.
 fn sm90_overlap() -> bool {
     bench_path_in(&[
         "sm90ovl",
@@ -286,6 +287,7 @@ fn sm90_overlap() -> bool {
         "sm90dyn",
         "sm90chain",
         "sm90tst",
+        "sm90qa",
     ])
 }
 
@@ -293,13 +295,13 @@ fn sm90_overlap() -> bool {
 /// with the tile edges chained) or sm90tst (with the TMA epilogue): the pingpong schedule
 /// on a persistent grid.
 fn sm90_persistent() -> bool {
-    bench_path_in(&["sm90pers", "sm90dyn", "sm90chain", "sm90tst"])
+    bench_path_in(&["sm90pers", "sm90dyn", "sm90chain", "sm90tst", "sm90qa"])
 }
 
 /// BENCH_PATH=sm90dyn, sm90chain or sm90tst: the persistent grid's tiles claimed from a
 /// counter.
 fn sm90_dynamic() -> bool {
-    bench_path_in(&["sm90dyn", "sm90chain", "sm90tst"])
+    bench_path_in(&["sm90dyn", "sm90chain", "sm90tst", "sm90qa"])
 }
 
 /// BENCH_PATH=sm90chain: the tile edges chained.
@@ -307,15 +309,27 @@ fn sm90_chained() -> bool {
     bench_path_in(&["sm90chain"])
 }
 
-/// BENCH_PATH=sm90tst: the epilogue through shared memory and TMA.
+/// BENCH_PATH=sm90tst (or sm90qa): the epilogue through shared memory and TMA.
 fn sm90_tma_store() -> bool {
-    bench_path_in(&["sm90tst"])
+    bench_path_in(&["sm90tst", "sm90qa"])
+}
+
+/// BENCH_PATH=sm90qa: sm90tst with each next tile's Q loaded early.
+fn sm90_q_ahead() -> bool {
+    bench_path_in(&["sm90qa"])
 }
 
 /// BENCH_PATH=sm90pp (or sm90pers, sm90dyn, sm90chain, sm90tst): overlapped, the
 /// consumers taking turns to issue.
 fn sm90_pingpong() -> bool {
-    bench_path_in(&["sm90pp", "sm90pers", "sm90dyn", "sm90chain", "sm90tst"])
+    bench_path_in(&[
+        "sm90pp",
+        "sm90pers",
+        "sm90dyn",
+        "sm90chain",
+        "sm90tst",
+        "sm90qa",
+    ])
 }
 
 /// BENCH_GROUP: query heads per KV head (GQA; default 1, at least 1).

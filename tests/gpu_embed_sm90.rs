@@ -146,6 +146,7 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
         dynamic: false,
         chained: false,
         tma_store: false,
+        q_ahead: false,
         debug: false,
     };
     let e = rt

@@ -6,7 +6,8 @@
 //! no key (sq > sk), both dtypes, d64 and d128. The debug build (bounded mbarrier waits)
 //! runs first, so a protocol error fails with the barrier's name instead of hanging.
 //! Every schedule of `Variant::SCHEDULES` runs, the shipping one also with the TMA
-//! epilogue (`tma_store`: o through shared memory and a tensor map).
+//! epilogue (`tma_store`: o through shared memory and a tensor map), alone and with each
+//! next tile's Q loaded early (`q_ahead`).
 //! Other GPUs: a notice.
 #![cfg(feature = "gpu")]
 
@@ -126,16 +127,17 @@ fn sm90_forward_matches_f64_reference() {
         Err(_) => all.to_vec(),
     };
     // each schedule with the pair stores, the shipping one also with the TMA epilogue
+    // (tma_store), alone and with each next tile's Q loaded early (q_ahead)
     let schedules: Vec<_> = schedules
         .into_iter()
         .flat_map(|s| {
             let (.., dynamic, chained) = s;
-            let tst: &[bool] = if dynamic && !chained {
-                &[false, true]
+            let extra: &[(bool, bool)] = if dynamic && !chained {
+                &[(false, false), (true, false), (true, true)]
             } else {
-                &[false]
+                &[(false, false)]
             };
-            tst.iter().map(move |&t| (s, t))
+            extra.iter().map(move |&t| (s, t))
         })
         .collect();
     let mut bad = Vec::new();
@@ -144,10 +146,12 @@ fn sm90_forward_matches_f64_reference() {
     // (head dim, consumer warpgroups): the defaults, and d64 with two consumers too
     let tiles = [(64, 3), (64, 2), (128, 2)];
     for debug in builds {
-        for (((overlap, pingpong, persistent, dynamic, chained), tma_store), (d, consumers)) in
-            schedules
-                .iter()
-                .flat_map(|&s| tiles.into_iter().map(move |t| (s, t)))
+        for (
+            ((overlap, pingpong, persistent, dynamic, chained), (tma_store, q_ahead)),
+            (d, consumers),
+        ) in schedules
+            .iter()
+            .flat_map(|&s| tiles.into_iter().map(move |t| (s, t)))
         {
             for &(b, sq, sk, h, hk, causal, window) in picked.iter().filter_map(|&i| cases.get(i)) {
                 let sh = Sm90FwdShape {
@@ -168,6 +172,7 @@ fn sm90_forward_matches_f64_reference() {
                     dynamic,
                     chained,
                     tma_store,
+                    q_ahead,
                     debug,
                 };
                 for bf16 in [false, true] {

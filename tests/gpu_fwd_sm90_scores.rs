@@ -172,6 +172,7 @@ fn sm90_scored_forward_matches_f64_reference() {
                         dynamic,
                         chained: false,
                         tma_store: false,
+                        q_ahead: false,
                         debug,
                     };
                     for bf16 in [false, true] {

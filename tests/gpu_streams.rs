@@ -45,6 +45,7 @@ fn shape(batch: usize, seqlen: usize, heads: usize, causal: bool) -> Sm90FwdShap
         dynamic: true,
         chained: false,
         tma_store: false,
+        q_ahead: false,
         debug: false,
     }
 }

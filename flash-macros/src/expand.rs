@@ -135,6 +135,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         dynamic,
         chained,
         tma_store,
+        q_ahead,
         debug,
     } = *var;
     let dtype = match dtype {
@@ -166,6 +167,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
             dynamic: #dynamic,
             chained: #chained,
             tma_store: #tma_store,
+            q_ahead: #q_ahead,
             debug: #debug,
         }
     }

@@ -55,6 +55,8 @@ pub struct Sm90FwdShape {
     /// The epilogue through shared memory and TMA (`fwd::Variant::tma_store`; not with
     /// `chained`).
     pub tma_store: bool,
+    /// With `dynamic`: each next tile's Q loaded early (`fwd::Variant::q_ahead`).
+    pub q_ahead: bool,
     /// The debug build: mbarrier waits bounded, failing with the barrier's name.
     pub debug: bool,
 }
@@ -102,6 +104,11 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
             "{sh:?}: chained tiles store O with the pair stores (unset tma_store)"
         )));
     }
+    if sh.q_ahead && !sh.dynamic {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: the next tile's Q early (q_ahead) runs with the dynamic scheduler"
+        )));
+    }
     if sh.window.is_some() && sh.causal {
         return Err(FlashError::InvalidParam(format!(
             "{sh:?}: a window or the causal mask, not both (causal is the window (-1, 0))"
@@ -135,6 +142,7 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
         dynamic: sh.dynamic,
         chained: sh.chained,
         tma_store: sh.tma_store,
+        q_ahead: sh.q_ahead,
         debug: sh.debug,
     })
 }

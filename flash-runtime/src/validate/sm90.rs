@@ -205,6 +205,7 @@ pub fn sm90_fwd_call_with(
         dynamic: ship.dynamic,
         chained: ship.chained,
         tma_store: ship.tma_store,
+        q_ahead: ship.q_ahead,
         debug: ship.debug,
     };
     let variant = fwd_variant(dtype, &shape).map_err(|e| e.to_string())?;

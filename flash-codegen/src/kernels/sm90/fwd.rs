@@ -95,6 +95,7 @@ pub fn module(var: Variant) -> Module {
         dynamic,
         chained,
         tma_store,
+        q_ahead,
         debug,
     } = var;
     assert!(
@@ -121,6 +122,10 @@ pub fn module(var: Variant) -> Module {
     assert!(
         !(chained && tma_store),
         "generator bug: chained tiles store a tile's O after its Q slot is released"
+    );
+    assert!(
+        !q_ahead || dynamic,
+        "generator bug: the next tile's Q early needs the dynamic scheduler"
     );
     let block_m = var.block_m();
     let (fmt, lay) = (half_fmt(dtype), var.layout());
@@ -205,9 +210,20 @@ pub fn module(var: Variant) -> Module {
             b.setmaxnreg(false, producer_regs);
             let others = b.setp_u32(Cmp::Ne, tid, 0u32);
             b.unless(others, |b| {
-                let total = sched.produce_tiles(b, (smem, &lay), |b, tile, at, slot| {
-                    ctx(tile, at.it0).produce(b, &tm, tile.m0, slot);
-                });
+                let total = if q_ahead {
+                    let load_q = |b: &mut Builder, tile: &Tile, slot: &QSlot| {
+                        let at = (tile.m0, tile.head, tile.batch);
+                        // (a Q load uses no ring position: any `it0`)
+                        ctx(tile, tile.m0).load_q(b, &tm, at, slot);
+                    };
+                    sched.produce_claimed_ahead(b, (smem, &lay), load_q, |b, tile, at, ahead| {
+                        ctx(tile, at.it0).produce_ahead(b, &tm, ahead);
+                    })
+                } else {
+                    sched.produce_tiles(b, (smem, &lay), |b, tile, at, slot| {
+                        ctx(tile, at.it0).produce(b, &tm, tile.m0, slot);
+                    })
+                };
                 drain(b, (smem, lay.tile_bytes), total);
             });
         },

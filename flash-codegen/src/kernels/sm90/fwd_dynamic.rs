@@ -9,7 +9,7 @@
 
 use super::fwd_ctx::{Layout, Q_EMPTY, Q_FULL, QSlot};
 use super::fwd_sched::{Place, Sched, Tile};
-use crate::ptx::{Addr, B32, Builder, Cmp, LdCache, Reg, Space, Special, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, LdCache, Reg, Space, Special, Ty};
 
 /// Shared-memory offset of the tile index handed to the consumers, from its Q slot's
 /// barriers' base (`QSlot::bar`), in the barriers' kilobyte.
@@ -53,16 +53,73 @@ impl Sched {
         let next = b.add_u32(ctas, claimed);
         b.assign(t, next);
         b.loop_end(lp);
-        b.comment("-- the last CTA out zeroes the counter for the next launch --");
-        let done = b.atom_add_u32(Addr::Global(counter, 4), 1u32, true);
-        let last = b.sub_u32(ctas, 1u32);
-        let last = b.setp_u32(Cmp::Eq, done, last);
-        let zero = b.mov(0u32);
-        b.when(last, false, |b| {
-            b.st(Space::Global, Ty::U32, Addr::Global(counter, 0), &[zero]);
-            b.st(Space::Global, Ty::U32, Addr::Global(counter, 4), &[zero]);
-        });
+        zero_counter(b, counter, ctas);
         it
+    }
+
+    /// [`Sched::produce_claimed`] with each next tile's Q loaded early
+    /// (`fwd::Variant::q_ahead`): the CTA's first tile is published and its Q loaded
+    /// before the loop; on each tile `body` calls its hook once the rings hold the tile's
+    /// first key blocks, and the hook publishes the next claimed index in the next slot
+    /// (once free) with that tile's Q load (past the last tile: the plain arrival).
+    pub(super) fn produce_claimed_ahead(
+        &self,
+        b: &mut Builder,
+        (smem, lay): (Reg<B32>, &Layout),
+        load_q: impl Fn(&mut Builder, &Tile, &QSlot),
+        mut body: impl FnMut(&mut Builder, &Tile, Place, &mut dyn FnMut(&mut Builder)),
+    ) -> Reg<B32> {
+        let counter = self
+            .counter
+            .expect("generator bug: a dynamic grid without its counter");
+        let counter = b.cvta_global(counter);
+        let (tiles, m_blocks) = self.tiles(b);
+        let ctas = b.special(Special::NCtaIdX);
+        let t = b.special(Special::CtaIdX);
+        let t = b.mov(t);
+        let (j, it) = (b.mov(0u32), b.mov(0u32));
+        let place = (smem, lay);
+        self.publish(b, place, (j, t), (tiles, m_blocks), &load_q);
+        let lp = b.loop_start_divergent();
+        let more = b.setp_u32(Cmp::Lt, t, tiles);
+        b.loop_exit_unless(&lp, more);
+        let claimed = b.atom_add_u32(Addr::Global(counter, 0), 1u32, false);
+        let next = b.add_u32(ctas, claimed);
+        let tile = self.grouped_tile(b, t, m_blocks);
+        let j1 = b.add_u32(j, 1u32);
+        body(b, &tile, Place { j, it0: it }, &mut |b| {
+            self.publish(b, place, (j1, next), (tiles, m_blocks), &load_q)
+        });
+        Place { j, it0: it }.advance(b, tile.n_blocks);
+        b.assign(t, next);
+        b.loop_end(lp);
+        zero_counter(b, counter, ctas);
+        it
+    }
+
+    /// Tile index `t` into the slot of the CTA's `j`-th tile, once free; past the last
+    /// tile a plain arrival on its Q full publishes it, otherwise the tile's Q load does.
+    fn publish(
+        &self,
+        b: &mut Builder,
+        (smem, lay): (Reg<B32>, &Layout),
+        (j, t): (Reg<B32>, Reg<B32>),
+        (tiles, m_blocks): (Reg<B32>, Reg<B32>),
+        load_q: &dyn Fn(&mut Builder, &Tile, &QSlot),
+    ) {
+        b.comment("-- the next tile: its index and Q into its slot --");
+        let slot = QSlot::of(b, (smem, lay), j);
+        let ph = slot.ph(b);
+        let ph = b.xor_b32(ph, 1u32);
+        b.mbarrier_wait(slot.bar(Q_EMPTY), ph, "Q empty");
+        b.st(Space::Shared, Ty::U32, slot.bar(TILE_INDEX), &[t]);
+        let more = b.setp_u32(Cmp::Lt, t, tiles);
+        b.when(more, true, |b| b.mbarrier_arrive(slot.bar(Q_FULL)));
+        let past = b.setp_u32(Cmp::Ge, t, tiles);
+        b.unless(past, |b| {
+            let tile = self.grouped_tile(b, t, m_blocks);
+            load_q(b, &tile, &slot);
+        });
     }
 
     /// The consumers: runs `body` on each of the CTA's tiles once its Q has landed, its
@@ -126,5 +183,63 @@ impl Sched {
         let head = b.rem_u32(hb, self.heads);
         let batch = b.div_u32(hb, self.heads);
         self.coords(b, x, head, batch)
+    }
+}
+
+/// The last CTA out (the `ctas`-th to count itself done) zeroes the claim counter for the
+/// next launch.
+fn zero_counter(b: &mut Builder, counter: Reg<B64>, ctas: Reg<B32>) {
+    b.comment("-- the last CTA out zeroes the counter for the next launch --");
+    let done = b.atom_add_u32(Addr::Global(counter, 4), 1u32, true);
+    let last = b.sub_u32(ctas, 1u32);
+    let last = b.setp_u32(Cmp::Eq, done, last);
+    let zero = b.mov(0u32);
+    b.when(last, false, |b| {
+        b.st(Space::Global, Ty::U32, Addr::Global(counter, 0), &[zero]);
+        b.st(Space::Global, Ty::U32, Addr::Global(counter, 4), &[zero]);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::sm90::fwd::{Variant, module};
+    use crate::ptx::print;
+    use crate::spec::{DType, Mask};
+
+    /// `q_ahead`: the producer publishes the CTA's first tile before its loop, and each
+    /// next tile (its Q-empty wait, index and Q load) between the current tile's first K/V
+    /// loads and the rest (two copies of the K/V loop around it); without it, once per
+    /// tile before its loads.
+    #[test]
+    fn q_ahead_loads_the_next_q_between_the_key_blocks() {
+        let ship = Variant {
+            tma_store: true,
+            ..Variant::shipping_for(DType::Bf16, 128, Mask::Local)
+        };
+        let qa = print::module(&module(Variant {
+            q_ahead: true,
+            ..ship
+        }));
+        let producer = qa
+            .split("setmaxnreg.inc")
+            .next()
+            .expect("the producer first");
+        let parts: Vec<_> = producer
+            .split("-- the next tile: its index and Q")
+            .collect();
+        assert_eq!(parts.len(), 3, "{producer}");
+        // before the loop: no K/V load; in the loop: the claim, K/V loads, the next
+        // tile's Q, the remaining K/V loads
+        let kv = |s: &str| s.matches("mbarrier.arrive.expect_tx").count();
+        assert_eq!(kv(parts[0]), 0);
+        assert!(parts[1].contains("atom.global.add.u32"));
+        assert_eq!(kv(parts[1]), 1 + 2, "the first tile's Q, then K and V");
+        assert_eq!(kv(parts[2]), 1 + 2, "the next tile's Q, then K and V");
+        let plain = print::module(&module(ship));
+        let producer = plain
+            .split("setmaxnreg.inc")
+            .next()
+            .expect("the producer first");
+        assert!(!producer.contains("-- the next tile"));
     }
 }

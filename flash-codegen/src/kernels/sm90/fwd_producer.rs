@@ -6,10 +6,13 @@ use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_FULL, QSlot, Stage, V_EMPT
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, Operand, Reg};
 use crate::tile::smem::ROW_BYTES;
 
+/// Key blocks whose K and V a `Variant::q_ahead` producer loads before the next tile's Q.
+const QA_BLOCKS: u32 = 2;
+
 impl Ctx {
     /// TMA loads of a `rows`-row tile (one box per 64 columns; the map's box is `rows`
-    /// tall) at shared address `base + dst`, sequence rows from `row`, head `h`,
-    /// completing on `full`.
+    /// tall) at shared address `base + dst`, sequence rows from `row`, head `h` (of the
+    /// tile's batch), completing on `full`.
     #[allow(clippy::too_many_arguments)]
     fn load(
         &self,
@@ -20,13 +23,25 @@ impl Ctx {
         h: Reg<B32>,
         full: Addr,
     ) {
+        self.load_of(b, (tm, rows), (base, dst), (row, h, self.batch), full);
+    }
+
+    /// [`Ctx::load`] of batch `batch`.
+    fn load_of(
+        &self,
+        b: &mut Builder,
+        (tm, rows): (Reg<B64>, u32),
+        (base, dst): (Reg<B32>, u32),
+        (row, h, batch): (Reg<B32>, Reg<B32>, Reg<B32>),
+        full: Addr,
+    ) {
         b.mbarrier_arrive_expect_tx(full, rows * self.d * 2);
         for p in 0..self.d / 64 {
             let coords = vec![
                 Operand::Imm(64 * p as i64),
                 h.into(),
                 row.into(),
-                self.batch.into(),
+                batch.into(),
             ];
             let off = dst + p * rows * ROW_BYTES;
             b.tma_load(Addr::Shared(base, off as i32), tm, coords, full);
@@ -47,8 +62,42 @@ impl Ctx {
             slot.bar(Q_FULL),
         );
         let n = b.mov(0u32);
+        self.produce_kv(b, tm, n, self.n_blocks);
+    }
+
+    /// Q of the tile at `(m0, head, batch)` into `slot` (free), completing on its Q full.
+    pub(super) fn load_q(
+        &self,
+        b: &mut Builder,
+        tm: &[Reg<B64>],
+        (m0, head, batch): (Reg<B32>, Reg<B32>, Reg<B32>),
+        slot: &QSlot,
+    ) {
+        let q_at = (slot.smem, self.lay.q);
+        let rows = (tm[0], self.block_m());
+        self.load_of(b, rows, q_at, (m0, head, batch), slot.bar(Q_FULL));
+    }
+
+    /// The producer on one tile whose Q is loaded (`Variant::q_ahead`): K and V of its
+    /// first `QA_BLOCKS` key blocks (the rings' depth), then `ahead` (the next tile's Q),
+    /// then the rest.
+    pub(super) fn produce_ahead(
+        &self,
+        b: &mut Builder,
+        tm: &[Reg<B64>],
+        ahead: &mut dyn FnMut(&mut Builder),
+    ) {
+        let n = b.mov(0u32);
+        let first = b.min_u32(self.n_blocks, QA_BLOCKS);
+        self.produce_kv(b, tm, n, first);
+        ahead(b);
+        self.produce_kv(b, tm, n, self.n_blocks);
+    }
+
+    /// K and V of key blocks `n..end` (`n` advanced to `end`).
+    fn produce_kv(&self, b: &mut Builder, tm: &[Reg<B64>], n: Reg<B32>, end: Reg<B32>) {
         let lp = b.loop_start_divergent();
-        let more = b.setp_u32(Cmp::Lt, n, self.n_blocks);
+        let more = b.setp_u32(Cmp::Lt, n, end);
         b.loop_exit_unless(&lp, more);
         let st = self.stage(b, n);
         let free = b.xor_b32(st.ph, 1u32);

@@ -51,13 +51,17 @@ pub struct Variant {
     /// tensor map, `tm_o` (o's strides then multiples of 16 bytes, as q's), instead of
     /// each thread storing its pairs.
     pub tma_store: bool,
+    /// With `dynamic`: the producer loads each next tile's Q once the rings hold the
+    /// current tile's first two key blocks, not after all of them, so that the consumers
+    /// find it landed at the tile edge (`fwd_dynamic::produce_claimed_ahead`).
+    pub q_ahead: bool,
     /// Bounded mbarrier waits that fail naming the barrier ([`crate::ptx::Builder::bound_waits`]).
     pub debug: bool,
 }
 
 impl Variant {
     /// Entry name:
-    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_ovl][_pp]_m{rows}[_pers|_dyn][_chain][_tst]_sm90a[_debug]`.
+    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_ovl][_pp]_m{rows}[_pers|_dyn][_chain][_tst][_qa]_sm90a[_debug]`.
     pub fn name(&self) -> String {
         let fx = match self.fma_exp2 {
             0 => String::new(),
@@ -73,9 +77,10 @@ impl Variant {
         };
         let chain = if self.chained { "_chain" } else { "" };
         let tst = if self.tma_store { "_tst" } else { "" };
+        let qa = if self.q_ahead { "_qa" } else { "" };
         let dbg = if self.debug { "_debug" } else { "" };
         format!(
-            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}{chain}{tst}_sm90a{dbg}",
+            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}{chain}{tst}{qa}_sm90a{dbg}",
             self.head_dim,
             self.dtype.name(),
             self.block_m()
@@ -101,6 +106,7 @@ impl Variant {
             dynamic: true,
             chained: false,
             tma_store: false,
+            q_ahead: false,
             debug: false,
         }
     }
@@ -253,7 +259,8 @@ impl Variant {
     /// and overlapped + pingpong schedules (the last also persistent: static, dynamic),
     /// release and debug builds; at d64 with two consumers too (beside the default
     /// three); the sliding window on the shipping schedule; the TMA epilogue
-    /// (`tma_store`) on the shipping schedule and tiles, every mask; softcap (every mask) and
+    /// (`tma_store`) on the shipping schedule and tiles, every mask, with and without
+    /// `q_ahead`; softcap (every mask) and
     /// ALiBi (no mask or causal) on the shipping schedule and tiles, the softcap also with
     /// 1 and 2 of every 4 n-tiles' `ex2`s on the FMA pipe (`fma_exp2`).
     pub fn all() -> Vec<Variant> {
@@ -279,6 +286,7 @@ impl Variant {
                             dynamic,
                             chained,
                             tma_store: false,
+                            q_ahead: false,
                             debug,
                         }));
                     }
@@ -290,10 +298,15 @@ impl Variant {
                     };
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
                 }
-                // the epilogue through TMA on the shipping schedule, every mask
-                for mask in [Mask::None, Mask::Causal, Mask::Local] {
+                // the epilogue through TMA on the shipping schedule, every mask, also with
+                // each next tile's Q loaded early
+                for (mask, q_ahead) in [Mask::None, Mask::Causal, Mask::Local]
+                    .into_iter()
+                    .flat_map(|m| [(m, false), (m, true)])
+                {
                     let ship = Variant {
                         tma_store: true,
+                        q_ahead,
                         ..Self::shipping_for(dtype, head_dim, mask)
                     };
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
