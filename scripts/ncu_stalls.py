@@ -6,7 +6,9 @@
 DETAILS.csv (`--page details --csv`): the duration, throughputs, pipe activity, L2 hit
 rate and warp-state lines. SASS.csv (`--page source --csv --print-source sass`): the
 warp-stall samples per instruction, summed per opcode and listed for the TOP (default 30)
-busiest instructions, each with its address and the stall-reason columns it leads.
+busiest instructions, each with its address and the stall-reason columns it leads, and
+the regions of equally often executed instructions (a loop body, a once-per-tile stretch)
+with their share of the samples.
 """
 import csv
 import sys
@@ -48,6 +50,8 @@ def num(s):
 
 def sass(path, top):
     r = rows(path)
+    # the source page starts with the kernel's name, then the column header
+    r = r[next((i for i, x in enumerate(r) if x and x[0] == "Address"), 0):]
     if not r:
         print(f"(no rows in {path})")
         return
@@ -55,8 +59,7 @@ def sass(path, top):
     src = next(i for i, c in enumerate(head) if c == "Source")
     addr = next((i for i, c in enumerate(head) if c == "Address"), 0)
     allc = next(i for i, c in enumerate(head) if c.startswith("Warp Stall Sampling (All"))
-    reasons = [i for i, c in enumerate(head) if c.startswith("stall_") or "Stall" in c and i != allc
-               and "Not-issued" not in c]
+    reasons = [i for i, c in enumerate(head) if c.startswith("stall_") and "Not Issued" not in c]
     body = r[1:]
     total = sum(num(x[allc]) for x in body) or 1.0
     print(f"  samples {total:.0f}; stall columns: {[head[i] for i in reasons][:24]}")
@@ -73,6 +76,20 @@ def sass(path, top):
             reason_tot[head[i]] += num(x[i])
     if reason_tot:
         print("  by reason: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in reason_tot.most_common(12)))
+    # code regions: runs of instructions executed equally often (a loop body, a
+    # once-per-tile stretch), with their index range and share of the samples
+    ex = head.index("Instructions Executed")
+    print("  regions (instructions [from, to), executions, samples):")
+    start, cur, acc = 0, None, 0.0
+    for i, x in enumerate(body + [None]):
+        key = None if x is None else x[ex]
+        if i and key != cur:
+            if 100 * acc / total >= 0.3:
+                print(f"    [{start:5d}, {i:5d}) {cur:>10} {100 * acc / total:6.2f}%")
+            start, acc = i, 0.0
+        if x is not None:
+            cur = key
+            acc += num(x[allc])
     for x in sorted(body, key=lambda x: -num(x[allc]))[:top]:
         lead = sorted(((num(x[i]), head[i]) for i in reasons), reverse=True)[:2]
         why = " ".join(f"{n}={v:.0f}" for v, n in lead if v)
