@@ -76,7 +76,7 @@ def ours(man, q, k, v, o, counter, causal, window, cap, alibi):
         scalars.update(softcap=cap)
     if alibi:
         scalars.update(alibi_slopes=SLOPES.data_ptr(), alibi_batch_stride=0)
-    run, keep = man.prepare(kern, dict(q=q, k=k, v=v), sizes, scalars)
+    run, keep = man.prepare(kern, dict(q=q, k=k, v=v, o=o), sizes, scalars)
     return kern["name"], run, keep
 
 

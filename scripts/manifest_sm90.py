@@ -217,7 +217,8 @@ class Manifest:
         return self.fns[k["name"]]
 
     def launch(self, k, tensors, sizes, scalars):
-        """The tensor maps of q, k, v, then every parameter by name, then the launch."""
+        """The tensor maps of q, k, v (and o for a TMA-epilogue kernel, `_tst`), then every
+        parameter by name, then the launch."""
         run, maps = self.prepare(k, tensors, sizes, scalars)
         run()
         return maps  # keep them alive until the launch has been enqueued
@@ -226,7 +227,7 @@ class Manifest:
         """The launch of `k` on these tensors and scalars, its tensor maps encoded once:
         (a function that enqueues it, the maps and arguments it holds)."""
         names = dict(sizes, **k["tiles"], multiprocessors=self.drv.multiprocessors)
-        for t in ("q", "k", "v"):
+        for t in tensors:  # q, k, v, o: each map's strides are named after its tensor
             for dim, suffix in enumerate(("batch_stride", "row_stride", "head_stride")):
                 names[f"{t}_{suffix}"] = tensors[t].stride(dim)
         maps = {}
@@ -356,7 +357,7 @@ def case(man, b, sq, sk, h, hk, d, dt, causal, layout="contiguous", with_lse=Tru
                    scale_log2=scale * LOG2E, batch=b, tile_counter=counter.data_ptr())
     if window is not None:
         scalars.update(window_left=window[0] & 0xFFFFFFFF, window_right=window[1] & 0xFFFFFFFF)
-    maps = man.launch(kern, dict(q=q, k=k, v=v), sizes, scalars)
+    maps = man.launch(kern, dict(q=q, k=k, v=v, o=o), sizes, scalars)
     torch.cuda.synchronize()
     del maps
     ref_o, ref_lse = reference(q, k, v, causal, scale, torch.float64, window)

@@ -82,7 +82,7 @@ def case(man, b, sq, sk, h, hk, d, dt, causal, window=None, cap=None, alibi=None
         scalars.update(softcap=cap)
     if sl is not None:
         scalars.update(alibi_slopes=sl.data_ptr(), alibi_batch_stride=h if alibi else 0)
-    maps = man.launch(kern, dict(q=q, k=k, v=v), sizes, scalars)
+    maps = man.launch(kern, dict(q=q, k=k, v=v, o=o), sizes, scalars)
     torch.cuda.synchronize()
     del maps
     ref_o, ref_lse = reference(q, k, v, scale, causal, window, cap, sl)

@@ -15,11 +15,30 @@ use flash_runtime::{FlashError, tensor::contiguous_strides};
 
 /// The manifest `emit --all` writes, read back as a user would.
 fn entries() -> Vec<(fwd::Variant, Sm90aKernel)> {
-    let vars = sm90a::shipping();
+    let e = entries_of(sm90a::shipping());
+    assert_eq!(e.len(), 32);
+    e
+}
+
+/// A manifest of `vars`, read back.
+fn entries_of(vars: Vec<fwd::Variant>) -> Vec<(fwd::Variant, Sm90aKernel)> {
     let json = manifest::manifest_with_sm90a(&[], &vars, &Tuning::NONE).to_json();
     let m = manifest::Manifest::from_json(&json).expect("the manifest reads back");
-    assert_eq!(m.sm90a.kernels.len(), 32);
     vars.into_iter().zip(m.sm90a.kernels).collect()
+}
+
+/// The plain shipping kernels with the TMA epilogue (`tma_store`: a fourth map, `tm_o`),
+/// as a manifest would describe them once they ship.
+fn tst_entries() -> Vec<(fwd::Variant, Sm90aKernel)> {
+    let vars = sm90a::shipping()
+        .into_iter()
+        .filter(|v| v.scores == flash_codegen::Scores::Plain)
+        .map(|v| fwd::Variant {
+            tma_store: true,
+            ..v
+        })
+        .collect();
+    entries_of(vars)
 }
 
 /// A `.param` declaration of the PTX entry: (name, type as the manifest writes it, size,
@@ -64,7 +83,7 @@ fn every_entry_has_its_ptx_entrys_parameters() {
     (dynamic.persistent, dynamic.dynamic) = (true, true);
     let extra = (dynamic, sm90a::kernel(&dynamic));
     assert_eq!(extra.1.params.last().unwrap().name, "tile_counter");
-    for (var, k) in entries().into_iter().chain([extra]) {
+    for (var, k) in entries().into_iter().chain([extra]).chain(tst_entries()) {
         let ptx = sm90a::ptx(var);
         let decls = entry_params(&ptx, &k.name);
         assert_eq!(decls.len(), k.params.len(), "{}", k.name);
@@ -81,15 +100,18 @@ fn every_entry_has_its_ptx_entrys_parameters() {
             assert_eq!(p.offset, offset, "{}: {name}", k.name);
             end = offset + size;
         }
-        for (i, map) in fwd::MAPS.iter().enumerate() {
+        assert_eq!(k.tensor_maps.len(), var.maps().len(), "{}", k.name);
+        for (i, map) in var.maps().iter().enumerate() {
             let p = &k.params[i];
             assert_eq!((p.name.as_str(), p.align, p.size), (*map, 64, 128));
             assert_eq!(p.numpy, "V128");
             assert_eq!(k.tensor_maps[i].param, *map);
         }
         let names: Vec<&str> = k.params.iter().map(|p| p.name.as_str()).collect();
-        let want: Vec<&str> = fwd::MAPS
-            .into_iter()
+        let want: Vec<&str> = var
+            .maps()
+            .iter()
+            .copied()
             .chain(var.scalars().iter().map(|s| s.0))
             .collect();
         assert_eq!(names, want);
@@ -184,6 +206,8 @@ struct Call {
     hk: usize,
     q: [usize; 3],
     kv: [usize; 3],
+    /// o's (the TMA epilogue's map): contiguous `[b, sq, h, d]`.
+    o: [usize; 3],
 }
 
 impl Call {
@@ -202,7 +226,7 @@ impl Call {
         .into_iter()
         .map(|(a, x)| (a.to_string(), x as u64))
         .collect();
-        for (t, st) in [("q", self.q), ("k", self.kv), ("v", self.kv)] {
+        for (t, st) in [("q", self.q), ("k", self.kv), ("v", self.kv), ("o", self.o)] {
             for (dim, s) in ["batch", "row", "head"].iter().zip(st) {
                 n.insert(format!("{t}_{dim}_stride"), s as u64);
             }
@@ -228,6 +252,7 @@ fn calls(d: usize) -> Vec<Call> {
             hk: 4,
             q: c([2, 1000, 4, d]),
             kv: c([2, 1000, 4, d]),
+            o: c([2, 1000, 4, d]),
         },
         Call {
             b: 3,
@@ -237,6 +262,7 @@ fn calls(d: usize) -> Vec<Call> {
             hk: 2,
             q: c([3, 77, 8, d]),
             kv: c([3, 1031, 2, d]),
+            o: c([3, 77, 8, d]),
         },
         Call {
             b: 1,
@@ -246,13 +272,14 @@ fn calls(d: usize) -> Vec<Call> {
             hk: 6,
             q: packed(513, 6),
             kv: packed(513, 6),
+            o: c([1, 513, 6, d]),
         },
     ]
 }
 
 #[test]
 fn every_map_description_is_the_runtimes_map() {
-    for (var, k) in entries() {
+    for (var, k) in entries().into_iter().chain(tst_entries()) {
         let d = var.head_dim as usize;
         for call in calls(d) {
             let names = call.names(d, &k);
@@ -260,11 +287,16 @@ fn every_map_description_is_the_runtimes_map() {
                 b, sq, sk, h, hk, ..
             } = call;
             // what `launch_sm90_call` encodes
-            let want = [
+            let mut want = vec![
                 TensorMapLayout::bhsd(var.dtype, [b, sq, h, d], call.q, var.block_m(), 64),
                 TensorMapLayout::bhsd(var.dtype, [b, sk, hk, d], call.kv, fwd::BLOCK_N, 64),
                 TensorMapLayout::bhsd(var.dtype, [b, sk, hk, d], call.kv, fwd::BLOCK_N, 64),
             ];
+            if var.tma_store {
+                let o =
+                    TensorMapLayout::bhsd(var.dtype, [b, sq, h, d], call.o, fwd::O_BOX_ROWS, 64);
+                want.push(o);
+            }
             assert_eq!(k.tensor_maps.len(), want.len());
             for (m, w) in k.tensor_maps.iter().zip(&want) {
                 let at = format!("{} {}", k.name, m.param);

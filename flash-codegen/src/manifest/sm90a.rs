@@ -215,12 +215,14 @@ pub fn kernel(var: &fwd::Variant) -> Sm90aKernel {
     }
 }
 
-/// The variant's parameters ([`fwd::MAPS`], [`fwd::Variant::scalars`]) as manifest rows
-/// from [`PARAMS`], each at the offset the PTX parameter layout gives it.
+/// The variant's parameters ([`fwd::Variant::maps`], [`fwd::Variant::scalars`]) as
+/// manifest rows from [`PARAMS`], each at the offset the PTX parameter layout gives it.
 fn params(var: &fwd::Variant) -> Vec<Sm90aParam> {
     let mut end = 0u32;
-    let names = fwd::MAPS
-        .into_iter()
+    let names = var
+        .maps()
+        .iter()
+        .copied()
         .chain(var.scalars().into_iter().map(|s| s.0));
     names
         .map(|n| {
@@ -259,8 +261,8 @@ mod tests {
     /// The table's names and types are the kernel's, maps first.
     #[test]
     fn the_parameter_table_is_the_kernels() {
-        let (maps, scalars) = PARAMS.split_at(fwd::MAPS.len());
-        for ((name, ty, _), want) in maps.iter().zip(fwd::MAPS) {
+        let (maps, scalars) = PARAMS.split_at(fwd::MAPS_TST.len());
+        for ((name, ty, _), want) in maps.iter().zip(fwd::MAPS_TST) {
             assert_eq!((*name, *ty), (want, AbiTy::TensorMap));
         }
         assert_eq!(scalars.len(), fwd::SCALARS.len());

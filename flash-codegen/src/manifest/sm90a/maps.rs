@@ -74,7 +74,7 @@ impl From<(&str, u32)> for Enumerant {
 /// name them (`q_batch_stride`, `q_row_stride`, `q_head_stride`, ...).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TensorMapInfo {
-    /// The parameter it is passed as (`tm_q`, `tm_k`, `tm_v`).
+    /// The parameter it is passed as (`tm_q`, `tm_k`, `tm_v`; `tm_o`).
     pub param: String,
     /// The tensor it describes (`q`, `k`, `v`; shapes in `notes.tensors`); its device
     /// pointer (element `[0, 0, 0, 0]`) is `globalAddress`.
@@ -110,15 +110,17 @@ pub struct TensorMapInfo {
     pub global_strides_below: u64,
 }
 
-/// The maps of variant `var`, in parameter order ([`fwd::MAPS`]): q with boxes of
-/// `block_m` rows, k and v of [`fwd::BLOCK_N`].
+/// The maps of variant `var`, in parameter order ([`fwd::Variant::maps`]): q with boxes
+/// of `block_m` rows, k and v of [`fwd::BLOCK_N`], and for the TMA epilogue o of
+/// [`fwd::O_BOX_ROWS`].
 pub fn tensor_maps(var: &fwd::Variant) -> Vec<TensorMapInfo> {
     let q = ("q", "seqlen_q", "heads", var.block_m());
     let k = ("k", "seqlen_k", "heads_k", fwd::BLOCK_N);
     let v = ("v", "seqlen_k", "heads_k", fwd::BLOCK_N);
-    fwd::MAPS
+    let o = ("o", "seqlen_q", "heads", fwd::O_BOX_ROWS);
+    var.maps()
         .iter()
-        .zip([q, k, v])
+        .zip([q, k, v, o])
         .map(|(param, t)| bhsd(param, var.dtype, t))
         .collect()
 }

@@ -5,10 +5,10 @@ use crate::abi::AbiTy;
 #[cfg(doc)]
 use crate::kernels::sm90::fwd;
 
-/// The kernel's parameters in order, the tensor maps ([`fwd::MAPS`]) then the scalars
-/// ([`fwd::SCALARS`]), with the type the caller passes and what to pass (a variant takes
-/// those of [`fwd::Variant::scalars`]).
-pub const PARAMS: [(&str, AbiTy, &str); 20] = [
+/// The kernel's parameters in order, the tensor maps ([`fwd::MAPS_TST`]: a variant takes
+/// those of [`fwd::Variant::maps`]) then the scalars ([`fwd::SCALARS`]; a variant takes
+/// those of [`fwd::Variant::scalars`]), with the type the caller passes and what to pass.
+pub const PARAMS: [(&str, AbiTy, &str); 21] = [
     (
         "tm_q",
         AbiTy::TensorMap,
@@ -23,6 +23,11 @@ pub const PARAMS: [(&str, AbiTy, &str); 20] = [
         "tm_v",
         AbiTy::TensorMap,
         "the CUtensorMap of v (tensor_maps entry with param tm_v), 128 bytes by value",
+    ),
+    (
+        "tm_o",
+        AbiTy::TensorMap,
+        "the CUtensorMap of o (tensor_maps entry with param tm_o; the TMA epilogue's kernels, _tst, write o through it), 128 bytes by value",
     ),
     (
         "o",
