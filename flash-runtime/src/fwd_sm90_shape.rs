@@ -104,9 +104,10 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
             "{sh:?}: chained tiles store O with the pair stores (unset tma_store)"
         )));
     }
-    if sh.q_ahead && !sh.dynamic {
+    if sh.q_ahead && (!sh.dynamic || sh.chained) {
         return Err(FlashError::InvalidParam(format!(
-            "{sh:?}: the next tile's Q early (q_ahead) runs with the dynamic scheduler"
+            "{sh:?}: the next tile's Q early (q_ahead) runs with the dynamic scheduler, \
+             unchained"
         )));
     }
     if sh.window.is_some() && sh.causal {

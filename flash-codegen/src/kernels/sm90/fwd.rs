@@ -124,8 +124,8 @@ pub fn module(var: Variant) -> Module {
         "generator bug: chained tiles store a tile's O after its Q slot is released"
     );
     assert!(
-        !q_ahead || dynamic,
-        "generator bug: the next tile's Q early needs the dynamic scheduler"
+        !q_ahead || (dynamic && !chained),
+        "generator bug: the next tile's Q early needs the dynamic scheduler, unchained"
     );
     let block_m = var.block_m();
     let (fmt, lay) = (half_fmt(dtype), var.layout());

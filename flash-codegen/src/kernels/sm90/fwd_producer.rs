@@ -2,12 +2,15 @@
 //! slot, then K and V of every key block into the rings, each a TMA load completing on its
 //! full barrier; after the last tile, the drain.
 
-use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_FULL, QSlot, Stage, V_EMPTY, V_FULL};
+use super::fwd_ctx::{
+    BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_FULL, QSlot, STAGES, Stage, V_EMPTY, V_FULL,
+};
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, Operand, Reg};
 use crate::tile::smem::ROW_BYTES;
 
-/// Key blocks whose K and V a `Variant::q_ahead` producer loads before the next tile's Q.
-const QA_BLOCKS: u32 = 2;
+/// Key blocks whose K and V a `Variant::q_ahead` producer loads before the next tile's Q:
+/// the rings' depth.
+const QA_BLOCKS: u32 = STAGES;
 
 impl Ctx {
     /// TMA loads of a `rows`-row tile (one box per 64 columns; the map's box is `rows`

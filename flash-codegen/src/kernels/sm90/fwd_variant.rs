@@ -51,9 +51,9 @@ pub struct Variant {
     /// tensor map, `tm_o` (o's strides then multiples of 16 bytes, as q's), instead of
     /// each thread storing its pairs.
     pub tma_store: bool,
-    /// With `dynamic`: the producer loads each next tile's Q once the rings hold the
-    /// current tile's first two key blocks, not after all of them, so that the consumers
-    /// find it landed at the tile edge (`fwd_dynamic::produce_claimed_ahead`).
+    /// With `dynamic` (not `chained`): the producer loads each next tile's Q once the
+    /// rings hold the current tile's first two key blocks, not after all of them, so that
+    /// the consumers find it landed at the tile edge (`fwd_dynamic::produce_claimed_ahead`).
     pub q_ahead: bool,
     /// Bounded mbarrier waits that fail naming the barrier ([`crate::ptx::Builder::bound_waits`]).
     pub debug: bool,
