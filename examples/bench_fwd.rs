@@ -292,14 +292,14 @@ fn sm90_overlap() -> bool {
 }
 
 /// BENCH_PATH=sm90pers (static zigzag), sm90dyn (dynamic scheduler), sm90chain (that
-/// with the tile edges chained) or sm90tst (with the TMA epilogue): the pingpong schedule
-/// on a persistent grid.
+/// with the tile edges chained), sm90tst (with the TMA epilogue) or sm90qa (that with the
+/// next tile's Q early): the pingpong schedule on a persistent grid.
 fn sm90_persistent() -> bool {
     bench_path_in(&["sm90pers", "sm90dyn", "sm90chain", "sm90tst", "sm90qa"])
 }
 
-/// BENCH_PATH=sm90dyn, sm90chain or sm90tst: the persistent grid's tiles claimed from a
-/// counter.
+/// BENCH_PATH=sm90dyn, sm90chain, sm90tst or sm90qa: the persistent grid's tiles claimed
+/// from a counter.
 fn sm90_dynamic() -> bool {
     bench_path_in(&["sm90dyn", "sm90chain", "sm90tst", "sm90qa"])
 }
@@ -319,17 +319,10 @@ fn sm90_q_ahead() -> bool {
     bench_path_in(&["sm90qa"])
 }
 
-/// BENCH_PATH=sm90pp (or sm90pers, sm90dyn, sm90chain, sm90tst): overlapped, the
-/// consumers taking turns to issue.
+/// BENCH_PATH=sm90pp (or any later schedule: sm90pers, sm90dyn, sm90chain, sm90tst,
+/// sm90qa): overlapped, the consumers taking turns to issue.
 fn sm90_pingpong() -> bool {
-    bench_path_in(&[
-        "sm90pp",
-        "sm90pers",
-        "sm90dyn",
-        "sm90chain",
-        "sm90tst",
-        "sm90qa",
-    ])
+    sm90_overlap() && !bench_path_in(&["sm90ovl"])
 }
 
 /// BENCH_GROUP: query heads per KV head (GQA; default 1, at least 1).

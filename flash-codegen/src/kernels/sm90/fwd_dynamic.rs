@@ -9,7 +9,7 @@
 
 use super::fwd_ctx::{Layout, Q_EMPTY, Q_FULL, QSlot};
 use super::fwd_sched::{Place, Sched, Tile};
-use crate::ptx::{Addr, B32, B64, Builder, Cmp, LdCache, Reg, Space, Special, Ty};
+use crate::ptx::{Addr, B32, B64, Builder, Cmp, LdCache, Pred, Reg, Space, Special, Ty};
 
 /// Shared-memory offset of the tile index handed to the consumers, from its Q slot's
 /// barriers' base (`QSlot::bar`), in the barriers' kilobyte.
@@ -28,23 +28,17 @@ impl Sched {
         (smem, lay): (Reg<B32>, &Layout),
         mut body: impl FnMut(&mut Builder, &Tile, Place, &QSlot),
     ) -> Reg<B32> {
-        let counter = self
-            .counter
-            .expect("generator bug: a dynamic grid without its counter");
-        let counter = b.cvta_global(counter);
-        let (tiles, m_blocks) = self.tiles(b);
-        let ctas = b.special(Special::NCtaIdX);
-        let t = b.special(Special::CtaIdX);
-        let t = b.mov(t);
-        let (j, it) = (b.mov(0u32), b.mov(0u32));
+        let Claims {
+            counter,
+            tiles,
+            m_blocks,
+            ctas,
+            t,
+            j,
+            it,
+        } = self.claims(b);
         let lp = b.loop_start_divergent();
-        let slot = QSlot::of(b, (smem, lay), j);
-        let ph = slot.ph(b);
-        let ph = b.xor_b32(ph, 1u32);
-        b.mbarrier_wait(slot.bar(Q_EMPTY), ph, "Q empty");
-        b.st(Space::Shared, Ty::U32, slot.bar(TILE_INDEX), &[t]);
-        let more = b.setp_u32(Cmp::Lt, t, tiles);
-        b.when(more, true, |b| b.mbarrier_arrive(slot.bar(Q_FULL)));
+        let (slot, more) = Self::post_index(b, (smem, lay), (j, t), tiles);
         b.loop_exit_unless(&lp, more);
         let claimed = b.atom_add_u32(Addr::Global(counter, 0), 1u32, false);
         let tile = self.grouped_tile(b, t, m_blocks);
@@ -69,6 +63,31 @@ impl Sched {
         load_q: impl Fn(&mut Builder, &Tile, &QSlot),
         mut body: impl FnMut(&mut Builder, &Tile, Place, &mut dyn FnMut(&mut Builder)),
     ) -> Reg<B32> {
+        let c = self.claims(b);
+        let (tiles, m_blocks, t, j, it) = (c.tiles, c.m_blocks, c.t, c.j, c.it);
+        let place = (smem, lay);
+        self.publish(b, place, (j, t), (tiles, m_blocks), &load_q);
+        let lp = b.loop_start_divergent();
+        let more = b.setp_u32(Cmp::Lt, t, tiles);
+        b.loop_exit_unless(&lp, more);
+        let claimed = b.atom_add_u32(Addr::Global(c.counter, 0), 1u32, false);
+        let next = b.add_u32(c.ctas, claimed);
+        let tile = self.grouped_tile(b, t, m_blocks);
+        let j1 = b.add_u32(j, 1u32);
+        body(b, &tile, Place { j, it0: it }, &mut |b| {
+            self.publish(b, place, (j1, next), (tiles, m_blocks), &load_q)
+        });
+        Place { j, it0: it }.advance(b, tile.n_blocks);
+        b.assign(t, next);
+        b.loop_end(lp);
+        zero_counter(b, c.counter, c.ctas);
+        it
+    }
+
+    /// The producer's claim state: the counter (generic address), the tile count and query
+    /// blocks per head, the grid size, the CTA's first tile (its own index), and the
+    /// loop-carried tile and key-block counts.
+    fn claims(&self, b: &mut Builder) -> Claims {
         let counter = self
             .counter
             .expect("generator bug: a dynamic grid without its counter");
@@ -78,23 +97,34 @@ impl Sched {
         let t = b.special(Special::CtaIdX);
         let t = b.mov(t);
         let (j, it) = (b.mov(0u32), b.mov(0u32));
-        let place = (smem, lay);
-        self.publish(b, place, (j, t), (tiles, m_blocks), &load_q);
-        let lp = b.loop_start_divergent();
+        Claims {
+            counter,
+            tiles,
+            m_blocks,
+            ctas,
+            t,
+            j,
+            it,
+        }
+    }
+
+    /// Tile index `t` into the slot of the CTA's `j`-th tile, once free (its Q-empty
+    /// phase of two uses before); past the last tile (not `more`) published at once by a
+    /// plain arrival on its Q full. Returns the slot and `more`.
+    fn post_index(
+        b: &mut Builder,
+        (smem, lay): (Reg<B32>, &Layout),
+        (j, t): (Reg<B32>, Reg<B32>),
+        tiles: Reg<B32>,
+    ) -> (QSlot, Reg<Pred>) {
+        let slot = QSlot::of(b, (smem, lay), j);
+        let ph = slot.ph(b);
+        let ph = b.xor_b32(ph, 1u32);
+        b.mbarrier_wait(slot.bar(Q_EMPTY), ph, "Q empty");
+        b.st(Space::Shared, Ty::U32, slot.bar(TILE_INDEX), &[t]);
         let more = b.setp_u32(Cmp::Lt, t, tiles);
-        b.loop_exit_unless(&lp, more);
-        let claimed = b.atom_add_u32(Addr::Global(counter, 0), 1u32, false);
-        let next = b.add_u32(ctas, claimed);
-        let tile = self.grouped_tile(b, t, m_blocks);
-        let j1 = b.add_u32(j, 1u32);
-        body(b, &tile, Place { j, it0: it }, &mut |b| {
-            self.publish(b, place, (j1, next), (tiles, m_blocks), &load_q)
-        });
-        Place { j, it0: it }.advance(b, tile.n_blocks);
-        b.assign(t, next);
-        b.loop_end(lp);
-        zero_counter(b, counter, ctas);
-        it
+        b.when(more, true, |b| b.mbarrier_arrive(slot.bar(Q_FULL)));
+        (slot, more)
     }
 
     /// Tile index `t` into the slot of the CTA's `j`-th tile, once free; past the last
@@ -108,13 +138,7 @@ impl Sched {
         load_q: &dyn Fn(&mut Builder, &Tile, &QSlot),
     ) {
         b.comment("-- the next tile: its index and Q into its slot --");
-        let slot = QSlot::of(b, (smem, lay), j);
-        let ph = slot.ph(b);
-        let ph = b.xor_b32(ph, 1u32);
-        b.mbarrier_wait(slot.bar(Q_EMPTY), ph, "Q empty");
-        b.st(Space::Shared, Ty::U32, slot.bar(TILE_INDEX), &[t]);
-        let more = b.setp_u32(Cmp::Lt, t, tiles);
-        b.when(more, true, |b| b.mbarrier_arrive(slot.bar(Q_FULL)));
+        let (slot, _more) = Self::post_index(b, (smem, lay), (j, t), tiles);
         let past = b.setp_u32(Cmp::Ge, t, tiles);
         b.unless(past, |b| {
             let tile = self.grouped_tile(b, t, m_blocks);
@@ -184,6 +208,17 @@ impl Sched {
         let batch = b.div_u32(hb, self.heads);
         self.coords(b, x, head, batch)
     }
+}
+
+/// [`Sched::claims`]' registers.
+struct Claims {
+    counter: Reg<B64>,
+    tiles: Reg<B32>,
+    m_blocks: Reg<B32>,
+    ctas: Reg<B32>,
+    t: Reg<B32>,
+    j: Reg<B32>,
+    it: Reg<B32>,
 }
 
 /// The last CTA out (the `ctas`-th to count itself done) zeroes the claim counter for the
