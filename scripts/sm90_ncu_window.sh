@@ -6,12 +6,13 @@
 # (`OUT/<label>_details.csv`, `OUT/<label>_sass.csv`) and prints each kernel's duration,
 # pipe activity and stall summary; scripts/ncu_stalls.py reads the CSVs.
 #
-#   bash scripts/sm90_ncu_window.sh OUT_DIR   (env WINDOWS, default 1024)
+#   bash scripts/sm90_ncu_window.sh OUT_DIR   (env WINDOWS, default 1024; NCU_PATH, the
+#                                             bench_fwd path, default sm90dyn)
 set -u
 cd "$(dirname "$0")/.."
 OUT="${1:?usage: sm90_ncu_window.sh OUT_DIR}"
 mkdir -p "$OUT"
-export BENCH_D=128 BENCH_DTYPE=bf16 BENCH_SEQ="${BENCH_SEQ:-8192}" BENCH_ITERS=1 BENCH_PATH=sm90dyn
+export BENCH_D=128 BENCH_DTYPE=bf16 BENCH_SEQ="${BENCH_SEQ:-8192}" BENCH_ITERS=1 BENCH_PATH="${NCU_PATH:-sm90dyn}"
 cfgs="causal:BENCH_CAUSAL=1"
 for w in ${WINDOWS:-1024}; do cfgs="$cfgs w$w:BENCH_CAUSAL=0,BENCH_WINDOW=$w"; done
 for cfg in $cfgs; do
