@@ -15,9 +15,7 @@ set -u
 cd "$(dirname "$0")/.."
 OUT="${1:?usage: sm90_fx_tst.sh OUT_DIR}"
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-step() { echo "== $1 (${SECONDS}s)"; }
-summary() { grep -E "test result|FAIL|panicked|geometric|failures|ERROR SUMMARY" "$1" | head -8; }
+source scripts/device_steps.sh
 
 step "1. gpu_fwd_sm90_scores"
 timeout 100 tests/gpu_fwd_sm90_scores --nocapture > "$OUT/scores.log" 2>&1
@@ -28,12 +26,7 @@ step "2. softcap FMA shares"
 BENCH_SEQ=8192,16384 timeout 160 bash scripts/sm90_softcap_fma.sh "$OUT/fma" 2>&1 | grep -v "^round"
 
 step "3. gpu_fwd_sm90, shipping schedule, pair stores and TMA epilogue"
-GPU_FWD_SM90_SCHEDULES=4 timeout 90 tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
-echo "rc=$?"; summary "$OUT/fwd.log"
-echo "tma_store cases: $(grep -c 'tma_store: true' "$OUT/fwd.log")"
-GPU_FWD_SM90_SCHEDULES=4 GPU_FWD_SM90_SHAPES=0,8,13 timeout 60 compute-sanitizer --tool memcheck \
-  --print-limit 10 tests/gpu_fwd_sm90 --nocapture > "$OUT/memcheck.log" 2>&1
-echo "memcheck rc=$?"; summary "$OUT/memcheck.log"
+fwd_sm90_shipping 90 tma_store
 
 step "4. window edges, sm90tst beside sm90dyn"
 BENCH_SEQ=8192 WINDOWS="1024 4096" PATHS="sm90dyn sm90tst" timeout 90 \

@@ -15,17 +15,10 @@ set -u
 cd "$(dirname "$0")/.."
 OUT="${1:?usage: sm90_qa.sh OUT_DIR}"
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-step() { echo "== $1 (${SECONDS}s)"; }
-summary() { grep -E "test result|FAIL|panicked|geometric|failures|ERROR SUMMARY" "$1" | head -8; }
+source scripts/device_steps.sh
 
 step "1. gpu_fwd_sm90, shipping schedule: pair stores, _tst, _tst_qa"
-GPU_FWD_SM90_SCHEDULES=4 timeout 150 tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
-echo "rc=$?"; summary "$OUT/fwd.log"
-echo "q_ahead cases: $(grep -c 'q_ahead: true' "$OUT/fwd.log")"
-GPU_FWD_SM90_SCHEDULES=4 GPU_FWD_SM90_SHAPES=0,8,13 timeout 50 compute-sanitizer --tool memcheck \
-  --print-limit 10 tests/gpu_fwd_sm90 --nocapture > "$OUT/memcheck.log" 2>&1
-echo "memcheck rc=$?"; summary "$OUT/memcheck.log"
+fwd_sm90_shipping 150 q_ahead
 
 step "2. windows"
 BENCH_SEQ=8192,16384 WINDOWS="256 1024" PATHS="sm90dyn sm90tst sm90qa" timeout 170 \
