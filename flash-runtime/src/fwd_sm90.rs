@@ -196,10 +196,10 @@ impl FlashAttention {
     }
 
     /// Enqueues the sm_90a forward `call` on `stream`: its tensor maps (encoded here, the
-    /// driver's limits checked first), its entry (registered or generated, loaded on first use), its
-    /// parameters (three maps, o's fourth for the TMA epilogue, then `Variant::scalars`, a dynamic kernel's claim counter
-    /// allocated zeroed here) and grid `[ceil(seqlen_q / block_m), heads, batch]`
-    /// (persistent: one CTA per SM).
+    /// driver's limits checked first), its entry (registered or generated, loaded on first
+    /// use), its parameters (three maps, o's fourth for the TMA epilogue, then
+    /// `Variant::scalars`, a dynamic kernel's claim counter allocated zeroed here) and
+    /// grid `[ceil(seqlen_q / block_m), heads, batch]` (persistent: one CTA per SM).
     ///
     /// # Safety
     /// Every pointer of `call` must be a device address of this runtime's context, of a
@@ -303,9 +303,9 @@ impl FlashAttention {
         };
         // SAFETY: the parameters are the kernel's (`Variant::maps`, then
         // `Variant::scalars`) in order and width; the maps describe q, k, v (and o) within
-        // their buffers (TMA clips every box at the tensors' ends), o and lse hold the elements
-        // the kernel writes (rows below seqlen_q of each head and batch), all by the
-        // caller's contract, which also keeps every buffer alive until the launch is
+        // their buffers (TMA clips every box at the tensors' ends), o and lse hold the
+        // elements the kernel writes (rows below seqlen_q of each head and batch), all by
+        // the caller's contract, which also keeps every buffer alive until the launch is
         // enqueued; the grid's y and z are the heads and batch (persistent: 1, x at most
         // the SM count, the kernel walking every tile), within the driver's limits for
         // any u32 heads below 65536 (checked by the driver: an error, not undefined
