@@ -33,7 +33,7 @@ step() { # name seconds command...: runs, logs to OUT/name.log, prints rc and th
     "$OUT/$name.log" | tail -n 8
 }
 nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader | tee "$OUT/gpu.txt"
-step scores 150 tests/gpu_fwd_sm90_scores --nocapture
+step scores 200 tests/gpu_fwd_sm90_scores --nocapture
 step select 90 tests/gpu_fwd_select --nocapture
 step embed 60 tests/gpu_embed_sm90 --nocapture
 step manifest 90 python3 scripts/manifest_sm90.py ptx-sm90a

@@ -6,7 +6,7 @@
 //! inputs per case; o poisoned (NaN) with a guard band past its end and lse poisoned; odd
 //! lengths, sq != sk both ways (rows with no key), GQA; both dtypes, d64 and d128; the
 //! debug build (bounded mbarrier waits) first, then the release build; the shipping
-//! schedule and the serial one; the softcap also with 1, 2 and 4 of every 4 n-tiles'
+//! schedule (with its TMA epilogue, `tma_store`) and the serial one; the softcap also with 1, 2 and 4 of every 4 n-tiles'
 //! probabilities made on the FMA pipe (`fwd::Variant::fma_exp2`; 4: all of them, the
 //! masked scores' exact zeros included). Other GPUs: a notice.
 #![cfg(feature = "gpu")]
@@ -171,7 +171,8 @@ fn sm90_scored_forward_matches_f64_reference() {
                         persistent,
                         dynamic,
                         chained: false,
-                        tma_store: false,
+                        // the shipping kernels' TMA epilogue on the dynamic grid
+                        tma_store: dynamic,
                         q_ahead: false,
                         debug,
                     };

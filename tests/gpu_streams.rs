@@ -44,7 +44,7 @@ fn shape(batch: usize, seqlen: usize, heads: usize, causal: bool) -> Sm90FwdShap
         persistent: true,
         dynamic: true,
         chained: false,
-        tma_store: false,
+        tma_store: true,
         q_ahead: false,
         debug: false,
     }

@@ -139,7 +139,7 @@ fn embedded_sm90a_ptx_is_the_emitters_byte_for_byte() {
     );
     // `sm90a` alone: only the sm_90a forward
     assert!(hopper_only::KERNELS.is_empty());
-    let k: EmbeddedSm90aKernel = hopper_only::FA3_FWD_D128_BF16_CAUSAL_OVL_PP_M128_DYN_SM90A;
+    let k: EmbeddedSm90aKernel = hopper_only::FA3_FWD_D128_BF16_CAUSAL_OVL_PP_M128_DYN_TST_SM90A;
     assert_eq!(hopper_only::SM90A_KERNELS, [k]);
 }
 

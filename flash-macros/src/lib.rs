@@ -117,7 +117,7 @@ mod tests;
 /// - `pub static KERNELS: &[EmbeddedKernel]`, all of them in `KernelSpec` order;
 /// - with `sm90a`, one `pub const FA3_FWD_..._SM90A: EmbeddedSm90aKernel` per sm_90a
 ///   forward (the variant and its PTX, named after its entry:
-///   `FA3_FWD_D128_BF16_CAUSAL_OVL_PP_M128_DYN_SM90A`);
+///   `FA3_FWD_D128_BF16_CAUSAL_OVL_PP_M128_DYN_TST_SM90A`);
 /// - `pub static SM90A_KERNELS: &[EmbeddedSm90aKernel]`, those (empty without `sm90a`);
 /// - `pub fn runtime(ctx) -> Result<FlashAttention>` and `pub fn on_device(ordinal)`:
 ///   a runtime that runs only `KERNELS` and `SM90A_KERNELS` and fails with

@@ -313,8 +313,8 @@ fn arch_sm90a_embeds_the_shipping_forwards() {
     assert_eq!(
         names,
         [
-            "fa3_fwd_d64_bf16_alibi_ovl_pp_m192_dyn_sm90a",
-            "fa3_fwd_d64_bf16_causal_alibi_ovl_pp_m192_dyn_sm90a"
+            "fa3_fwd_d64_bf16_alibi_ovl_pp_m192_dyn_tst_sm90a",
+            "fa3_fwd_d64_bf16_causal_alibi_ovl_pp_m192_dyn_tst_sm90a"
         ]
     );
 

@@ -95,7 +95,8 @@ impl FlashAttention {
             // - Every pointer comes from a live cudarc view of this context (checked above);
             //   `plan_fwd_on` proved each tensor's shape and strides stay inside its view,
             //   that o's elements are disjoint and lse holds batch*heads*seqlen_q f32, and
-            //   `sm90_fwd_call` that q, k, v suit their tensor maps and o the pair stores.
+            //   `sm90_fwd_call` that q, k, v suit their tensor maps and o its map (`o_tma`,
+            //   the TMA epilogue's) or the pair stores, both writing the same elements.
             // - q, k, v are only read; o and lse are borrowed mutably, so nothing else
             //   aliases them; the guards above outlive the launch.
             return unsafe { self.launch_sm90_call(stream, &call) };

@@ -182,16 +182,20 @@ impl FlashAttention {
                 row: o_row,
                 head: o_head,
             },
+            o_tma: variant.tma_store.then_some(TmaSource {
+                ptr: op,
+                strides: q_st,
+            }),
             lse: lp,
             scale_log2: std::f32::consts::LOG2_E / (d as f32).sqrt(),
             scores,
         };
         // SAFETY: the contract of `launch_sm90_call`: the pointers come from live cudarc
         // buffers of this context (checked above), each holding the contiguous tensor its
-        // strides describe (lengths checked above: q, o `b * sq * h * d`, k, v
-        // `b * sk * hk * d`, lse `b * h * sq`, ALiBi's slopes `h` or `b * h`); q, k, v and
-        // the slopes are only read, o and lse are borrowed mutably; the guards outlive the
-        // launch.
+        // strides describe, o's map (`o_tma`) with q's strides (lengths checked above:
+        // q, o `b * sq * h * d`, k, v `b * sk * hk * d`, lse `b * h * sq`, ALiBi's slopes
+        // `h` or `b * h`); q, k, v and the slopes are only read, o and lse are borrowed
+        // mutably; the guards outlive the launch.
         unsafe { self.launch_sm90_call(stream, &call) }
     }
 
@@ -205,7 +209,8 @@ impl FlashAttention {
     /// Every pointer of `call` must be a device address of this runtime's context, of a
     /// buffer that holds every element its shape and strides address (q, k, v read through
     /// their tensor maps; o at `batch * o.batch + head * o.head + row * o.row + col` for
-    /// the rows below `seqlen_q`; lse, unless 0, `batch * heads * seqlen_q` f32; an ALiBi
+    /// the rows below `seqlen_q`, by the pair stores or through `call.o_tma`'s map (its
+    /// strides the same, a dim of one's aside); lse, unless 0, `batch * heads * seqlen_q` f32; an ALiBi
     /// variant's slopes `heads` f32, times `batch` with a batch stride), with o's
     /// elements disjoint, and that stays alive and unaliased by other writers (o, lse)
     /// until the launch has run: what `validate::sm90_fwd_call` after `plan_fwd_on`, or
@@ -228,16 +233,19 @@ impl FlashAttention {
             TensorMap::encode(&k_map, call.k.ptr)?,
             TensorMap::encode(&v_map, call.v.ptr)?,
         ];
-        if var.tma_store {
-            // o's strides as TMA takes them: a dim of size 1 (stride 0) never stepped over
-            let st = |x: u64, n: usize| if n == 1 { d } else { x as usize };
-            let o_st = [
-                st(call.o.batch, b),
-                st(call.o.row.into(), sq),
-                st(call.o.head.into(), h),
-            ];
-            let o_map = TensorMapLayout::bhsd(var.dtype, [b, sq, h, d], o_st, fwd::O_BOX_ROWS, 64);
-            maps.push(TensorMap::encode(&o_map, call.o.ptr)?);
+        match (var.tma_store, call.o_tma) {
+            (true, Some(o)) => {
+                let o_map =
+                    TensorMapLayout::bhsd(var.dtype, [b, sq, h, d], o.strides, fwd::O_BOX_ROWS, 64);
+                maps.push(TensorMap::encode(&o_map, o.ptr)?);
+            }
+            (false, None) => {}
+            (tst, o) => {
+                return Err(FlashError::InvalidParam(format!(
+                    "runtime bug: {} with o's tensor map {o:?} (tma_store {tst})",
+                    var.name()
+                )));
+            }
         }
         let f = self.fwd_sm90_function(var)?;
         let u = |x: usize| -> Result<u32> {

@@ -14,9 +14,9 @@ flash_ptx::flash_kernel! {
 fn main() {
     assert!(hopper::KERNELS.is_empty());
     assert_eq!(hopper::SM90A_KERNELS.len(), 4);
-    let k: flash_ptx::runtime::EmbeddedSm90aKernel = both::FA3_FWD_D128_F16_CAUSAL_OVL_PP_M128_DYN_SM90A;
+    let k: flash_ptx::runtime::EmbeddedSm90aKernel = both::FA3_FWD_D128_F16_CAUSAL_OVL_PP_M128_DYN_TST_SM90A;
     assert_eq!(both::SM90A_KERNELS, [k]);
-    assert!(k.ptx().contains(".entry fa3_fwd_d128_f16_causal_ovl_pp_m128_dyn_sm90a"));
+    assert!(k.ptx().contains(".entry fa3_fwd_d128_f16_causal_ovl_pp_m128_dyn_tst_sm90a"));
     assert!(!both::KERNELS.is_empty());
     let _: fn(&flash_ptx::runtime::FlashAttention) = both::register;
 }

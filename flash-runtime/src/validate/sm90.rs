@@ -76,6 +76,9 @@ pub struct Sm90FwdCall {
     pub v: TmaSource,
     /// Output `[b, sq, h, d]`.
     pub o: Sm90Out,
+    /// o as the TMA epilogue's tensor map (`tm_o`) takes it: `Some` exactly when
+    /// `variant.tma_store`.
+    pub o_tma: Option<TmaSource>,
     /// The lse output's address (f32 `[b, h, sq]`, contiguous), 0 for none.
     pub lse: u64,
     /// Softmax scale * log2(e), as the sm_80 plan computes it.
@@ -116,8 +119,9 @@ pub const SM90_MAX_SEQLEN: usize = (1 << 31) - 256;
 /// - q, k, v (read through TMA tensor maps): head_dim stride 1, every other stride of a
 ///   dim longer than 1 a non-zero multiple of 16 bytes below 2^40 bytes, base pointer
 ///   16-byte aligned;
-/// - o (written in 4-byte pairs): head_dim stride 1, base pointer 4-byte aligned, even
-///   strides, row and head strides within u32;
+/// - o (written through a TMA tensor map by the shipping kernels, `tma_store`): as q, k,
+///   v; and, as the pair stores take it (the kernel's o parameters), row and head
+///   strides within u32;
 /// - shared memory: the variant's within the runtime's per-block limit.
 pub fn sm90_fwd_call(a: &FwdArgs, rt: Sm90Runtime) -> Result<Sm90FwdCall, String> {
     sm90_fwd_call_with(a, rt, &|_| false)
@@ -217,10 +221,11 @@ pub fn sm90_fwd_call_with(
             crate::embedded::missing_sm90a_hint(&variant)
         ));
     }
-    if variant.tma_store {
-        // the TMA epilogue stores o through a tensor map, as q is read
-        tma_source("o", &a.o, d)?;
-    }
+    // the TMA epilogue stores o through a tensor map, as q is read
+    let o_tma = match variant.tma_store {
+        true => Some(tma_source("o", &a.o, d)?),
+        false => None,
+    };
     if u64::from(variant.smem_bytes()) > rt.smem_optin {
         return Err(format!(
             "{} needs {} bytes of shared memory per block, this runtime plans for {} \
@@ -237,6 +242,7 @@ pub fn sm90_fwd_call_with(
         k,
         v,
         o,
+        o_tma,
         lse: a.lse.map_or(0, |l| l.ptr),
         scale_log2: mods.scale_log2,
         scores: mods.args,

@@ -128,9 +128,9 @@ mod tests {
         );
         let far = parse("x").unwrap_err();
         assert!(!far.contains("did you mean"), "{far}");
-        let e = parse("fa3_fwd_d128_bf16_casual_ovl_pp_m128_dyn_sm90a").unwrap_err();
+        let e = parse("fa3_fwd_d128_bf16_casual_ovl_pp_m128_dyn_tst_sm90a").unwrap_err();
         assert!(
-            e.contains("did you mean `fa3_fwd_d128_bf16_causal_ovl_pp_m128_dyn_sm90a`?"),
+            e.contains("did you mean `fa3_fwd_d128_bf16_causal_ovl_pp_m128_dyn_tst_sm90a`?"),
             "{e}"
         );
     }

@@ -90,7 +90,11 @@ impl Variant {
     /// The configuration the runtime runs and `emit --all` writes: overlapped, pingpong,
     /// the default consumers, no debug build, the persistent grid with the dynamic
     /// scheduler (H100, session 26: 1.56x our sm80 over the FA2-paper rows against the
-    /// plain grid's 1.51x, and up to 1.07x it on the short causal rows; docs/hopper.md).
+    /// plain grid's 1.51x, and up to 1.07x it on the short causal rows; docs/hopper.md),
+    /// the epilogue through TMA (H200, session 31: sliding window 1024 at 8K 0.80 of the
+    /// causal kernel's unmasked TFLOP/s against the pair stores' 0.75, window 256 0.45
+    /// against 0.38; the plain rows 0.995-1.021 of the pair stores';
+    /// docs/bench/sm90_qa_v1_h200).
     pub fn shipping(dtype: DType, head_dim: u32, causal: bool) -> Variant {
         Variant {
             dtype,
@@ -105,7 +109,7 @@ impl Variant {
             persistent: true,
             dynamic: true,
             chained: false,
-            tma_store: false,
+            tma_store: true,
             q_ahead: false,
             debug: false,
         }
@@ -256,11 +260,11 @@ impl Variant {
     ];
 
     /// Every variant: both dtypes, d64 and d128, causal or not, the serial, overlapped
-    /// and overlapped + pingpong schedules (the last also persistent: static, dynamic),
-    /// release and debug builds; at d64 with two consumers too (beside the default
-    /// three); the sliding window on the shipping schedule; the TMA epilogue
-    /// (`tma_store`) on the shipping schedule and tiles, every mask, with and without
-    /// `q_ahead`; softcap (every mask) and
+    /// and overlapped + pingpong schedules (the last also persistent: static, dynamic,
+    /// the dynamic one chained), all with the pair stores, release and debug builds; at
+    /// d64 with two consumers too (beside the default three); the shipping kernels (the
+    /// TMA epilogue), the sliding window's also with two consumers at d64 and with the
+    /// pair stores; every mask's with `q_ahead`; softcap (every mask) and
     /// ALiBi (no mask or causal) on the shipping schedule and tiles, the softcap also with
     /// 1 and 2 of every 4 n-tiles' `ex2`s on the FMA pipe (`fma_exp2`).
     pub fn all() -> Vec<Variant> {
@@ -291,6 +295,8 @@ impl Variant {
                         }));
                     }
                 }
+                // the shipping kernels: the window with each consumer count, no mask and
+                // causal (their pair-store twins are the schedules' last but one above)
                 for consumers in wgs_of(head_dim) {
                     let ship = Variant {
                         consumers,
@@ -298,15 +304,20 @@ impl Variant {
                     };
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
                 }
-                // the epilogue through TMA on the shipping schedule, every mask, also with
-                // each next tile's Q loaded early
-                for (mask, q_ahead) in [Mask::None, Mask::Causal, Mask::Local]
-                    .into_iter()
-                    .flat_map(|m| [(m, false), (m, true)])
-                {
+                for mask in [Mask::None, Mask::Causal] {
+                    let ship = Self::shipping_for(dtype, head_dim, mask);
+                    v.extend([false, true].map(|debug| Variant { debug, ..ship }));
+                }
+                // the window with the pair stores; each mask with each next tile's Q
+                // loaded early
+                let pairs = Variant {
+                    tma_store: false,
+                    ..Self::shipping_for(dtype, head_dim, Mask::Local)
+                };
+                v.extend([false, true].map(|debug| Variant { debug, ..pairs }));
+                for mask in [Mask::None, Mask::Causal, Mask::Local] {
                     let ship = Variant {
-                        tma_store: true,
-                        q_ahead,
+                        q_ahead: true,
                         ..Self::shipping_for(dtype, head_dim, mask)
                     };
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));

@@ -32,7 +32,7 @@ pub const PARAMS: [(&str, AbiTy, &str); 21] = [
     (
         "o",
         AbiTy::Ptr,
-        "device pointer to o [batch, seqlen_q, heads, head_dim] (written; head_dim contiguous), 4-byte aligned",
+        "device pointer to o [batch, seqlen_q, heads, head_dim] (written; head_dim contiguous), 4-byte aligned (a kernel with tm_o writes through the map: pass o's pointer and strides all the same)",
     ),
     (
         "lse",

@@ -72,7 +72,7 @@ fn a_contiguous_call_runs_with_the_plans_values() {
     let call = sm90_fwd_call(&a, H100).expect("eligible");
     assert_eq!(
         call.variant.name(),
-        "fa3_fwd_d128_bf16_causal_ovl_pp_m128_dyn_sm90a"
+        "fa3_fwd_d128_bf16_causal_ovl_pp_m128_dyn_tst_sm90a"
     );
     let sh = call.shape;
     assert_eq!(sh.sizes(), (2, 300, 500, 8, 2, 128));
@@ -90,6 +90,12 @@ fn a_contiguous_call_runs_with_the_plans_values() {
         head: 128,
     };
     assert_eq!((call.o, call.lse), (o, BASE + (4 << 30)));
+    // the shipping kernel writes o through its tensor map (the TMA epilogue)
+    let o_tma = TmaSource {
+        ptr: a.o.ptr,
+        strides: call.q.strides,
+    };
+    assert_eq!(call.o_tma, Some(o_tma));
     // the sm_80 plan accepts it and binds the same scale
     let plan = plan_fwd_on(&a, Arch::Sm80, H100.smem_optin).unwrap();
     assert_eq!(
@@ -102,7 +108,7 @@ fn a_contiguous_call_runs_with_the_plans_values() {
 fn d64_takes_three_consumers_and_both_dtypes_run() {
     for dtype in DType::ALL {
         let call = sm90_fwd_call(&args(64, dtype), H100).expect("eligible");
-        let want = format!("fa3_fwd_d64_{}_ovl_pp_m192_dyn_sm90a", dtype.name());
+        let want = format!("fa3_fwd_d64_{}_ovl_pp_m192_dyn_tst_sm90a", dtype.name());
         assert_eq!(call.variant.name(), want);
         assert_eq!(call.variant.consumers, 3);
     }
@@ -137,6 +143,7 @@ fn strided_views_map_their_strides() {
     assert_eq!(call.v.ptr, BASE + 2 * 512);
     let o = (call.o.batch, call.o.row, call.o.head);
     assert_eq!(o, ((h * s * d) as u64, d as u32, (s * d) as u32));
+    assert_eq!(call.o_tma.map(|o| o.strides), Some([h * s * d, d, s * d]));
 }
 
 #[test]
@@ -153,6 +160,7 @@ fn a_dim_of_one_takes_a_stride_tma_accepts() {
     assert_eq!(call.q.strides, [128, 128, 128]);
     assert_eq!(call.k.strides, [128, 128, 128]);
     assert_eq!((call.o.batch, call.o.row, call.o.head), (0, 0, 128));
+    assert_eq!(call.o_tma.map(|o| o.strides), Some([128, 128, 128]));
 }
 
 #[test]
@@ -325,6 +333,29 @@ fn o_layouts_the_pair_stores_lack_refuse() {
 }
 
 #[test]
+fn o_layouts_the_tma_epilogue_lacks_refuse() {
+    // even strides and a 4-byte aligned pointer, which the pair stores took: the shipping
+    // kernel's tensor map of o needs q's 16-byte multiples
+    let cases: [(fn(&mut TensorDesc), &str); 3] = [
+        (
+            |t| t.strides[1] = 1028,
+            "o's row stride is 1028 elements (2056 bytes)",
+        ),
+        (
+            // heads padded to 132 elements
+            |t| (t.strides, t.len) = ([300 * 1056, 1056, 132, 1], 2 * 300 * 1056),
+            "o's head stride is 132 elements (264 bytes)",
+        ),
+        (|t| t.ptr += 4, "o's base pointer 0x"),
+    ];
+    for (edit, want) in cases {
+        let mut a = bf16_128();
+        edit(&mut a.o);
+        assert_refuses(&a, H100, want);
+    }
+}
+
+#[test]
 fn the_variant_must_fit_the_shared_memory_limit() {
     let rtx = Sm90Runtime {
         smem_optin: 99 << 10,
@@ -332,7 +363,7 @@ fn the_variant_must_fit_the_shared_memory_limit() {
     };
     let why = refusal(&bf16_128(), rtx);
     assert!(
-        why.starts_with("fa3_fwd_d128_bf16_ovl_pp_m128_dyn_sm90a needs "),
+        why.starts_with("fa3_fwd_d128_bf16_ovl_pp_m128_dyn_tst_sm90a needs "),
         "{why}"
     );
     assert!(

@@ -34,7 +34,7 @@ fn sliding_windows_run_the_local_kernel() {
         let call = sm90_fwd_call(&a, H100).expect("eligible");
         assert_eq!(
             call.variant.name(),
-            "fa3_fwd_d128_bf16_local_ovl_pp_m128_dyn_sm90a"
+            "fa3_fwd_d128_bf16_local_ovl_pp_m128_dyn_tst_sm90a"
         );
         assert!(!call.shape.causal && call.variant.window);
         assert_eq!(call.shape.window, Some(want), "({left}, {right})");
@@ -66,18 +66,18 @@ fn a_softcap_runs_the_softcap_kernel_of_each_mask() {
     for (mask, want) in [
         (
             Mask::None,
-            "fa3_fwd_d128_bf16_softcap_ovl_pp_m128_dyn_sm90a",
+            "fa3_fwd_d128_bf16_softcap_ovl_pp_m128_dyn_tst_sm90a",
         ),
         (
             Mask::Causal,
-            "fa3_fwd_d128_bf16_causal_softcap_ovl_pp_m128_dyn_sm90a",
+            "fa3_fwd_d128_bf16_causal_softcap_ovl_pp_m128_dyn_tst_sm90a",
         ),
         (
             Mask::Window {
                 left: 255,
                 right: 0,
             },
-            "fa3_fwd_d128_bf16_local_softcap_ovl_pp_m128_dyn_sm90a",
+            "fa3_fwd_d128_bf16_local_softcap_ovl_pp_m128_dyn_tst_sm90a",
         ),
     ] {
         let mut a = bf16_128();
@@ -106,7 +106,7 @@ fn alibi_runs_the_alibi_kernel_with_its_slopes() {
         let mask = if causal { "_causal" } else { "" };
         assert_eq!(
             call.variant.name(),
-            format!("fa3_fwd_d128_bf16{mask}_alibi_ovl_pp_m128_dyn_sm90a")
+            format!("fa3_fwd_d128_bf16{mask}_alibi_ovl_pp_m128_dyn_tst_sm90a")
         );
         assert_eq!(call.shape.scores, Scores::Alibi);
         assert_eq!(call.scores.slopes, BASE + (5 << 30));
