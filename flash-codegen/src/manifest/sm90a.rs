@@ -273,10 +273,15 @@ mod tests {
     }
 
     /// Offsets follow the PTX layout: the maps at 0, 128, 256, then the scalars packed
-    /// at their natural alignment (o_batch, a u64 after six 4-byte ones, at 424).
+    /// at their natural alignment (o_batch, a u64 after six 4-byte ones, at 424); the
+    /// TMA epilogue's fourth map at 384 moves the scalars on by 128.
     #[test]
     fn offsets_follow_the_alignment() {
-        let var = fwd::Variant::shipping(DType::Bf16, 64, true);
+        let ship = fwd::Variant::shipping(DType::Bf16, 64, true);
+        let var = fwd::Variant {
+            tma_store: false,
+            ..ship
+        };
         let plain = fwd::Variant {
             persistent: false,
             dynamic: false,
@@ -304,11 +309,19 @@ mod tests {
         assert_eq!(at[11], ("o_batch", 424, 8));
         assert_eq!(at[12], ("scale_log2", 432, 4));
         assert_eq!(at[13], ("batch", 436, 4));
+        let tst = params(&ship);
+        assert_eq!((tst[3].name.as_str(), tst[3].offset), ("tm_o", 384));
+        for (a, b) in tst[4..].iter().zip(&dynamic[3..]) {
+            assert_eq!(
+                (a.name.as_str(), a.offset),
+                (b.name.as_str(), b.offset + 128)
+            );
+        }
     }
 
     /// 32 shipping kernels (8 per dtype and head dim: no mask, causal, the window; softcap
-    /// under each; ALiBi without a mask and causal), the runtime's schedule, distinct
-    /// names; each entry's launch is its variant's.
+    /// under each; ALiBi without a mask and causal), the runtime's schedule with the TMA
+    /// epilogue (a fourth map, o's), distinct names; each entry's launch is its variant's.
     #[test]
     fn shipping_kernels_and_their_entries() {
         let vars = shipping();
@@ -325,7 +338,7 @@ mod tests {
         for v in &vars {
             // the persistent grid, tiles claimed from the counter
             assert!(
-                v.overlap && v.pingpong && !v.debug && v.persistent && v.dynamic,
+                v.overlap && v.pingpong && !v.debug && v.persistent && v.dynamic && v.tma_store,
                 "{v:?}"
             );
             let k = kernel(v);
@@ -342,7 +355,8 @@ mod tests {
                 (k.target.as_str(), k.ptx_version.as_str()),
                 ("sm_90a", "8.0")
             );
-            assert_eq!(k.tensor_maps.len(), 3);
+            assert_eq!(k.tensor_maps.len(), 4);
+            assert_eq!(k.params[3].name, "tm_o");
         }
     }
 }
