@@ -6,7 +6,9 @@
 #
 # Each configuration is bench_fwd's env (BENCH_PATH, BENCH_CAUSAL, BENCH_WINDOW,
 # BENCH_SOFTCAP, BENCH_FMA_EXP2, ...) over the rows of the caller's BENCH_D, BENCH_SEQ and
-# BENCH_DTYPE; ROUNDS (default 3) rounds run every configuration in turn. The optional
+# BENCH_DTYPE; `BIN=name` runs examples/name (another build in the bundle, such as
+# bench_fwd_base from BUNDLE_REVS) instead of examples/bench_fwd; ROUNDS (default 3)
+# rounds run every configuration in turn. The optional
 # fourth argument pairs labels with their own base (a twin: the same rows without a
 # modifier); the rest are compared with BASE.
 set -u
@@ -19,8 +21,9 @@ mkdir -p "$OUT"
 for r in $(seq 1 "${ROUNDS:-3}"); do
   for cfg in $CONFIGS; do
     label=${cfg%%:*}; vars=${cfg#*:}
+    bin=$(echo "$vars" | tr ',' '\n' | sed -n 's/^BIN=//p')
     env $(echo "$vars" | tr ',' ' ') BENCH_OUT="$OUT/${label}_r$r.json" \
-      timeout 90 examples/bench_fwd > "$OUT/${label}_r$r.txt" 2>&1 || echo "$label r$r failed"
+      timeout 90 "examples/${bin:-bench_fwd}" > "$OUT/${label}_r$r.txt" 2>&1 || echo "$label r$r failed"
   done
   echo "round $r (${SECONDS}s)"
 done

@@ -14,6 +14,10 @@ use crate::ptx::{Addr, B32, B64, Builder, Cmp, LdCache, Pred, Reg, Space, Specia
 /// Shared-memory offset of the tile index handed to the consumers, from its Q slot's
 /// barriers' base (`QSlot::bar`), in the barriers' kilobyte.
 pub(super) const TILE_INDEX: i32 = 160;
+/// Offset of the tile's coordinates as the producer decoded them (`m0`, `head`,
+/// `kv_head`, `batch`: u32 each, 16-byte aligned in both slots), so that the consumers
+/// start a tile without the order's divisions.
+pub(super) const TILE_COORDS: i32 = 176;
 /// The K and V bytes the heads of one group of the order keep in L2 at most.
 const L2_KV_BYTES: u32 = 16 << 20;
 
@@ -42,6 +46,7 @@ impl Sched {
         b.loop_exit_unless(&lp, more);
         let claimed = b.atom_add_u32(Addr::Global(counter, 0), 1u32, false);
         let tile = self.grouped_tile(b, t, m_blocks);
+        post_coords(b, &slot, &tile);
         body(b, &tile, Place { j, it0: it }, &slot);
         Place { j, it0: it }.advance(b, tile.n_blocks);
         let next = b.add_u32(ctas, claimed);
@@ -142,19 +147,21 @@ impl Sched {
         let past = b.setp_u32(Cmp::Ge, t, tiles);
         b.unless(past, |b| {
             let tile = self.grouped_tile(b, t, m_blocks);
+            post_coords(b, &slot, &tile);
             load_q(b, &tile, &slot);
         });
     }
 
     /// The consumers: runs `body` on each of the CTA's tiles once its Q has landed, its
-    /// index read beside the barrier (past the last tile: done); returns their key blocks.
+    /// index and coordinates read beside the barrier (past the last tile: done); returns
+    /// their key blocks.
     pub(super) fn consume_claimed(
         &self,
         b: &mut Builder,
         (smem, lay): (Reg<B32>, &Layout),
         mut body: impl FnMut(&mut Builder, &Tile, Place),
     ) -> Reg<B32> {
-        let (tiles, m_blocks) = self.tiles(b);
+        let (tiles, _) = self.tiles(b);
         let (j, it) = (b.mov(0u32), b.mov(0u32));
         let lp = b.loop_start();
         let slot = QSlot::of(b, (smem, lay), j);
@@ -168,7 +175,13 @@ impl Sched {
         );
         let more = b.setp_u32(Cmp::Lt, t, tiles);
         b.loop_exit_unless(&lp, more);
-        let tile = self.grouped_tile(b, t, m_blocks);
+        let coords = b.ld::<B32, 4>(
+            Space::Shared,
+            LdCache::Default,
+            Ty::U32,
+            slot.bar(TILE_COORDS),
+        );
+        let tile = self.tile_at(b, coords);
         body(b, &tile, Place { j, it0: it });
         Place { j, it0: it }.advance(b, tile.n_blocks);
         b.loop_end(lp);
@@ -208,6 +221,13 @@ impl Sched {
         let batch = b.div_u32(hb, self.heads);
         self.coords(b, x, head, batch)
     }
+}
+
+/// The producer's decoded `tile` into its slot's [`TILE_COORDS`], before the arrival
+/// that publishes the slot (the Q load's `expect_tx`: the release orders the store).
+fn post_coords(b: &mut Builder, slot: &QSlot, tile: &Tile) {
+    let coords = [tile.m0, tile.head, tile.kv_head, tile.batch];
+    b.st(Space::Shared, Ty::U32, slot.bar(TILE_COORDS), &coords);
 }
 
 /// [`Sched::claims`]' registers.
@@ -276,5 +296,49 @@ mod tests {
             .next()
             .expect("the producer first");
         assert!(!producer.contains("-- the next tile"));
+    }
+
+    /// The producer stores each tile's decoded coordinates before the Q load's arrival
+    /// publishes the slot; the consumers load them after the Q-full wait and divide by no
+    /// runtime value (the order's divisions stay with the producer), with and without
+    /// `q_ahead`.
+    #[test]
+    fn the_consumers_take_the_producers_coordinates() {
+        let coords = format!("+{}]", super::TILE_COORDS);
+        for q_ahead in [false, true] {
+            let var = Variant {
+                q_ahead,
+                ..Variant::shipping_for(DType::F16, 64, Mask::Causal)
+            };
+            let ptx = print::module(&module(var));
+            let (producer, consumer) = ptx.split_once("setmaxnreg.inc").expect("two roles");
+            let store = producer
+                .find("st.shared.v4.u32")
+                .expect("the coordinates' store");
+            assert!(producer[store..].lines().next().unwrap().contains(&coords));
+            let arrive = producer[store..]
+                .find("mbarrier.arrive.expect_tx")
+                .expect("the Q load after the store");
+            assert!(arrive > 0);
+            // the consumers' first wait is the tile's Q full
+            let wait = consumer.find("mbarrier.try_wait").expect("the Q-full wait");
+            let load = consumer
+                .find("ld.shared.v4.u32")
+                .expect("the coordinates' load");
+            assert!(wait < load && consumer[load..].lines().next().unwrap().contains(&coords));
+            let divides = consumer.lines().any(|l| {
+                let l = l.trim();
+                (l.starts_with("div.u32") || l.starts_with("rem.u32"))
+                    && l.trim_end_matches(';')
+                        .rsplit(", ")
+                        .next()
+                        .unwrap()
+                        .starts_with('%')
+            });
+            assert!(
+                !divides,
+                "q_ahead {q_ahead}: a consumer divides by a register"
+            );
+        }
     }
 }

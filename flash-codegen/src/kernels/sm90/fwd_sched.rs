@@ -210,6 +210,17 @@ impl Sched {
     ) -> Tile {
         let m0 = b.mul_lo_u32(x, self.block_m);
         let kv_head = b.div_u32(head, self.group);
+        self.tile_at(b, [m0, head, kv_head, batch])
+    }
+
+    /// The tile of first query row `m0`, `head`, its `kv_head` and `batch`: its key
+    /// blocks (no division: the consumers of the dynamic grid run it on coordinates the
+    /// producer decoded).
+    pub(super) fn tile_at(
+        &self,
+        b: &mut Builder,
+        [m0, head, kv_head, batch]: [Reg<B32>; 4],
+    ) -> Tile {
         let (n_blocks, n_masked, window) = match self.rule.window() {
             Some(w) => {
                 let (n, masked, win) = window_blocks(b, w, (m0, self.block_m), self.sq, self.sk);
