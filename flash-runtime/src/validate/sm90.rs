@@ -221,7 +221,8 @@ pub fn sm90_fwd_call_with(
             crate::embedded::missing_sm90a_hint(&variant)
         ));
     }
-    // the TMA epilogue stores o through a tensor map, as q is read
+    // the TMA epilogue stores o through a tensor map, as q is read (`plan_fwd_on` took o
+    // only with 8-element strides and a 16-byte base: this restates what the map needs)
     let o_tma = match variant.tma_store {
         true => Some(tma_source("o", &a.o, d)?),
         false => None,
