@@ -13,7 +13,8 @@
 //! `launch_fwd_sm90`, d64/d128 on compute capability 9.0; sm90ovl: its intra-warpgroup
 //! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; sm90pers: that
 //! on a persistent grid, sm90dyn: its tiles claimed from a counter, sm90chain: that with
-//! the tile edges chained, sm90tst: sm90dyn with the epilogue through TMA, sm90qa: that
+//! the tile edges chained, sm90tst: sm90dyn with the epilogue through TMA (the shipping
+//! kernels, what auto runs on Hopper), sm90qa: that
 //! with each next tile's Q loaded early; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
 //! BENCH_WINDOW=w (a sliding window as Mistral runs it, query i seeing keys i - w + 1 ..= i:
 //! window (w - 1, 0) in place of the mask, `causal` 0; TFLOP/s on the pairs it sees),

@@ -106,10 +106,11 @@ else
 fi
 # SM90_RUNS: label=BENCH_PATH[:consumer warpgroups[:head dims[:binary]]] per timed path
 # (binary: examples/bench_fwd, or another build beside it such as bench_fwd_base; BENCH_PATH:
-# sm80, auto, sm90, sm90ovl, sm90pp, sm90pers, sm90dyn, sm90chain: examples/bench_fwd.rs); the first
+# sm80, auto, sm90, sm90ovl, sm90pp, sm90pers, sm90dyn, sm90chain, sm90tst (the shipping
+# kernels), sm90qa: examples/bench_fwd.rs); the first
 # label's JSON carries the rows the peers are timed on; SM90_RUNS="" (set, empty): the
 # checks alone
-RUNS="${SM90_RUNS-ovl=sm90ovl pp=sm90pp ovl2=sm90ovl:2:64 pp2=sm90pp:2:64 sm80=sm80}"
+RUNS="${SM90_RUNS-ship=sm90tst sm80=sm80}"
 if [ -z "$RUNS" ]; then
   echo "sm90_all: SM90_RUNS is empty: no bench (${SECONDS}s)"
   exit 0
