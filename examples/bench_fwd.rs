@@ -19,7 +19,9 @@
 //! BENCH_WINDOW=w (a sliding window as Mistral runs it, query i seeing keys i - w + 1 ..= i:
 //! window (w - 1, 0) in place of the mask, `causal` 0; TFLOP/s on the pairs it sees),
 //! BENCH_SOFTCAP=cap (a logit softcap), BENCH_FMA_EXP2=k (sm90 paths: k of every 4
-//! n-tiles' probabilities on the FMA pipe, `fwd::Variant::fma_exp2`; default the kernel's).
+//! n-tiles' probabilities on the FMA pipe, `fwd::Variant::fma_exp2`; default the kernel's),
+//! BENCH_EDGE_MASKS=1 (sm90 paths with BENCH_WINDOW: one mask pass per window edge
+//! crossed, `fwd::Variant::edge_masks`).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -153,6 +155,7 @@ fn time_row<T: Element>(
                 chained: sm90_chained(),
                 tma_store: sm90_tma_store(),
                 q_ahead: sm90_q_ahead(),
+                edge_masks: window().is_some() && edge_masks(),
                 debug: false,
             };
             rt.launch_fwd_sm90_scored(
@@ -347,6 +350,12 @@ fn fma_exp2() -> Option<u32> {
     std::env::var("BENCH_FMA_EXP2")
         .ok()
         .and_then(|s| s.parse().ok())
+}
+
+/// BENCH_EDGE_MASKS=1 (with BENCH_WINDOW, sm90 paths): each masked key block checks only
+/// the window edges it crosses (`fwd::Variant::edge_masks`).
+fn edge_masks() -> bool {
+    std::env::var("BENCH_EDGE_MASKS").is_ok_and(|s| s == "1")
 }
 
 /// BENCH_WINDOW: the sliding window's width w (window (w - 1, 0)), at least 1; none unset.

@@ -12,7 +12,7 @@ fwd_sm90_shipping() {
   GPU_FWD_SM90_SCHEDULES=4 timeout "$limit" tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
   echo "rc=$?"; summary "$OUT/fwd.log"
   echo "$field cases: $(grep -c "$field: true" "$OUT/fwd.log")"
-  GPU_FWD_SM90_SCHEDULES=4 GPU_FWD_SM90_SHAPES=0,8,13 timeout 50 compute-sanitizer \
+  GPU_FWD_SM90_SCHEDULES=4 GPU_FWD_SM90_SHAPES=0,8,13,19 timeout 60 compute-sanitizer \
     --tool memcheck --print-limit 10 tests/gpu_fwd_sm90 --nocapture > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; summary "$OUT/memcheck.log"
 }

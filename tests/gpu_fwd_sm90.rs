@@ -6,8 +6,9 @@
 //! no key (sq > sk), both dtypes, d64 and d128. The debug build (bounded mbarrier waits)
 //! runs first, so a protocol error fails with the barrier's name instead of hanging.
 //! Every schedule of `Variant::SCHEDULES` runs, the shipping one also with the TMA
-//! epilogue (`tma_store`: o through shared memory and a tensor map), alone and with each
-//! next tile's Q loaded early (`q_ahead`).
+//! epilogue (`tma_store`: o through shared memory and a tensor map), alone, with each
+//! next tile's Q loaded early (`q_ahead`) and, on the window cases, with one mask pass per
+//! window edge crossed (`edge_masks`).
 //! Other GPUs: a notice.
 #![cfg(feature = "gpu")]
 
@@ -86,6 +87,8 @@ fn sm90_forward_matches_f64_reference() {
         (4, 300, 420, 24, 6, (0, 0)),
         // long keys: every tile starts past key block 0
         (1, 64, 4096, 2, 2, (200, 10)),
+        // Mistral's 1024 keys: a tile's visits at the right edge, clean, at the left edge
+        (1, 1536, 1536, 2, 2, (1023, 0)),
     ];
     // the cases: the shapes, then the windows
     let cases: Vec<_> = shapes
@@ -127,15 +130,21 @@ fn sm90_forward_matches_f64_reference() {
         Err(_) => all.to_vec(),
     };
     // each schedule with the pair stores, the shipping one also with the TMA epilogue
-    // (tma_store), alone and with each next tile's Q loaded early (q_ahead)
+    // (tma_store), alone, with each next tile's Q loaded early (q_ahead) and, on the
+    // window cases, with one mask pass per window edge crossed (edge_masks)
     let schedules: Vec<_> = schedules
         .into_iter()
         .flat_map(|s| {
             let (.., dynamic, chained) = s;
-            let extra: &[(bool, bool)] = if dynamic && !chained {
-                &[(false, false), (true, false), (true, true)]
+            let extra: &[(bool, bool, bool)] = if dynamic && !chained {
+                &[
+                    (false, false, false),
+                    (true, false, false),
+                    (true, true, false),
+                    (true, false, true),
+                ]
             } else {
-                &[(false, false)]
+                &[(false, false, false)]
             };
             extra.iter().map(move |&t| (s, t))
         })
@@ -147,13 +156,16 @@ fn sm90_forward_matches_f64_reference() {
     let tiles = [(64, 3), (64, 2), (128, 2)];
     for debug in builds {
         for (
-            ((overlap, pingpong, persistent, dynamic, chained), (tma_store, q_ahead)),
+            ((overlap, pingpong, persistent, dynamic, chained), (tma_store, q_ahead, edge_masks)),
             (d, consumers),
         ) in schedules
             .iter()
             .flat_map(|&s| tiles.into_iter().map(move |t| (s, t)))
         {
             for &(b, sq, sk, h, hk, causal, window) in picked.iter().filter_map(|&i| cases.get(i)) {
+                if edge_masks && window.is_none() {
+                    continue;
+                }
                 let sh = Sm90FwdShape {
                     batch: b,
                     seqlen_q: sq,
@@ -173,6 +185,7 @@ fn sm90_forward_matches_f64_reference() {
                     chained,
                     tma_store,
                     q_ahead,
+                    edge_masks,
                     debug,
                 };
                 for bf16 in [false, true] {

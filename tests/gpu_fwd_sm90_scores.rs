@@ -174,6 +174,7 @@ fn sm90_scored_forward_matches_f64_reference() {
                         // the shipping kernels' TMA epilogue on the dynamic grid
                         tma_store: dynamic,
                         q_ahead: false,
+                        edge_masks: false,
                         debug,
                     };
                     for bf16 in [false, true] {

@@ -136,6 +136,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
         chained,
         tma_store,
         q_ahead,
+        edge_masks,
         debug,
     } = *var;
     let dtype = match dtype {
@@ -168,6 +169,7 @@ fn variant_expr(var: &fwd::Variant) -> TokenStream {
             chained: #chained,
             tma_store: #tma_store,
             q_ahead: #q_ahead,
+            edge_masks: #edge_masks,
             debug: #debug,
         }
     }

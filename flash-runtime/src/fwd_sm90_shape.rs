@@ -57,6 +57,9 @@ pub struct Sm90FwdShape {
     pub tma_store: bool,
     /// With `dynamic`: each next tile's Q loaded early (`fwd::Variant::q_ahead`).
     pub q_ahead: bool,
+    /// With `window`: each masked key block checks only the window edges it crosses
+    /// (`fwd::Variant::edge_masks`).
+    pub edge_masks: bool,
     /// The debug build: mbarrier waits bounded, failing with the barrier's name.
     pub debug: bool,
 }
@@ -110,6 +113,11 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
              unchained"
         )));
     }
+    if sh.edge_masks && sh.window.is_none() {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: masks per window edge (edge_masks) need a window"
+        )));
+    }
     if sh.window.is_some() && sh.causal {
         return Err(FlashError::InvalidParam(format!(
             "{sh:?}: a window or the causal mask, not both (causal is the window (-1, 0))"
@@ -144,6 +152,111 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
         chained: sh.chained,
         tma_store: sh.tma_store,
         q_ahead: sh.q_ahead,
+        edge_masks: sh.edge_masks,
         debug: sh.debug,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shipping kernel's shape: d128, a 1024-key window (Mistral's), one batch.
+    fn shipping() -> Sm90FwdShape {
+        let ship = fwd::Variant::shipping_for(DType::Bf16, 128, flash_codegen::Mask::Local);
+        Sm90FwdShape {
+            batch: 1,
+            seqlen_q: 4096,
+            seqlen_k: 4096,
+            heads: 8,
+            heads_k: 2,
+            head_dim: 128,
+            causal: false,
+            window: Some((1023, 0)),
+            scores: Scores::Plain,
+            fma_exp2: None,
+            overlap: ship.overlap,
+            pingpong: ship.pingpong,
+            consumers: None,
+            persistent: ship.persistent,
+            dynamic: ship.dynamic,
+            chained: ship.chained,
+            tma_store: ship.tma_store,
+            q_ahead: ship.q_ahead,
+            edge_masks: ship.edge_masks,
+            debug: false,
+        }
+    }
+
+    #[test]
+    fn the_shipping_shape_makes_the_shipping_variant() {
+        let var = fwd_variant(DType::Bf16, &shipping()).expect("the shipping variant");
+        let ship = fwd::Variant::shipping_for(DType::Bf16, 128, flash_codegen::Mask::Local);
+        assert_eq!(var, ship);
+        let em = Sm90FwdShape {
+            edge_masks: true,
+            ..shipping()
+        };
+        let var = fwd_variant(DType::Bf16, &em).expect("the window with edge masks");
+        assert!(
+            var.edge_masks && var.name().ends_with("_tst_em_sm90a"),
+            "{}",
+            var.name()
+        );
+    }
+
+    #[test]
+    fn options_without_what_they_need_are_refused() {
+        let ship = shipping();
+        let cases = [
+            (
+                Sm90FwdShape {
+                    window: None,
+                    edge_masks: true,
+                    ..ship
+                },
+                "edge_masks) need a window",
+            ),
+            (
+                Sm90FwdShape {
+                    chained: true,
+                    ..ship
+                },
+                "chained tiles store O with the pair stores",
+            ),
+            (
+                Sm90FwdShape {
+                    dynamic: false,
+                    q_ahead: true,
+                    ..ship
+                },
+                "q_ahead) runs with the dynamic scheduler",
+            ),
+            (
+                Sm90FwdShape {
+                    causal: true,
+                    ..ship
+                },
+                "a window or the causal mask, not both",
+            ),
+            (
+                Sm90FwdShape {
+                    fma_exp2: Some(5),
+                    ..ship
+                },
+                "fma_exp2 is a share of 4 n-tiles",
+            ),
+            (
+                Sm90FwdShape {
+                    consumers: Some(3),
+                    ..ship
+                },
+                "2 consumer warpgroups, or 3 at head dim 64",
+            ),
+        ];
+        for (sh, want) in cases {
+            let e = fwd_variant(DType::Bf16, &sh).expect_err(want).to_string();
+            assert!(e.contains(want), "`{e}` lacks `{want}`");
+        }
+    }
 }

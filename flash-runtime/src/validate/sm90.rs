@@ -210,6 +210,7 @@ pub fn sm90_fwd_call_with(
         chained: ship.chained,
         tma_store: ship.tma_store,
         q_ahead: ship.q_ahead,
+        edge_masks: ship.edge_masks,
         debug: ship.debug,
     };
     let variant = fwd_variant(dtype, &shape).map_err(|e| e.to_string())?;

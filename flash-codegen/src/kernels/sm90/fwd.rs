@@ -96,6 +96,7 @@ pub fn module(var: Variant) -> Module {
         chained,
         tma_store,
         q_ahead,
+        edge_masks,
         debug,
     } = var;
     assert!(
@@ -126,6 +127,10 @@ pub fn module(var: Variant) -> Module {
     assert!(
         !q_ahead || (dynamic && !chained),
         "generator bug: the next tile's Q early needs the dynamic scheduler, unchained"
+    );
+    assert!(
+        !edge_masks || window,
+        "generator bug: masks per window edge without a window"
     );
     let block_m = var.block_m();
     let (fmt, lay) = (half_fmt(dtype), var.layout());
@@ -232,6 +237,7 @@ pub fn module(var: Variant) -> Module {
             let c = Consumer {
                 fmt,
                 fma_exp2,
+                edge_masks,
                 rule,
                 scale_log2,
                 softmax_scale,

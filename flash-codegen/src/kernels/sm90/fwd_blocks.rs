@@ -1,7 +1,7 @@
 //! Kernel layer, sm_90a: the forward consumers' key-block loops (see `fwd_consumer`):
 //! every product waited for at once, or FA3's intra-warpgroup overlap.
 
-use super::fwd_consumer::{Consumer, Wg};
+use super::fwd_consumer::{Consumer, Edges, Wg};
 use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, V_EMPTY, V_FULL, WG_ROWS};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{B32, Builder, Cmp, Reg};
@@ -175,20 +175,35 @@ impl Consumer {
         start: Reg<B32>,
     ) {
         let i = b.mov(start);
-        let mut ranges = vec![(true, ctx.n_masked), (false, ctx.n_blocks)];
+        let both = Some(Edges::Both);
+        let mut ranges = vec![(both, ctx.n_masked), (None, ctx.n_blocks)];
         if let Some(tw) = ctx.window {
             let clean_end = b.sub_u32(ctx.n_blocks, tw.n_left);
-            ranges = vec![
-                (true, ctx.n_masked),
-                (false, clean_end),
-                (true, ctx.n_blocks),
-            ];
+            ranges = if self.edge_masks {
+                // visits [0, n_masked) cross the right edge, [clean_end, n_blocks) the
+                // left: right alone up to the first that crosses both, both up to
+                // n_masked (none when the two sets are apart), the clean ones, the left
+                let right_end = b.min_u32(ctx.n_masked, clean_end);
+                vec![
+                    (Some(Edges::Right), right_end),
+                    (both, ctx.n_masked),
+                    (None, clean_end),
+                    (Some(Edges::Left), ctx.n_blocks),
+                ]
+            } else {
+                vec![
+                    (both, ctx.n_masked),
+                    (None, clean_end),
+                    (both, ctx.n_blocks),
+                ]
+            };
         }
         for (masked, end) in ranges {
-            b.comment(if masked {
-                "-- blocks that need the mask --"
-            } else {
-                "-- blocks every row sees whole: no mask --"
+            b.comment(match masked {
+                Some(Edges::Both) => "-- blocks that need the mask --",
+                Some(Edges::Right) => "-- blocks at the window's right edge --",
+                Some(Edges::Left) => "-- blocks at the window's left edge --",
+                None => "-- blocks every row sees whole: no mask --",
             });
             let lp = b.loop_start();
             let more = b.setp_u32(Cmp::Lt, i, end);
@@ -207,8 +222,8 @@ impl Consumer {
             b.wgmma_wait(1);
             Self::release(b, w.lead, &at, K_EMPTY);
             self.transform(b, (ctx, w), &mut s, i);
-            if masked {
-                self.mask(b, (ctx, w), &mut s, i);
+            if let Some(edges) = masked {
+                self.mask(b, (ctx, w), &mut s, (i, edges));
             }
             let rescale = softmax.step_deferred(b, &mut s);
             b.wgmma_wait(0);
@@ -219,5 +234,77 @@ impl Consumer {
             b.assign(i, i1);
             b.loop_end(lp);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::kernels::sm90::fwd::{Variant, module};
+    use crate::ptx::print;
+    use crate::spec::{DType, Mask};
+
+    /// `edge_masks`: the steady loop runs in four copies (the right edge alone, both
+    /// edges, clean, the left edge alone), each masked copy with the passes of its edges
+    /// only; the first block's two passes sit behind uniform branches. Without it: three
+    /// copies, every masked one with both passes.
+    #[test]
+    fn each_masked_block_checks_the_edges_it_crosses() {
+        let ship = Variant::shipping_for(DType::Bf16, 128, Mask::Local);
+        let consumer = |var: Variant| {
+            let ptx = print::module(&module(var));
+            let (_, c) = ptx.split_once("setmaxnreg.inc").expect("two roles");
+            c.to_string()
+        };
+        let (right, both, left) = (
+            "-- mask: keys past the end or each row's window --",
+            "-- mask: keys past the end, and outside each row's window --",
+            "-- mask: keys before each row's window --",
+        );
+        let copies = |c: &str| -> Vec<(String, [usize; 3])> {
+            c.split("-- blocks ")
+                .skip(1)
+                .map(|part| {
+                    let part = part.split("-- the last block's P V").next().unwrap();
+                    let head = part.lines().next().unwrap_or_default().to_string();
+                    (head, [right, both, left].map(|m| part.matches(m).count()))
+                })
+                .collect()
+        };
+        let plain = copies(&consumer(ship));
+        let heads: Vec<_> = plain.iter().map(|(h, n)| (h.as_str(), *n)).collect();
+        assert_eq!(
+            heads,
+            [
+                ("that need the mask --", [0, 1, 0]),
+                ("every row sees whole: no mask --", [0, 0, 0]),
+                ("that need the mask --", [0, 1, 0]),
+            ]
+        );
+        let em = consumer(Variant {
+            edge_masks: true,
+            ..ship
+        });
+        let split = copies(&em);
+        let heads: Vec<_> = split.iter().map(|(h, n)| (h.as_str(), *n)).collect();
+        assert_eq!(
+            heads,
+            [
+                ("at the window's right edge --", [1, 0, 0]),
+                ("that need the mask --", [0, 1, 0]),
+                ("every row sees whole: no mask --", [0, 0, 0]),
+                ("at the window's left edge --", [0, 0, 1]),
+            ]
+        );
+        // the first block: one pass per edge, each behind a uniform branch
+        let first = em
+            .split("-- first block")
+            .nth(1)
+            .and_then(|s| s.split("-- blocks ").next())
+            .expect("the first block");
+        assert_eq!(
+            [right, both, left].map(|m| first.matches(m).count()),
+            [1, 0, 1]
+        );
+        assert!(first.matches("bra.uni").count() >= 2, "{first}");
     }
 }

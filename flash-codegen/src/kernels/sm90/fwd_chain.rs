@@ -5,7 +5,7 @@
 //! waits alone only at the CTA's first tile and after a tile with no key block; the last
 //! tile's P V is drained after the loop.
 
-use super::fwd_consumer::{Consumer, Turn, Wg};
+use super::fwd_consumer::{Consumer, Edges, Turn, Wg};
 use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, Layout, Stage, V_EMPTY, V_FULL};
 use super::fwd_epilogue::{Out, Rows};
 use super::fwd_sched::{Sched, Tile};
@@ -197,7 +197,7 @@ impl Consumer {
         b.wgmma_wait(1);
         Self::release(b, w.lead, &at, K_EMPTY);
         self.transform(b, (ctx, w), &mut s, zero);
-        self.mask(b, (ctx, w), &mut s, zero);
+        self.mask(b, (ctx, w), &mut s, (zero, Edges::Both));
         let fin = ch.softmax.finals(b);
         ch.softmax.reset(b);
         // fresh statistics: nothing to rescale (O is zeroed below)

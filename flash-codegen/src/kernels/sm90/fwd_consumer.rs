@@ -19,6 +19,8 @@ pub(super) struct Consumer {
     pub(super) fmt: HalfFmt,
     /// Of every 4 n-tiles of S, how many make P on the FMA pipe (`Variant::fma_exp2`).
     pub(super) fma_exp2: u32,
+    /// A masked block checks only the window edges it crosses (`Variant::edge_masks`).
+    pub(super) edge_masks: bool,
     /// Which keys a query sees (a window's bounds clamped: `left <= sk`, `right <= sq`).
     pub(super) rule: KeyRule,
     pub(super) scale_log2: Reg<F32>,
@@ -51,6 +53,18 @@ pub(super) struct Wg {
     q_empty: Addr,
     /// ALiBi's bias on this thread's rows of the tile's head.
     alibi: Option<AlibiBias>,
+}
+
+/// Which of a sliding window's edges a masked block checks (without a window: the
+/// causal diagonal and the sequence end, always).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Edges {
+    /// Keys past each row's last (the right edge, the sequence end) and before its first.
+    Both,
+    /// Keys past each row's last only.
+    Right,
+    /// Keys before each row's first only.
+    Left,
 }
 
 /// FA3's scheduler barrier: consumer `c` waits at named barrier `ISSUE_BAR + c` (with the
@@ -267,13 +281,22 @@ impl Consumer {
         b: &mut Builder,
         (ctx, w): (&Ctx, &Wg),
         s: &mut AccTile,
-        i: Reg<B32>,
+        (i, edges): (Reg<B32>, Edges),
     ) {
-        b.comment(match self.rule.window() {
-            Some(_) => "-- mask: keys past the end, and outside each row's window --",
-            None => "-- mask: keys past the end, and past each row's diagonal --",
+        b.comment(match (self.rule.window(), edges) {
+            (Some(_), Edges::Both) => {
+                "-- mask: keys past the end, and outside each row's window --"
+            }
+            (Some(_), Edges::Right) => "-- mask: keys past the end or each row's window --",
+            (Some(_), Edges::Left) => "-- mask: keys before each row's window --",
+            (None, _) => "-- mask: keys past the end, and past each row's diagonal --",
         });
         let n0 = ctx.key_row(b, i);
+        let window = self.rule.window();
+        if window.is_some() && edges == Edges::Left {
+            self.mask_left(b, w, s, n0);
+            return;
+        }
         s.mask(b, Cmp::Gt, |b, r| {
             let limit = if self.rule.per_row() {
                 let rr = b.add_u32(w.row, AccTile::row_offset(r));
@@ -290,16 +313,34 @@ impl Consumer {
             let rel = b.sub_s32(limit, w.t2);
             b.sub_s32(rel, n0)
         });
-        if let Some(win) = self.rule.window() {
-            // keys before each row's first, `row + diag - left`
-            s.mask(b, Cmp::Le, |b, r| {
-                let rr = b.add_u32(w.row, AccTile::row_offset(r));
-                let first = b.add_s32(rr, w.diag);
-                let first = b.sub_s32(first, win.left);
-                let rel = b.sub_s32(first, w.t2);
-                b.sub_s32(rel, n0)
-            });
+        if window.is_some() && edges == Edges::Both {
+            self.mask_left(b, w, s, n0);
         }
+    }
+
+    /// A window's left edge on the block of first key `n0`: keys before each row's
+    /// first, `row + diag - left`.
+    fn mask_left(&self, b: &mut Builder, w: &Wg, s: &mut AccTile, n0: Reg<B32>) {
+        let Some(win) = self.rule.window() else {
+            return;
+        };
+        s.mask(b, Cmp::Le, |b, r| {
+            let rr = b.add_u32(w.row, AccTile::row_offset(r));
+            let first = b.add_s32(rr, w.diag);
+            let first = b.sub_s32(first, win.left);
+            let rel = b.sub_s32(first, w.t2);
+            b.sub_s32(rel, n0)
+        });
+    }
+
+    /// The window edges the visit `i` crosses, as (not the right edge, not the left edge):
+    /// the first `n_masked` visits cross the right one, the last `n_left` the left one.
+    fn edges_not_crossed(&self, b: &mut Builder, ctx: &Ctx, i: Reg<B32>) -> Option<[Reg<Pred>; 2]> {
+        let tw = ctx.window.filter(|_| self.edge_masks)?;
+        let not_right = b.setp_u32(Cmp::Ge, i, ctx.n_masked);
+        let l0 = b.sub_u32(ctx.n_blocks, tw.n_left);
+        let not_left = b.setp_u32(Cmp::Lt, i, l0);
+        Some([not_right, not_left])
     }
 
     /// S of the block visited `i`-th at stage `at`, alone in flight: once its K has
@@ -318,7 +359,19 @@ impl Consumer {
         b.wgmma_wait(0);
         Self::release(b, w.lead, at, K_EMPTY);
         self.transform(b, (ctx, w), &mut s, i);
-        self.mask(b, (ctx, w), &mut s, i);
+        match self.edges_not_crossed(b, ctx, i) {
+            // each edge's pass only where the visit crosses it (no product in flight:
+            // warp-uniform branches)
+            Some([not_right, not_left]) => {
+                b.unless_uniform(not_right, |b| {
+                    self.mask(b, (ctx, w), &mut s, (i, Edges::Right))
+                });
+                b.unless_uniform(not_left, |b| {
+                    self.mask(b, (ctx, w), &mut s, (i, Edges::Left))
+                });
+            }
+            None => self.mask(b, (ctx, w), &mut s, (i, Edges::Both)),
+        }
         s
     }
 }

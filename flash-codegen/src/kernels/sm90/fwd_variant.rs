@@ -55,13 +55,17 @@ pub struct Variant {
     /// rings hold the current tile's first two key blocks, not after all of them, so that
     /// the consumers find it landed at the tile edge (`fwd_dynamic::produce_claimed_ahead`).
     pub q_ahead: bool,
+    /// With `window`: each masked key block checks only the window edges it crosses (the
+    /// first visits the right edge, the last the left edge, a block crossing both both)
+    /// instead of both edges on every masked block (name `_em`).
+    pub edge_masks: bool,
     /// Bounded mbarrier waits that fail naming the barrier ([`crate::ptx::Builder::bound_waits`]).
     pub debug: bool,
 }
 
 impl Variant {
     /// Entry name:
-    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_ovl][_pp]_m{rows}[_pers|_dyn][_chain][_tst][_qa]_sm90a[_debug]`.
+    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_ovl][_pp]_m{rows}[_pers|_dyn][_chain][_tst][_qa][_em]_sm90a[_debug]`.
     pub fn name(&self) -> String {
         let fx = match self.fma_exp2 {
             0 => String::new(),
@@ -78,9 +82,10 @@ impl Variant {
         let chain = if self.chained { "_chain" } else { "" };
         let tst = if self.tma_store { "_tst" } else { "" };
         let qa = if self.q_ahead { "_qa" } else { "" };
+        let em = if self.edge_masks { "_em" } else { "" };
         let dbg = if self.debug { "_debug" } else { "" };
         format!(
-            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}{chain}{tst}{qa}_sm90a{dbg}",
+            "fa3_fwd_d{}_{}{mask}{ovl}{pp}_m{}{pers}{chain}{tst}{qa}{em}_sm90a{dbg}",
             self.head_dim,
             self.dtype.name(),
             self.block_m()
@@ -111,6 +116,7 @@ impl Variant {
             chained: false,
             tma_store: true,
             q_ahead: false,
+            edge_masks: false,
             debug: false,
         }
     }
@@ -264,7 +270,8 @@ impl Variant {
     /// the dynamic one chained), all with the pair stores, release and debug builds; at
     /// d64 with two consumers too (beside the default three); the shipping kernels (the
     /// TMA epilogue), the sliding window's also with two consumers at d64 and with the
-    /// pair stores; every mask's with `q_ahead`; softcap (every mask) and
+    /// pair stores; every mask's with `q_ahead`; the window's with `edge_masks`; softcap
+    /// (every mask) and
     /// ALiBi (no mask or causal) on the shipping schedule and tiles, the softcap also with
     /// 1 and 2 of every 4 n-tiles' `ex2`s on the FMA pipe (`fma_exp2`).
     pub fn all() -> Vec<Variant> {
@@ -291,6 +298,7 @@ impl Variant {
                             chained,
                             tma_store: false,
                             q_ahead: false,
+                            edge_masks: false,
                             debug,
                         }));
                     }
@@ -322,6 +330,12 @@ impl Variant {
                     };
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
                 }
+                // the window with one mask pass per edge crossed
+                let em = Variant {
+                    edge_masks: true,
+                    ..Self::shipping_for(dtype, head_dim, Mask::Local)
+                };
+                v.extend([false, true].map(|debug| Variant { debug, ..em }));
                 for (scores, mask) in Self::SCORED {
                     let ship = Self::shipping_scored(dtype, head_dim, mask, scores);
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
