@@ -65,6 +65,46 @@ pub struct Sm90FwdShape {
 }
 
 impl Sm90FwdShape {
+    /// The problem of `sizes` (`(batch, seqlen_q, seqlen_k, heads, heads_k, head_dim)`)
+    /// with `window` (if `var` has one) and `scores`, on `var`'s schedule and options (its
+    /// causal mask, grid, epilogue; the default consumers and FMA share).
+    pub(crate) fn on(
+        var: &fwd::Variant,
+        (batch, seqlen_q, seqlen_k, heads, heads_k, head_dim): (
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+            usize,
+        ),
+        window: Option<(u32, u32)>,
+        scores: Scores,
+    ) -> Self {
+        Sm90FwdShape {
+            batch,
+            seqlen_q,
+            seqlen_k,
+            heads,
+            heads_k,
+            head_dim,
+            causal: var.causal,
+            window: window.filter(|_| var.window),
+            scores,
+            fma_exp2: None,
+            overlap: var.overlap,
+            pingpong: var.pingpong,
+            consumers: None,
+            persistent: var.persistent,
+            dynamic: var.dynamic,
+            chained: var.chained,
+            tma_store: var.tma_store,
+            q_ahead: var.q_ahead,
+            edge_masks: var.edge_masks,
+            debug: var.debug,
+        }
+    }
+
     /// `(batch, seqlen_q, seqlen_k, heads, heads_k, head_dim)`.
     pub fn sizes(&self) -> (usize, usize, usize, usize, usize, usize) {
         (
@@ -164,28 +204,8 @@ mod tests {
     /// The shipping kernel's shape: d128, a 1024-key window (Mistral's), one batch.
     fn shipping() -> Sm90FwdShape {
         let ship = fwd::Variant::shipping_for(DType::Bf16, 128, flash_codegen::Mask::Local);
-        Sm90FwdShape {
-            batch: 1,
-            seqlen_q: 4096,
-            seqlen_k: 4096,
-            heads: 8,
-            heads_k: 2,
-            head_dim: 128,
-            causal: false,
-            window: Some((1023, 0)),
-            scores: Scores::Plain,
-            fma_exp2: None,
-            overlap: ship.overlap,
-            pingpong: ship.pingpong,
-            consumers: None,
-            persistent: ship.persistent,
-            dynamic: ship.dynamic,
-            chained: ship.chained,
-            tma_store: ship.tma_store,
-            q_ahead: ship.q_ahead,
-            edge_masks: ship.edge_masks,
-            debug: false,
-        }
+        let sizes = (1, 4096, 4096, 8, 2, 128);
+        Sm90FwdShape::on(&ship, sizes, Some((1023, 0)), Scores::Plain)
     }
 
     #[test]

@@ -191,28 +191,8 @@ pub fn sm90_fwd_call_with(
     );
     let o = out(&a.o)?;
     let ship = fwd::Variant::shipping_for(dtype, d as u32, mods.mask);
-    let shape = Sm90FwdShape {
-        batch: b,
-        seqlen_q: sq,
-        seqlen_k: sk,
-        heads: h,
-        heads_k: hk,
-        head_dim: d,
-        causal: ship.causal,
-        window: a.params.window_params().filter(|_| ship.window),
-        scores: mods.scores,
-        fma_exp2: None,
-        overlap: ship.overlap,
-        pingpong: ship.pingpong,
-        consumers: None,
-        persistent: ship.persistent,
-        dynamic: ship.dynamic,
-        chained: ship.chained,
-        tma_store: ship.tma_store,
-        q_ahead: ship.q_ahead,
-        edge_masks: ship.edge_masks,
-        debug: ship.debug,
-    };
+    let sizes = (b, sq, sk, h, hk, d);
+    let shape = Sm90FwdShape::on(&ship, sizes, a.params.window_params(), mods.scores);
     let variant = fwd_variant(dtype, &shape).map_err(|e| e.to_string())?;
     if !rt.generates && !embedded(&variant) {
         return Err(format!(
