@@ -217,9 +217,8 @@ pub fn module(var: Variant) -> Module {
             b.unless(others, |b| {
                 let total = if q_ahead {
                     let load_q = |b: &mut Builder, tile: &Tile, slot: &QSlot| {
-                        let at = (tile.m0, tile.head, tile.batch);
                         // (a Q load uses no ring position: any `it0`)
-                        ctx(tile, tile.m0).load_q(b, &tm, at, slot);
+                        ctx(tile, tile.m0).load_q(b, &tm, tile.m0, slot);
                     };
                     sched.produce_claimed_ahead(b, (smem, &lay), load_q, |b, tile, at, ahead| {
                         ctx(tile, at.it0).produce_ahead(b, &tm, ahead);

@@ -5,7 +5,7 @@
 use super::fwd_ctx::{
     BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_FULL, WG_ROWS,
 };
-use crate::kernels::mask::KeyRule;
+use crate::kernels::mask::{KeyRule, Window};
 use crate::kernels::scores::{AlibiBias, RowsOf, ScoreTransform, Slopes, TileRows};
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
@@ -293,10 +293,19 @@ impl Consumer {
         });
         let n0 = ctx.key_row(b, i);
         let window = self.rule.window();
-        if window.is_some() && edges == Edges::Left {
-            self.mask_left(b, w, s, n0);
-            return;
+        // the right edge (the sequence end, the diagonal or the window's right bound):
+        // always, except for a window's left-edge blocks
+        if window.is_none() || edges != Edges::Left {
+            self.mask_right(b, w, s, n0);
         }
+        if let Some(win) = window.filter(|_| edges != Edges::Right) {
+            self.mask_left(b, (w, win), s, n0);
+        }
+    }
+
+    /// Keys past each row's last (the sequence end, and its diagonal or window's right
+    /// bound) on the block of first key `n0`.
+    fn mask_right(&self, b: &mut Builder, w: &Wg, s: &mut AccTile, n0: Reg<B32>) {
         s.mask(b, Cmp::Gt, |b, r| {
             let limit = if self.rule.per_row() {
                 let rr = b.add_u32(w.row, AccTile::row_offset(r));
@@ -313,17 +322,11 @@ impl Consumer {
             let rel = b.sub_s32(limit, w.t2);
             b.sub_s32(rel, n0)
         });
-        if window.is_some() && edges == Edges::Both {
-            self.mask_left(b, w, s, n0);
-        }
     }
 
     /// A window's left edge on the block of first key `n0`: keys before each row's
     /// first, `row + diag - left`.
-    fn mask_left(&self, b: &mut Builder, w: &Wg, s: &mut AccTile, n0: Reg<B32>) {
-        let Some(win) = self.rule.window() else {
-            return;
-        };
+    fn mask_left(&self, b: &mut Builder, (w, win): (&Wg, Window), s: &mut AccTile, n0: Reg<B32>) {
         s.mask(b, Cmp::Le, |b, r| {
             let rr = b.add_u32(w.row, AccTile::row_offset(r));
             let first = b.add_s32(rr, w.diag);

@@ -26,25 +26,13 @@ impl Ctx {
         h: Reg<B32>,
         full: Addr,
     ) {
-        self.load_of(b, (tm, rows), (base, dst), (row, h, self.batch), full);
-    }
-
-    /// [`Ctx::load`] of batch `batch`.
-    fn load_of(
-        &self,
-        b: &mut Builder,
-        (tm, rows): (Reg<B64>, u32),
-        (base, dst): (Reg<B32>, u32),
-        (row, h, batch): (Reg<B32>, Reg<B32>, Reg<B32>),
-        full: Addr,
-    ) {
         b.mbarrier_arrive_expect_tx(full, rows * self.d * 2);
         for p in 0..self.d / 64 {
             let coords = vec![
                 Operand::Imm(64 * p as i64),
                 h.into(),
                 row.into(),
-                batch.into(),
+                self.batch.into(),
             ];
             let off = dst + p * rows * ROW_BYTES;
             b.tma_load(Addr::Shared(base, off as i32), tm, coords, full);
@@ -55,30 +43,17 @@ impl Ctx {
     /// waited for its release), then K and V of every key block, last first, into the
     /// rings.
     pub(super) fn produce(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>, slot: &QSlot) {
-        let q_at = (slot.smem, self.lay.q);
-        self.load(
-            b,
-            (tm[0], self.block_m()),
-            q_at,
-            m0,
-            self.head,
-            slot.bar(Q_FULL),
-        );
+        self.load_q(b, tm, m0, slot);
         let n = b.mov(0u32);
         self.produce_kv(b, tm, n, self.n_blocks);
     }
 
-    /// Q of the tile at `(m0, head, batch)` into `slot` (free), completing on its Q full.
-    pub(super) fn load_q(
-        &self,
-        b: &mut Builder,
-        tm: &[Reg<B64>],
-        (m0, head, batch): (Reg<B32>, Reg<B32>, Reg<B32>),
-        slot: &QSlot,
-    ) {
+    /// Q of the tile's rows from `m0` (its head and batch) into `slot` (free), completing
+    /// on its Q full.
+    pub(super) fn load_q(&self, b: &mut Builder, tm: &[Reg<B64>], m0: Reg<B32>, slot: &QSlot) {
         let q_at = (slot.smem, self.lay.q);
         let rows = (tm[0], self.block_m());
-        self.load_of(b, rows, q_at, (m0, head, batch), slot.bar(Q_FULL));
+        self.load(b, rows, q_at, m0, self.head, slot.bar(Q_FULL));
     }
 
     /// The producer on one tile whose Q is loaded (`Variant::q_ahead`): K and V of its
