@@ -30,15 +30,26 @@ pub struct Sm90Case<T> {
 impl<T: Element> Sm90Case<T> {
     /// Fresh inputs from `seed` on `rt`'s default stream.
     pub fn new(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64) -> Self {
+        Self::with_q_times(rt, sh, seed, 1)
+    }
+
+    /// [`Sm90Case::new`] with q multiplied by `amp` (a power of two: exact), for scores
+    /// whose row maxima jump from block to block (the softmax's reference moves).
+    pub fn with_q_times(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64, amp: u16) -> Self {
+        assert!(amp.is_power_of_two(), "q times {amp}: not exact");
         let stream = rt.context().default_stream();
         let (b, sq, sk, h, hk, d) = sh.sizes();
         let (nq, nk) = (b * sq * h * d, b * sk * hk * d);
         let mut rng = Rng::new(seed);
-        let ((q, qf), (k, kf), (v, vf)) = (
+        let ((mut q, mut qf), (k, kf), (v, vf)) = (
             rounded::<T>(&mut rng, nq),
             rounded::<T>(&mut rng, nk),
             rounded::<T>(&mut rng, nk),
         );
+        for (x, xf) in q.iter_mut().zip(qf.iter_mut()) {
+            *xf *= f64::from(amp);
+            *x = T::from_f32(*xf as f32);
+        }
         let up = |x: &Vec<T>| stream.clone_htod(x).unwrap();
         let (q, k, v) = (up(&q), up(&k), up(&v));
         let o = stream

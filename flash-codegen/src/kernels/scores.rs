@@ -65,6 +65,22 @@ impl ScoreTransform {
             b.tanh(y)
         });
     }
+
+    /// Each thread row's max of the transformed scores of `s` (raw products, this
+    /// warp's columns), from the raw max: `tanh` is monotone, so the max is one `tanh` per
+    /// row and does not wait for the elements' (the softmax's `ex2`s can follow them on
+    /// the multi-function unit at once). Only for a block without a mask: a masked
+    /// product is -inf only after the transform.
+    pub fn block_max(&self, b: &mut Builder, s: &AccTile) -> Vec<Reg<F32>> {
+        let lowest = b.mov(f32::NEG_INFINITY);
+        (0..s.rows())
+            .map(|row| {
+                let raw = s.row_max(b, row, lowest);
+                let y = b.mul_f32(raw, self.pre);
+                b.tanh(y)
+            })
+            .collect()
+    }
 }
 
 /// What a kernel applies to its raw products: the transform, the softmax's scale after

@@ -83,16 +83,29 @@ impl OnlineSoftmax {
     /// P = 2^(s * scale_log2 - max_scaled) in place (masked scores give 0), l_i += rowsum.
     fn exp_rows(&mut self, b: &mut Builder, s: &mut AccTile) {
         for row in 0..s.rows() {
-            let ms = self.scaled_max(b, self.m_i[row]);
-            let neg_ms = b.neg_f32(ms);
-            let share = self.fma_exp2 as usize;
-            let exp = |b: &mut Builder, nt: usize, y| match nt % 4 < share {
-                true => exp2_fma(b, y),
-                false => b.ex2(y),
-            };
-            let l = s.exp2_row_with(b, row, (self.scale_log2, neg_ms), self.l_i[row], exp);
+            let l = self.exp_row(b, s, row, self.m_i[row], self.l_i[row]);
             b.assign(self.l_i[row], l);
         }
+    }
+
+    /// Row `row` of P = 2^(s * scale_log2 - max_scaled(reference)) in place; returns
+    /// `sum` plus the row's probabilities.
+    fn exp_row(
+        &self,
+        b: &mut Builder,
+        s: &mut AccTile,
+        row: usize,
+        reference: Reg<F32>,
+        sum: Reg<F32>,
+    ) -> Reg<F32> {
+        let ms = self.scaled_max(b, reference);
+        let neg_ms = b.neg_f32(ms);
+        let share = self.fma_exp2 as usize;
+        let exp = |b: &mut Builder, nt: usize, y| match nt % 4 < share {
+            true => exp2_fma(b, y),
+            false => b.ex2(y),
+        };
+        s.exp2_row_with(b, row, (self.scale_log2, neg_ms), sum, exp)
     }
 
     /// Each row's `max(m_old, rowmax(S))` over the thread's quad (the row's columns of
@@ -153,10 +166,7 @@ impl OnlineSoftmax {
         b.if_uniform(any, |b| {
             b.comment("-- new reference max: l_i *= alpha; O's alpha kept for later --");
             for (row, &m) in m_new.iter().enumerate() {
-                let ms = self.scaled_max(b, m);
-                let neg_ms = b.neg_f32(ms);
-                let x = b.fma_f32(self.m_i[row], self.scale_log2, neg_ms);
-                let a = b.ex2(x);
+                let a = self.alpha(b, row, m);
                 b.assign(alpha[row], a);
                 let l = b.mul_f32(self.l_i[row], a);
                 b.assign(self.l_i[row], l);
@@ -165,6 +175,61 @@ impl OnlineSoftmax {
         });
         self.exp_rows(b, s);
         Rescale { any, alpha }
+    }
+
+    /// [`OnlineSoftmax::step_deferred`] with each row's max over the block given
+    /// (`block_max`: this warp's, as the softmax sees the scores; the running max is
+    /// folded in here). A softcap's kernel takes it from the raw products (`tanh` is
+    /// monotone: [`ScoreTransform::block_max`](super::scores::ScoreTransform::block_max)),
+    /// so the maxima need not wait for the block's `tanh`s; and the new reference is
+    /// chosen without a branch (`selp` on the warp's vote), so the exponentials need not
+    /// wait for one either: ptxas may interleave them with the `tanh`s, the FMA pipe's
+    /// share ([`exp2_fma`]) under the multi-function unit's. `l_i`'s rescale follows them
+    /// (the block's sums are added after it).
+    pub fn step_deferred_from(
+        &mut self,
+        b: &mut Builder,
+        s: &mut AccTile,
+        block_max: &[Reg<F32>],
+    ) -> Rescale {
+        let mut m_new = Vec::new();
+        let mut grows = None;
+        for (row, &x) in block_max.iter().enumerate() {
+            let mx = b.max_f32(self.m_i[row], x);
+            grows = Some(self.grows(b, row, mx, grows));
+            m_new.push(mx);
+        }
+        let any = b.vote_any(grows.expect("a tile of one row or more"));
+        let mut sums = Vec::new();
+        for (row, &m) in m_new.iter().enumerate() {
+            let reference = b.selp_f32(m, self.m_i[row], any);
+            let zero = b.mov(0.0f32);
+            sums.push(self.exp_row(b, s, row, reference, zero));
+        }
+        let alpha: Vec<Reg<F32>> = m_new.iter().map(|_| b.mov(1.0f32)).collect();
+        b.if_uniform(any, |b| {
+            b.comment("-- new reference max: l_i *= alpha; O's alpha kept for later --");
+            for (row, &m) in m_new.iter().enumerate() {
+                let a = self.alpha(b, row, m);
+                b.assign(alpha[row], a);
+                let l = b.mul_f32(self.l_i[row], a);
+                b.assign(self.l_i[row], l);
+                b.assign(self.m_i[row], m);
+            }
+        });
+        for (row, sum) in sums.into_iter().enumerate() {
+            let l = b.add_f32(self.l_i[row], sum);
+            b.assign(self.l_i[row], l);
+        }
+        Rescale { any, alpha }
+    }
+
+    /// `2^(m_old * scale_log2 - max_scaled(m))`: row `row`'s rescale to reference `m`.
+    fn alpha(&self, b: &mut Builder, row: usize, m: Reg<F32>) -> Reg<F32> {
+        let ms = self.scaled_max(b, m);
+        let neg_ms = b.neg_f32(ms);
+        let x = b.fma_f32(self.m_i[row], self.scale_log2, neg_ms);
+        b.ex2(x)
     }
 
     /// The rest of a step: a new reference where any row `grows`, then P and `l_i`.

@@ -241,6 +241,7 @@ pub fn module(var: Variant) -> Module {
                 scale_log2,
                 softmax_scale,
                 transform,
+                raw_max: consumers >= 3,
                 slopes,
                 sq,
                 sk,

@@ -221,11 +221,19 @@ impl Consumer {
             w.pass_turn(b);
             b.wgmma_wait(1);
             Self::release(b, w.lead, &at, K_EMPTY);
+            // a softcap's clean block: the maxima from the raw products (before the tanhs)
+            let raw_max = match (masked, &self.transform) {
+                (None, Some(t)) if self.raw_max => Some(t.block_max(b, &s)),
+                _ => None,
+            };
             self.transform(b, (ctx, w), &mut s, i);
             if let Some(edges) = masked {
                 self.mask(b, (ctx, w), &mut s, (i, edges));
             }
-            let rescale = softmax.step_deferred(b, &mut s);
+            let rescale = match &raw_max {
+                Some(mx) => softmax.step_deferred_from(b, &mut s, mx),
+                None => softmax.step_deferred(b, &mut s),
+            };
             b.wgmma_wait(0);
             Self::release(b, w.lead, &pat, V_EMPTY);
             rescale.apply(b, o);
@@ -304,5 +312,37 @@ mod tests {
             [1, 0, 1]
         );
         assert!(first.matches("bra.uni").count() >= 2, "{first}");
+    }
+
+    /// With three consumers (d64), a softcap's clean blocks take the rows' maxima from
+    /// the raw products (one more `tanh` per thread row than the masked copy's, for the
+    /// max) and choose the new reference without a branch: every probability's `ex2`
+    /// comes before the uniform branch that moves the reference. In a masked copy, and
+    /// with two consumers (d128) in every copy, they follow it.
+    #[test]
+    fn softcap_clean_blocks_take_the_max_before_the_tanhs_with_three_consumers() {
+        use crate::spec::Scores;
+        for (d, raw) in [(64, true), (128, false)] {
+            let var = Variant::shipping_scored(DType::Bf16, d, Mask::Causal, Scores::Softcap);
+            assert_eq!(var.consumers == 3, raw, "d{d}");
+            let ptx = print::module(&module(var));
+            let copy = |head: &str| -> String {
+                let part = ptx.split(head).nth(1).expect("the copy");
+                part.split("-- blocks ").next().unwrap().to_string()
+            };
+            let (masked, clean) = (
+                copy("-- blocks that need the mask --"),
+                copy("-- blocks every row sees whole: no mask --"),
+            );
+            let tanh = |c: &str| c.matches("tanh.approx").count();
+            // 64 rows x 128 keys over 128 threads: 64 scores and 2 rows a thread
+            let extra = if raw { 2 } else { 0 };
+            assert_eq!((tanh(&masked), tanh(&clean)), (64, 64 + extra), "d{d}");
+            let moved = "-- new reference max";
+            for (c, before) in [(&masked, 0), (&clean, if raw { 64 } else { 0 })] {
+                let (head, _) = c.split_once(moved).expect("the reference's branch");
+                assert_eq!(head.matches("ex2.approx").count(), before, "d{d}");
+            }
+        }
     }
 }

@@ -28,6 +28,12 @@ pub(super) struct Consumer {
     pub(super) softmax_scale: Reg<F32>,
     /// A softcap's transform of the raw products (before the mask).
     pub(super) transform: Option<ScoreTransform>,
+    /// With a softcap: the clean blocks take the rows' maxima from the raw products and
+    /// move the reference without a branch (`OnlineSoftmax::step_deferred_from`). Set
+    /// for three consumers (d64: +3.7% on an H100, bf16 8K causal cap 30), not for two
+    /// (d128: -3.2%: ptxas then interleaves each `ex2` right behind its `tanh` and the
+    /// in-order warp stalls on them; docs/bench/sm90_softcap_v1_h100).
+    pub(super) raw_max: bool,
     /// ALiBi's slopes (the bias is added per tile's head, before the mask).
     pub(super) slopes: Option<Slopes>,
     pub(super) sq: Reg<B32>,
