@@ -21,7 +21,8 @@
 //! BENCH_SOFTCAP=cap (a logit softcap), BENCH_FMA_EXP2=k (sm90 paths: k of every 4
 //! n-tiles' probabilities on the FMA pipe, `fwd::Variant::fma_exp2`; default the kernel's),
 //! BENCH_EDGE_MASKS=1 (sm90 paths with BENCH_WINDOW: one mask pass per window edge
-//! crossed, `fwd::Variant::edge_masks`).
+//! crossed, `fwd::Variant::edge_masks`), BENCH_SM90_PP=0 (sm90 paths: the consumers
+//! issue their products without taking turns, `fwd::Variant::pingpong` off).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -326,7 +327,8 @@ fn sm90_q_ahead() -> bool {
 /// BENCH_PATH=sm90pp (or any later schedule: sm90pers, sm90dyn, sm90chain, sm90tst,
 /// sm90qa): overlapped, the consumers taking turns to issue.
 fn sm90_pingpong() -> bool {
-    sm90_overlap() && !bench_path_in(&["sm90ovl"])
+    let off = std::env::var("BENCH_SM90_PP").is_ok_and(|v| v == "0");
+    sm90_overlap() && !bench_path_in(&["sm90ovl"]) && !off
 }
 
 /// BENCH_GROUP: query heads per KV head (GQA; default 1, at least 1).
