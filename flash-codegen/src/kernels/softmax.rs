@@ -162,17 +162,7 @@ impl OnlineSoftmax {
     pub fn step_deferred(&mut self, b: &mut Builder, s: &mut AccTile) -> Rescale {
         let (m_new, grows) = self.maxima(b, s);
         let any = b.vote_any(grows.expect("a tile of one row or more"));
-        let alpha: Vec<Reg<F32>> = m_new.iter().map(|_| b.mov(1.0f32)).collect();
-        b.if_uniform(any, |b| {
-            b.comment("-- new reference max: l_i *= alpha; O's alpha kept for later --");
-            for (row, &m) in m_new.iter().enumerate() {
-                let a = self.alpha(b, row, m);
-                b.assign(alpha[row], a);
-                let l = b.mul_f32(self.l_i[row], a);
-                b.assign(self.l_i[row], l);
-                b.assign(self.m_i[row], m);
-            }
-        });
+        let alpha = self.move_reference(b, any, &m_new);
         self.exp_rows(b, s);
         Rescale { any, alpha }
     }
@@ -206,6 +196,22 @@ impl OnlineSoftmax {
             let zero = b.mov(0.0f32);
             sums.push(self.exp_row(b, s, row, reference, zero));
         }
+        let alpha = self.move_reference(b, any, &m_new);
+        for (row, sum) in sums.into_iter().enumerate() {
+            let l = b.add_f32(self.l_i[row], sum);
+            b.assign(self.l_i[row], l);
+        }
+        Rescale { any, alpha }
+    }
+
+    /// Where the warp's vote `any` holds, the rows' reference moves to `m_new` and `l_i`
+    /// is rescaled; returns O's factors `alpha` (1 where it does not move), for later.
+    fn move_reference(
+        &mut self,
+        b: &mut Builder,
+        any: Reg<Pred>,
+        m_new: &[Reg<F32>],
+    ) -> Vec<Reg<F32>> {
         let alpha: Vec<Reg<F32>> = m_new.iter().map(|_| b.mov(1.0f32)).collect();
         b.if_uniform(any, |b| {
             b.comment("-- new reference max: l_i *= alpha; O's alpha kept for later --");
@@ -217,11 +223,7 @@ impl OnlineSoftmax {
                 b.assign(self.m_i[row], m);
             }
         });
-        for (row, sum) in sums.into_iter().enumerate() {
-            let l = b.add_f32(self.l_i[row], sum);
-            b.assign(self.l_i[row], l);
-        }
-        Rescale { any, alpha }
+        alpha
     }
 
     /// `2^(m_old * scale_log2 - max_scaled(m))`: row `row`'s rescale to reference `m`.
