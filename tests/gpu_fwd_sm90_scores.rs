@@ -8,7 +8,9 @@
 //! debug build (bounded mbarrier waits) first, then the release build; the shipping
 //! schedule (with its TMA epilogue, `tma_store`) and the serial one; the softcap also with 1, 2 and 4 of every 4 n-tiles'
 //! probabilities made on the FMA pipe (`fwd::Variant::fma_exp2`; 4: all of them, the
-//! masked scores' exact zeros included). Other GPUs: a notice.
+//! masked scores' exact zeros included); a causal softcap of 50 with q times 8, whose rows'
+//! maxima jump between key blocks (the reference moves inside the clean blocks' loop).
+//! Other GPUs: a notice.
 #![cfg(feature = "gpu")]
 
 mod gpu_support;
@@ -194,12 +196,7 @@ fn sm90_scored_forward_matches_f64_reference() {
                             case::<half::f16>(&rt, sh, *m, seed)
                         };
                         let tol = if bf16 { 2e-2 } else { 4e-3 };
-                        // q x 8 under cap 50: `tanh.approx`'s relative error (~2^-11)
-                        // moves scores near the cap by ~0.02 in both kernels; such a case
-                        // is held to the sm_80 forward's error alone
-                        let tol = if m.amp > 1 { f64::INFINITY } else { tol };
-                        let ok =
-                            o <= tol && o <= 1.25 * o80.max(1e-4) && l <= (1.25 * l80).max(1e-3);
+                        let ok = o <= tol && o <= 1.25 * o80.max(1e-4) && l <= 1e-3;
                         let dt = if bf16 { "bf16" } else { "f16" };
                         println!(
                             "{dt} {m:?} {sh:?}: o rel-L2 {o:.2e} (sm80 {o80:.2e}) lse {l:.2e} (sm80 {l80:.2e}){}",
