@@ -70,10 +70,21 @@ impl OnlineSoftmax {
 
     /// Each row's new max (this warp's) and whether any row's grows past the threshold.
     fn maxima(&self, b: &mut Builder, s: &AccTile) -> (Vec<Reg<F32>>, Option<Reg<Pred>>) {
+        self.maxima_by(b, s.rows(), |b, row| s.row_max(b, row, self.m_i[row]))
+    }
+
+    /// Each of `rows` rows' new max (`max_of(row)`, the running max folded in) and
+    /// whether any row's grows past the threshold, row by row.
+    fn maxima_by(
+        &self,
+        b: &mut Builder,
+        rows: usize,
+        mut max_of: impl FnMut(&mut Builder, usize) -> Reg<F32>,
+    ) -> (Vec<Reg<F32>>, Option<Reg<Pred>>) {
         let mut m_new = Vec::new();
         let mut grows = None;
-        for row in 0..s.rows() {
-            let mx = s.row_max(b, row, self.m_i[row]);
+        for row in 0..rows {
+            let mx = max_of(b, row);
             grows = Some(self.grows(b, row, mx, grows));
             m_new.push(mx);
         }
@@ -182,13 +193,9 @@ impl OnlineSoftmax {
         s: &mut AccTile,
         block_max: &[Reg<F32>],
     ) -> Rescale {
-        let mut m_new = Vec::new();
-        let mut grows = None;
-        for (row, &x) in block_max.iter().enumerate() {
-            let mx = b.max_f32(self.m_i[row], x);
-            grows = Some(self.grows(b, row, mx, grows));
-            m_new.push(mx);
-        }
+        let (m_new, grows) = self.maxima_by(b, block_max.len(), |b, row| {
+            b.max_f32(self.m_i[row], block_max[row])
+        });
         let any = b.vote_any(grows.expect("a tile of one row or more"));
         let mut sums = Vec::new();
         for (row, &m) in m_new.iter().enumerate() {
