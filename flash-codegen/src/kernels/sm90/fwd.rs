@@ -242,6 +242,7 @@ pub fn module(var: Variant) -> Module {
                 softmax_scale,
                 transform,
                 raw_max: consumers >= 3,
+                release_late: tma_store && persistent && overlap && !chained,
                 slopes,
                 sq,
                 sk,
@@ -268,7 +269,7 @@ pub fn module(var: Variant) -> Module {
                         let slot = QSlot::of(b, (smem, &lay), at.j);
                         let st = (&q_tile, slot.smem, tid);
                         c.epilogue_tma(b, (&ctx, &w), &out, st, (&o, &lse));
-                        if persistent {
+                        if persistent && !c.release_late {
                             c.release_q(b, &w);
                         }
                     } else {

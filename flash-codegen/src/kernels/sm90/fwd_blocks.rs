@@ -52,6 +52,8 @@ impl Consumer {
         let skip = self.unseen_visits(b, ctx, w);
         self.pass_over(b, ctx, w, skip);
         let none = b.setp_u32(Cmp::Eq, skip, ctx.n_blocks);
+        // no block of its own: the previous tile's Q slot released here
+        b.if_uniform(none, |b| self.release_prev(b, w));
         b.unless_uniform(none, |b| {
             let p = self.p_regs(b);
             self.first_block(b, ctx, w, softmax, &p, skip);

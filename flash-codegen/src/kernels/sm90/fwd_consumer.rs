@@ -34,6 +34,10 @@ pub(super) struct Consumer {
     /// (d128: -3.2%: ptxas then interleaves each `ex2` right behind its `tanh` and the
     /// in-order warp stalls on them; docs/bench/sm90_softcap_v1_h100).
     pub(super) raw_max: bool,
+    /// With the TMA epilogue on the persistent grid: a tile's Q slot (where its O was
+    /// staged) is released only once the next tile's first S has been issued, the wait
+    /// for the store to have read it there instead of at the tile's end.
+    pub(super) release_late: bool,
     /// ALiBi's slopes (the bias is added per tile's head, before the mask).
     pub(super) slopes: Option<Slopes>,
     pub(super) sq: Reg<B32>,
@@ -57,6 +61,9 @@ pub(super) struct Wg {
     turn: Option<Turn>,
     /// The tile's Q slot's Q empty barrier.
     q_empty: Addr,
+    /// `release_late`: the previous tile's Q empty barrier, and whether this is the
+    /// CTA's first tile (none to release).
+    prev_q: Option<(Addr, Reg<Pred>)>,
     /// ALiBi's bias on this thread's rows of the tile's head.
     alibi: Option<AlibiBias>,
 }
@@ -178,6 +185,11 @@ impl Consumer {
         let row = b.add_u32(row, g);
         let lead = Self::leader(b, tid);
         let slot = QSlot::of(b, (smem, lay), j);
+        let prev_q = self.release_late.then(|| {
+            let first = b.setp_u32(Cmp::Eq, j, 0u32);
+            let jp = b.sub_u32(j, 1u32);
+            (QSlot::of(b, (smem, lay), jp).bar(Q_EMPTY), first)
+        });
         if !ctx.q_landed {
             let ph = slot.ph(b);
             b.mbarrier_wait(slot.bar(Q_FULL), ph, "Q full");
@@ -209,8 +221,24 @@ impl Consumer {
             diag,
             turn,
             q_empty: slot.bar(Q_EMPTY),
+            prev_q,
             alibi,
         }
+    }
+
+    /// `release_late`: the previous tile's Q slot released (its O store has read it:
+    /// the leader waits for that, then every warp's lane 0 arrives), unless this is the
+    /// CTA's first tile. Warp-uniform; once per tile, after its first S is issued.
+    pub(super) fn release_prev(&self, b: &mut Builder, w: &Wg) {
+        let Some((q_empty, first)) = w.prev_q else {
+            return;
+        };
+        b.unless_uniform(first, |b| {
+            b.when(w.lead, false, |b| b.bulk_wait(0, true));
+            let lane = b.special(Special::LaneId);
+            let lane0 = b.setp_u32(Cmp::Eq, lane, 0u32);
+            b.when(lane0, false, |b| b.mbarrier_arrive(q_empty));
+        });
     }
 
     /// Issues S = Q K^T of the block at stage `at` (its K has landed): fenced, committed,
@@ -365,6 +393,7 @@ impl Consumer {
         w.take_turn(b);
         let mut s = self.issue_s(b, w, at);
         w.pass_turn(b);
+        self.release_prev(b, w);
         b.wgmma_wait(0);
         Self::release(b, w.lead, at, K_EMPTY);
         self.transform(b, (ctx, w), &mut s, i);

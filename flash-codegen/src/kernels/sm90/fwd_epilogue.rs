@@ -167,7 +167,9 @@ impl Consumer {
             b.bulk_commit();
         });
         self.lse_stores(b, &w.rows(ctx), out, lse);
-        b.when(w.lead, false, |b| b.bulk_wait(0, true));
+        if !self.release_late {
+            b.when(w.lead, false, |b| b.bulk_wait(0, true));
+        }
     }
 
     /// The rows' LSE (below `seqlen_q`), by lane t = 0 of each quad, when `lse` is not
@@ -191,9 +193,11 @@ mod tests {
 
     /// The TMA epilogue's order in the PTX: every warp's `stmatrix`s, its
     /// `fence.proxy.async`, the warpgroup's 128-thread barrier, the leader's d / 64 box
-    /// stores and their commit, the LSE, the leader's wait for the boxes to be read, and
-    /// only then the warp's Q-empty arrival; the CTA's last wait before it exits. The
-    /// pair-store kernel has none of it and three maps.
+    /// stores and their commit, the LSE; the slot's release waits for the next tile's
+    /// first S (`release_late`): there, once S is issued, the leader's wait for the
+    /// boxes to be read, and only then the warp's Q-empty arrival, before S is waited
+    /// for; the CTA's last wait before it exits. The pair-store kernel has none of it and
+    /// three maps.
     #[test]
     fn the_tma_epilogue_releases_q_after_the_store_has_read_it() {
         for (dtype, d, mask) in [
@@ -226,10 +230,27 @@ mod tests {
                 at("cp.async.bulk.tensor.4d.global.shared::cta"),
                 at("cp.async.bulk.commit_group;"),
                 at("st.global.f32"),
-                at("cp.async.bulk.wait_group.read 0;"),
-                at(&format!("+{Q_EMPTY}];")),
             ];
             assert!(order.is_sorted(), "d{d}: {order:?}\n{epi}");
+            let tile_end = epi.split("-- first block").next().unwrap_or_default();
+            assert!(!tile_end.contains("cp.async.bulk.wait_group.read"), "d{d}");
+            let first = ptx
+                .split("-- first block")
+                .nth(1)
+                .and_then(|f| f.split("-- blocks ").next())
+                .expect("the first block");
+            let fat = |pat: &str| {
+                first
+                    .find(pat)
+                    .unwrap_or_else(|| panic!("d{d}: `{pat}` missing:\n{first}"))
+            };
+            let release = [
+                fat("-- S = Q K^T --"),
+                fat("cp.async.bulk.wait_group.read 0;"),
+                fat(&format!("+{Q_EMPTY}];")),
+                fat("wgmma.wait_group.sync.aligned 0;"),
+            ];
+            assert!(release.is_sorted(), "d{d}: {release:?}\n{first}");
             let bar = epi[order[2]..].lines().next().unwrap_or_default();
             assert!(
                 bar.ends_with(", 128;"),
