@@ -18,13 +18,16 @@
 //! gradients preallocated, o and lse from the row's own forward) on the same rows,
 //! TFLOP/s at 2.5 times the forward's work (FA2's count:
 //! 10 d per pair), the visited blocks counted per key block (query blocks its window
-//! reaches).
+//! reaches). `BENCH_BWD_TILING=standard|long` runs every backward row on that tile row
+//! (`BwdOptions::tiling`) instead of the runtime's rule (the long row from 8K query rows,
+//! for windows reaching 4096 keys or more: `validate::rule_rows`).
 
 use std::error::Error;
 
 use cudarc::driver::CudaSlice;
 use flash_codegen::{DType, KernelSpec, Mask, Pass, Scores, Tiling};
 use flash_runtime::rng::Rng;
+use flash_runtime::validate::rule_rows;
 use flash_runtime::{
     Alibi, AttnParams, BwdInputs, BwdOptions, BwdScratch, FlashAttention, GradsMut, Tensor4,
     Tensor4Mut,
@@ -160,9 +163,20 @@ fn work_bwd(n: usize, window: Option<usize>, (bm, bn): (usize, usize)) -> f64 {
     visited as f64
 }
 
+/// `BENCH_BWD_TILING`: the backward's tile row, when forced.
+fn bwd_tiling() -> Result<Option<Tiling>, Box<dyn Error>> {
+    match std::env::var("BENCH_BWD_TILING").as_deref() {
+        Err(_) => Ok(None),
+        Ok("standard") => Ok(Some(Tiling::Standard)),
+        Ok("long") => Ok(Some(Tiling::Long)),
+        Ok(other) => Err(format!("BENCH_BWD_TILING={other}: standard or long").into()),
+    }
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let rt = FlashAttention::on_device(0)?;
     let bwd = std::env::var("BENCH_PASS").is_ok_and(|p| p == "bwd");
+    let tiling = bwd_tiling()?;
     let s = rt.context().default_stream();
     let rounds = env_list("BENCH_ROUNDS", &[3]).first().copied().unwrap_or(3);
     let mut timer = SpinTimer::new(&rt, &s, 1_500_000)?;
@@ -231,7 +245,8 @@ fn main() -> Result<(), Box<dyn Error>> {
                             d_o: &dot,
                         };
                         let [dq, dk, dv] = &mut grads;
-                        let opts = BwdOptions::new();
+                        let mut opts = BwdOptions::new();
+                        opts.tiling = tiling;
                         timer.ms(&s, || {
                             let g = GradsMut {
                                 dq: &mut Tensor4Mut::contiguous(&mut *dq, shape),
@@ -247,11 +262,19 @@ fn main() -> Result<(), Box<dyn Error>> {
         }
         let mut plain = std::collections::HashMap::new();
         for (wi, row) in rows.iter().enumerate() {
+            // (the backward: the row it runs, forced or the runtime's rule in atomic mode)
             let spec = match bwd {
-                true => KernelSpec {
-                    pass: Pass::Bwd,
-                    ..row.spec()
-                },
+                true => {
+                    let spec = KernelSpec {
+                        pass: Pass::Bwd,
+                        ..row.spec()
+                    };
+                    let window = row.window.map(|w| (w as u32 - 1, 0));
+                    match tiling {
+                        Some(t) => spec.with_tiling(t),
+                        None => spec.for_seqlen(rule_rows(n, window), true),
+                    }
+                }
                 false => row.spec(),
             };
             // the kernel the forward runs (`forward_into`'s choice: the sm_90a one on

@@ -51,6 +51,44 @@ fn long_sequences_take_the_long_tiling_in_atomic_mode() {
     );
 }
 
+/// A sliding window reaching fewer than `LONG_MIN_WINDOW_REACH` keys runs the standard row
+/// at any length (its key blocks see few query blocks); a longer window, causal and
+/// unmasked calls keep the rule of the length.
+#[test]
+fn short_windows_keep_the_standard_tiling() {
+    use flash_runtime::AttnParams;
+    use flash_runtime::validate::{LONG_MIN_WINDOW_REACH, rule_rows};
+    let reach = LONG_MIN_WINDOW_REACH as i32;
+    let main = |sq: usize, window: Option<(i32, i32)>| {
+        let mut a = args(1, sq, sq, 2, 2, 128);
+        if let Some((left, right)) = window {
+            a.params = AttnParams::new().with_window(left, right);
+        }
+        let p = plan_bwd_with(&a, Arch::Sm80, true).unwrap();
+        p.launch(Pass::Bwd).unwrap().spec.name()
+    };
+    let (long, standard) = (
+        "fa2_bwd_d128_bf16_local_long_sm80",
+        "fa2_bwd_d128_bf16_local_sm80",
+    );
+    for sq in [8192, 32768] {
+        assert_eq!(main(sq, Some((255, 0))), standard, "{sq}");
+        assert_eq!(main(sq, Some((1023, 0))), standard, "{sq}");
+        assert_eq!(main(sq, Some((reach - 2, 0))), standard, "{sq}");
+        assert_eq!(main(sq, Some((reach - 1, 0))), long, "{sq}");
+        assert_eq!(main(sq, Some((1000, reach))), long, "{sq}");
+        assert_eq!(main(sq, Some((-1, 100))), long, "{sq}");
+        assert_eq!(main(sq, None), "fa2_bwd_d128_bf16_long_sm80", "{sq}");
+    }
+    assert_eq!(main(4096, Some((reach, 0))), standard);
+    // the rows the rule counts: the reach, at most the length; unbounded sides count none
+    assert_eq!(rule_rows(8192, Some((1023, 0))), 1024);
+    assert_eq!(rule_rows(100, Some((1023, 0))), 100);
+    assert_eq!(rule_rows(8192, Some((u32::MAX, 0))), 8192);
+    assert_eq!(rule_rows(8192, Some((u32::MAX, u32::MAX))), 8192);
+    assert_eq!(rule_rows(8192, None), 8192);
+}
+
 /// Under 99 KiB every backward head dim plans: d96 and up on the main pass's compact row
 /// (its own grid: 32-key blocks from d160), d224-d256 also on the dQ pass's in
 /// deterministic mode, the long row giving way to the compact one, and each planned

@@ -14,7 +14,7 @@
 use flash_codegen::abi::{self, grid};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
-use super::bwd_split::{group_split_shift, main_spec};
+use super::bwd_split::{group_split_shift, main_spec, rule_rows};
 use super::fwd::check_lse;
 use super::modifiers::{AlibiDesc, call_scores, check_window_lengths, modifier_param};
 use super::split_rule::GpuFill;
@@ -313,7 +313,8 @@ pub fn plan_bwd_fill(a: &BwdArgs, arch: Arch, long_tiles: bool, gpu: GpuFill) ->
     }
 
     let pre = spec(Pass::BwdPre, Mask::None);
-    let main = main_spec(spec(Pass::Bwd, main_mask), sq, long_tiles, &a.opts, gpu)?;
+    let rows = rule_rows(sq, p.window_params());
+    let main = main_spec(spec(Pass::Bwd, main_mask), rows, long_tiles, &a.opts, gpu)?;
     let last = match det {
         false => spec(Pass::BwdPost, Mask::None),
         true => spec(Pass::BwdDq, p.kernel_mask()).for_smem(smem_optin),

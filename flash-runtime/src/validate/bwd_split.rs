@@ -9,6 +9,32 @@ use super::split_rule::GpuFill;
 use crate::error::{FlashError, Result};
 use crate::params::BwdOptions;
 
+/// The fewest keys a sliding window must reach (`left + right + 1`) for its backward to
+/// run the long row (in atomic mode, from [`KernelSpec::long_from`] query rows on); a
+/// shorter window runs the standard row at any length. On an H100 (bf16, d128, 8K and
+/// 32K, session 33; docs/performance.md) the standard row took 0.85x the long row's time
+/// at window 256 and 0.94x at 1024, the long row 0.94x the standard's at 4096 on 32K
+/// (1.01x on 8K): a key block that few query blocks see pays the long row's larger
+/// block and fewer CTAs without its fewer atomics per FLOP paying back.
+pub const LONG_MIN_WINDOW_REACH: u64 = 4096;
+
+/// The query rows the main pass's tile rule counts for a call of `seqlen_q` rows under
+/// `window` (`AttnParams::window_params`: `u32::MAX` where a side is unbounded): a
+/// window reaching fewer than [`LONG_MIN_WINDOW_REACH`] keys counts its reach (so runs
+/// the standard row), anything else its rows.
+pub fn rule_rows(seqlen_q: usize, window: Option<(u32, u32)>) -> usize {
+    match window {
+        Some((left, right)) => {
+            let reach = u64::from(left) + u64::from(right) + 1;
+            match reach < LONG_MIN_WINDOW_REACH {
+                true => seqlen_q.min(reach as usize),
+                false => seqlen_q,
+            }
+        }
+        None => seqlen_q,
+    }
+}
+
 /// The main pass (`base`: its standard row) of a call with `seqlen_q` query rows in
 /// `opts`' mode on `gpu`: on [`BwdOptions::tiling`] where that is given (checked: a row
 /// of this pass, fitting `gpu.smem_optin`, the long one in atomic mode only); else the

@@ -27,7 +27,9 @@ pub use bwd::{
     BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_fill, plan_bwd_on,
     plan_bwd_with,
 };
-pub use bwd_split::{SPLIT_TARGET_CTAS_PER_SM, bwd_scratch_need, group_split_shift};
+pub use bwd_split::{
+    LONG_MIN_WINDOW_REACH, SPLIT_TARGET_CTAS_PER_SM, bwd_scratch_need, group_split_shift, rule_rows,
+};
 pub use fwd::{FwdArgs, plan_fwd, plan_fwd_on};
 pub use kvcache::{KvArgs, KvPlan, MAX_CAPACITY, plan_kvcache};
 pub use layout::contiguous_runs;
