@@ -1,5 +1,5 @@
 //! The modifier forwards against our plain ones (issue 19's rows): bf16, d128, batch 2, 16
-//! heads, sq = sk = 8K and 32K; windows 256, 1024 and 4096 as Mistral runs them
+//! heads, sq = sk = 8K and 32K; windows 256, 1024, 2048 and 4096 as Mistral runs them
 //! (`with_window(w - 1, 0)`: causal within the last w keys) against causal; softcap 30,
 //! causal and unmasked, against the causal and the unmasked kernels; ALiBi (BLOOM's
 //! slopes for 16 heads, `[heads]`), causal and unmasked, against the same.
@@ -18,7 +18,7 @@
 //! gradients preallocated, o and lse from the row's own forward) on the same rows,
 //! TFLOP/s at 2.5 times the forward's work (FA2's count:
 //! 10 d per pair), the visited blocks counted per key block (query blocks its window
-//! reaches). `BENCH_BWD_TILING=standard|long` runs every backward row on that tile row
+//! reaches). `BENCH_BWD_TILING=standard|long` (`auto`: the rule) runs every backward row on that tile row
 //! (`BwdOptions::tiling`) instead of the runtime's rule (the long row from 8K query rows,
 //! for windows reaching 4096 keys or more: `validate::rule_rows`).
 
@@ -106,6 +106,7 @@ fn rows() -> Vec<Row> {
         row("causal", true, None, None, None),
         row("window256", true, Some(256), None, Some("causal")),
         row("window1024", true, Some(1024), None, Some("causal")),
+        row("window2048", true, Some(2048), None, Some("causal")),
         row("window4096", true, Some(4096), None, Some("causal")),
         row("causal_softcap30", true, None, Some(30.0), Some("causal")),
         row("plain", false, None, None, None),
@@ -166,7 +167,7 @@ fn work_bwd(n: usize, window: Option<usize>, (bm, bn): (usize, usize)) -> f64 {
 /// `BENCH_BWD_TILING`: the backward's tile row, when forced.
 fn bwd_tiling() -> Result<Option<Tiling>, Box<dyn Error>> {
     match std::env::var("BENCH_BWD_TILING").as_deref() {
-        Err(_) => Ok(None),
+        Err(_) | Ok("" | "auto") => Ok(None),
         Ok("standard") => Ok(Some(Tiling::Standard)),
         Ok("long") => Ok(Some(Tiling::Long)),
         Ok(other) => Err(format!("BENCH_BWD_TILING={other}: standard or long").into()),
