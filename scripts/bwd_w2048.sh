@@ -1,3 +1,8 @@
+#!/usr/bin/env bash
+# The windowed backward on the standard tile row, the long one and the runtime's own
+# choice (examples/bench_window, BENCH_PASS=bwd, bf16 d128 8K and 32K: causal and windows
+# 256 / 1024 / 2048 / 4096), from target/gb after `BUNDLE_EXAMPLES=bench_window bash
+# scripts/bwd_bundle.sh`:  bash scripts/bwd_w2048.sh OUT_DIR
 set -u
 cd "$(dirname "$0")/.."
 for t in standard long auto; do
