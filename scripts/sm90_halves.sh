@@ -24,8 +24,7 @@ source scripts/device_steps.sh
 step "1. gpu_fwd_sm90 (half blocks), memcheck"
 fwd_sm90_shipping 200 tma_store
 step "2. gpu_fwd_sm90_scores"
-timeout 150 tests/gpu_fwd_sm90_scores --nocapture > "$OUT/scores.log" 2>&1
-echo "scores rc=$?"; summary "$OUT/scores.log"
+fwd_sm90_scores 150
 step "3. half blocks against main"
 cfgs=""
 for b in hb b main; do
@@ -54,15 +53,6 @@ for t in standard long; do
   BENCH_PASS=bwd BENCH_BWD_TILING=$t BENCH_ROWS=causal,window256,window1024,window4096 \
     timeout 70 examples/bench_window > "$OUT/bwd_$t.jsonl" 2> "$OUT/bwd_$t.err"
   echo "bwd $t rc=$?"
-  python3 - "$OUT/bwd_$t.jsonl" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r.get("summary"):
-        continue
-    print(f"{r['n']:6d} {r['row']:12s} {r['kernel'][-28:]:28s} {r['ms']:8.3f} ms "
-          f"unmasked {r['tflops_unmasked']:6.1f} visited {r['tflops_visited']:6.1f} "
-          f"vs twin {r.get('unmasked_vs_twin', 0):.3f} / {r.get('visited_vs_twin', 0):.3f}")
-PY
+  python3 scripts/bench_window_rows.py "$OUT/bwd_$t.jsonl"
 done
 step "done"

@@ -14,8 +14,7 @@ OUT="${1:?usage: sm90_tanh_poly.sh OUT_DIR}"
 mkdir -p "$OUT"
 source scripts/device_steps.sh
 step "1. gpu_fwd_sm90_scores"
-timeout 150 tests/gpu_fwd_sm90_scores --nocapture > "$OUT/scores.log" 2>&1
-echo "scores rc=$?"; summary "$OUT/scores.log"
+fwd_sm90_scores 150
 step "2. the softcap: tanh on the FMA pipe against main"
 B=BENCH_CAUSAL=1,BENCH_PATH=sm90tst
 cfgs="plain:$B,BIN=bench_fwd_main main:$B,BENCH_SOFTCAP=30,BIN=bench_fwd_main poly:$B,BENCH_SOFTCAP=30"
