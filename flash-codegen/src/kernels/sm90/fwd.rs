@@ -27,6 +27,7 @@ use super::fwd_ctx::{Ctx, QSlot};
 use super::fwd_epilogue::Out;
 use super::fwd_producer::drain;
 use super::fwd_sched::{Grid, Sched, Tile};
+use super::fwd_turn::Turn;
 use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyRule, Window};
 use crate::kernels::scores::{ScoreTransform, Slopes};
@@ -247,7 +248,7 @@ pub fn module(var: Variant) -> Module {
                 sq,
                 sk,
             };
-            let turn = pingpong.then(|| c.first_turn(b, wg, consumers));
+            let turn = pingpong.then(|| Turn::first(b, wg, consumers));
             let out = Out {
                 o_ptr,
                 lse_ptr,

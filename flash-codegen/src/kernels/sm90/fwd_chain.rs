@@ -5,10 +5,11 @@
 //! waits alone only at the CTA's first tile and after a tile with no key block; the last
 //! tile's P V is drained after the loop.
 
-use super::fwd_consumer::{Consumer, Edges, Turn, Wg};
+use super::fwd_consumer::{Consumer, Edges, Wg};
 use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, Layout, Stage, V_EMPTY, V_FULL};
 use super::fwd_epilogue::{Out, Rows};
 use super::fwd_sched::{Sched, Tile};
+use super::fwd_turn::Turn;
 use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{Addr, B32, Builder, Cmp, LdCache, Pred, Reg, Space, Special, Ty};
 use crate::tile::acc::AccTile;

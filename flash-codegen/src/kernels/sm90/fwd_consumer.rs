@@ -3,8 +3,9 @@
 //! `wgmma`), the stage released after each product (the epilogue: `fwd_epilogue`).
 
 use super::fwd_ctx::{
-    BLOCK_N, Ctx, ISSUE_BAR, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_FULL, WG_ROWS,
+    BLOCK_N, Ctx, K_EMPTY, K_FULL, Q_EMPTY, Q_FULL, QSlot, Stage, V_FULL, WG_ROWS,
 };
+use super::fwd_turn::Turn;
 use crate::kernels::mask::{KeyRule, Window};
 use crate::kernels::scores::{AlibiBias, RowsOf, ScoreTransform, Slopes, TileRows};
 use crate::kernels::softmax::OnlineSoftmax;
@@ -80,26 +81,18 @@ pub(super) enum Edges {
     Left,
 }
 
-/// FA3's scheduler barrier: consumer `c` waits at named barrier `ISSUE_BAR + c` (with the
-/// arrival of the consumer before it) to issue its products, then lets the next one go.
-#[derive(Clone, Copy)]
-pub(super) struct Turn {
-    mine: Reg<B32>,
-    next: Reg<B32>,
-}
-
 impl Wg {
     /// Waits for this warpgroup's turn to issue (no-op without pingpong).
     pub(super) fn take_turn(&self, b: &mut Builder) {
         if let Some(t) = &self.turn {
-            b.bar_sync_named(t.mine, 256);
+            t.take(b);
         }
     }
 
     /// Passes the turn to the next consumer (no-op without pingpong).
     pub(super) fn pass_turn(&self, b: &mut Builder) {
         if let Some(t) = &self.turn {
-            b.bar_arrive(t.next, 256);
+            t.pass(b);
         }
     }
 }
@@ -130,20 +123,6 @@ impl Consumer {
         }
         let lse = softmax.finish(b, &mut o);
         (o, lse, w)
-    }
-
-    /// The pingpong order's barriers of consumer warpgroup `wg` (1..=consumers); gives
-    /// the first consumer its first turn. Once per CTA.
-    pub(super) fn first_turn(&self, b: &mut Builder, wg: Reg<B32>, consumers: u32) -> Turn {
-        let cw = b.sub_u32(wg, 1u32);
-        let mine = b.add_u32(cw, ISSUE_BAR);
-        let nx = b.add_u32(cw, 1u32);
-        let wrap = b.setp_u32(Cmp::Eq, nx, consumers);
-        let nx = b.selp_b32(0u32, nx, wrap);
-        let next = b.add_u32(nx, ISSUE_BAR);
-        let first = b.setp_u32(Cmp::Eq, cw, 0u32);
-        b.when(first, false, |b| b.bar_arrive(mine, 256));
-        Turn { mine, next }
     }
 
     /// The persistent kernel: this warp is done with the tile's Q and its index (one
