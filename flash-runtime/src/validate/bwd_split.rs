@@ -13,9 +13,10 @@ use crate::params::BwdOptions;
 /// run the long row (in atomic mode, from [`KernelSpec::long_from`] query rows on); a
 /// shorter window runs the standard row at any length. On an H100 (bf16, d128, 8K and
 /// 32K, session 33; docs/performance.md) the standard row took 0.85x the long row's time
-/// at window 256 and 0.94x at 1024, the long row 0.94x the standard's at 4096 on 32K
-/// (1.01x on 8K): a key block that few query blocks see pays the long row's larger
-/// block and fewer CTAs without its fewer atomics per FLOP paying back.
+/// at window 256 and 0.94x at 1024 (2048: a tie, 0.96x at 8K, 1.01x at 32K), the long
+/// row 0.94x the standard's at 4096 on 32K (1.01x on 8K): a key block that few query
+/// blocks see pays the long row's larger block and fewer CTAs without its fewer atomics
+/// per FLOP paying back.
 pub const LONG_MIN_WINDOW_REACH: u64 = 4096;
 
 /// The query rows the main pass's tile rule counts for a call of `seqlen_q` rows under
