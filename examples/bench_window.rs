@@ -18,9 +18,9 @@
 //! gradients preallocated, o and lse from the row's own forward) on the same rows,
 //! TFLOP/s at 2.5 times the forward's work (FA2's count:
 //! 10 d per pair), the visited blocks counted per key block (query blocks its window
-//! reaches). `BENCH_BWD_TILING=standard|long` (`auto`: the rule) runs every backward row on that tile row
-//! (`BwdOptions::tiling`) instead of the runtime's rule (the long row from 8K query rows,
-//! for windows reaching 4096 keys or more: `validate::rule_rows`).
+//! reaches). `BENCH_BWD_TILING=standard|long` runs every backward row on that tile row
+//! (`BwdOptions::tiling`); unset or `auto`, the runtime's rule (the long row from 8K
+//! query rows, for windows reaching 4096 keys or more: `validate::rule_rows`).
 
 use std::error::Error;
 
