@@ -8,7 +8,8 @@
 //! without queries (sq < sk: key blocks before every query's window); caps that bite
 //! (0.7; 5 on scores of unit scale) and one that barely does (30), unmasked, causal and
 //! windowed; sq != sk both ways, GQA and MQA, both dtypes, every kernel head dim and 40
-//! (columns past d); the d128 long row (8192 queries, atomic mode) windowed and capped;
+//! (columns past d); 8192 queries in atomic mode: the d128 long row windowed (a 4096-key
+//! reach) and capped, the standard row under a 512-key window;
 //! the varlen backward over batches mixing empty, keyless, queryless and odd sequences,
 //! on the GPU's rows (cc 9.0: the wide ones) and an A100's. Atomic mode on every case,
 //! deterministic mode on every other one (and two runs bitwise equal). Gradients of rows

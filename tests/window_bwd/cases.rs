@@ -1,6 +1,7 @@
 //! The cases of `gpu_window_bwd`: the dense backward's windows (block-edge, one-sided,
-//! wider than the sequence, rows and keys without partners, the d128 long row) and
-//! softcaps (plain, causal, windowed), and the varlen backward's over one mixed batch.
+//! wider than the sequence, rows and keys without partners, 8192 queries on the d128
+//! long row and on the standard one) and softcaps (plain, causal, windowed), and the
+//! varlen backward's over one mixed batch.
 
 use flash_codegen::DType;
 
@@ -45,19 +46,22 @@ pub fn dense_cases() -> Vec<Case> {
             });
         }
     }
-    // the d128 long row (atomic mode from 8192 queries)
-    v.push(Case {
-        d: 128,
-        dtype: DType::Bf16,
-        window: (511, 0),
-        lens: vec![(8192, 8192)],
-        b: 1,
-        h: 1,
-        hk: 1,
-        varlen: false,
-        det: false,
-        softcap: None,
-    });
+    // 8192 queries in atomic mode: the d128 long row under a window reaching 4096 keys
+    // (`validate::LONG_MIN_WINDOW_REACH`), the standard row under a 512-key window
+    for window in [(4095, 0), (511, 0)] {
+        v.push(Case {
+            d: 128,
+            dtype: DType::Bf16,
+            window,
+            lens: vec![(8192, 8192)],
+            b: 1,
+            h: 1,
+            hk: 1,
+            varlen: false,
+            det: false,
+            softcap: None,
+        });
+    }
     // the softcap: plain, causal and windowed scores, caps that bite (0.7; 5 on scores
     // of unit scale) and one that barely does (30); the d128 long row with a cap
     let caps = [(0.7, None), (5.0, Some(1.0)), (30.0, None)];
