@@ -46,21 +46,23 @@ pub fn dense_cases() -> Vec<Case> {
             });
         }
     }
-    // 8192 queries in atomic mode: the d128 long row under a window reaching 4096 keys
-    // (`validate::LONG_MIN_WINDOW_REACH`), the standard row under a 512-key window
+    // one d128 head of 8192 queries in atomic mode
+    let long = |dtype, window, softcap| Case {
+        d: 128,
+        dtype,
+        window,
+        lens: vec![(8192, 8192)],
+        b: 1,
+        h: 1,
+        hk: 1,
+        varlen: false,
+        det: false,
+        softcap,
+    };
+    // the long row under a window reaching 4096 keys (`validate::LONG_MIN_WINDOW_REACH`),
+    // the standard row under a 512-key window
     for window in [(4095, 0), (511, 0)] {
-        v.push(Case {
-            d: 128,
-            dtype: DType::Bf16,
-            window,
-            lens: vec![(8192, 8192)],
-            b: 1,
-            h: 1,
-            hk: 1,
-            varlen: false,
-            det: false,
-            softcap: None,
-        });
+        v.push(long(DType::Bf16, window, None));
     }
     // the softcap: plain, causal and windowed scores, caps that bite (0.7; 5 on scores
     // of unit scale) and one that barely does (30); the d128 long row with a cap
@@ -91,18 +93,7 @@ pub fn dense_cases() -> Vec<Case> {
             });
         }
     }
-    v.push(Case {
-        d: 128,
-        dtype: DType::F16,
-        window: (-1, 0),
-        lens: vec![(8192, 8192)],
-        b: 1,
-        h: 1,
-        hk: 1,
-        varlen: false,
-        det: false,
-        softcap: Some((30.0, None)),
-    });
+    v.push(long(DType::F16, (-1, 0), Some((30.0, None))));
     v
 }
 

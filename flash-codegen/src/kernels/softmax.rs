@@ -261,11 +261,8 @@ impl OnlineSoftmax {
         b.if_uniform(any, |b| {
             b.comment("-- new reference max: l_i *= alpha, O *= alpha --");
             for (row, &m) in m_new.iter().enumerate() {
-                // alpha = 2^(m_old * scale_log2 - max_scaled): 0 while m_old = -inf
-                let ms = self.scaled_max(b, m);
-                let neg_ms = b.neg_f32(ms);
-                let x = b.fma_f32(self.m_i[row], self.scale_log2, neg_ms);
-                let alpha = b.ex2(x);
+                // alpha: 0 while m_old = -inf
+                let alpha = self.alpha(b, row, m);
                 let l = b.mul_f32(self.l_i[row], alpha);
                 b.assign(self.l_i[row], l);
                 b.assign(self.m_i[row], m);
