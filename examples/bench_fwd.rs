@@ -14,8 +14,8 @@
 //! overlapped schedule; sm90pp: overlapped, the consumers issuing in turn; sm90pers: that
 //! on a persistent grid, sm90dyn: its tiles claimed from a counter, sm90chain: that with
 //! the tile edges chained, sm90tst: sm90dyn with the epilogue through TMA (the shipping
-//! kernels, what auto runs on Hopper), sm90qa: that
-//! with each next tile's Q loaded early; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
+//! kernels, what auto runs on Hopper), sm90ctst: sm90chain with the epilogue through TMA,
+//! sm90qa: sm90tst with each next tile's Q loaded early; recorded as `path`), BENCH_SM90_WGS (2 or 3: the sm90 kernel's consumer warpgroups),
 //! BENCH_WINDOW=w (a sliding window as Mistral runs it, query i seeing keys i - w + 1 ..= i:
 //! window (w - 1, 0) in place of the mask, `causal` 0; TFLOP/s on the pairs it sees),
 //! BENCH_SOFTCAP=cap (a logit softcap), BENCH_FMA_EXP2=k (sm90 paths: k of every 4
@@ -291,6 +291,7 @@ fn sm90_overlap() -> bool {
         "sm90pers",
         "sm90dyn",
         "sm90chain",
+        "sm90ctst",
         "sm90tst",
         "sm90qa",
     ])
@@ -300,23 +301,31 @@ fn sm90_overlap() -> bool {
 /// with the tile edges chained), sm90tst (with the TMA epilogue) or sm90qa (that with the
 /// next tile's Q early): the pingpong schedule on a persistent grid.
 fn sm90_persistent() -> bool {
-    bench_path_in(&["sm90pers", "sm90dyn", "sm90chain", "sm90tst", "sm90qa"])
+    bench_path_in(&[
+        "sm90pers",
+        "sm90dyn",
+        "sm90chain",
+        "sm90ctst",
+        "sm90tst",
+        "sm90qa",
+    ])
 }
 
 /// BENCH_PATH=sm90dyn, sm90chain, sm90tst or sm90qa: the persistent grid's tiles claimed
 /// from a counter.
 fn sm90_dynamic() -> bool {
-    bench_path_in(&["sm90dyn", "sm90chain", "sm90tst", "sm90qa"])
+    bench_path_in(&["sm90dyn", "sm90chain", "sm90ctst", "sm90tst", "sm90qa"])
 }
 
-/// BENCH_PATH=sm90chain: the tile edges chained.
+/// BENCH_PATH=sm90chain (or sm90ctst): the tile edges chained.
 fn sm90_chained() -> bool {
-    bench_path_in(&["sm90chain"])
+    bench_path_in(&["sm90chain", "sm90ctst"])
 }
 
-/// BENCH_PATH=sm90tst (or sm90qa): the epilogue through shared memory and TMA.
+/// BENCH_PATH=sm90tst (or sm90qa, sm90ctst: chained): the epilogue through shared memory
+/// and TMA.
 fn sm90_tma_store() -> bool {
-    bench_path_in(&["sm90tst", "sm90qa"])
+    bench_path_in(&["sm90tst", "sm90qa", "sm90ctst"])
 }
 
 /// BENCH_PATH=sm90qa: sm90tst with each next tile's Q loaded early.

@@ -8,7 +8,7 @@
 //! Every schedule of `Variant::SCHEDULES` runs, the shipping one also with the TMA
 //! epilogue (`tma_store`: o through shared memory and a tensor map), alone, with each
 //! next tile's Q loaded early (`q_ahead`) and, on the window cases, with one mask pass per
-//! window edge crossed (`edge_masks`).
+//! window edge crossed (`edge_masks`); the chained one also with the TMA epilogue.
 //! Other GPUs: a notice.
 #![cfg(feature = "gpu")]
 
@@ -131,7 +131,8 @@ fn sm90_forward_matches_f64_reference() {
     };
     // each schedule with the pair stores, the shipping one also with the TMA epilogue
     // (tma_store), alone, with each next tile's Q loaded early (q_ahead) and, on the
-    // window cases, with one mask pass per window edge crossed (edge_masks)
+    // window cases, with one mask pass per window edge crossed (edge_masks); the chained
+    // one also with the TMA epilogue
     let schedules: Vec<_> = schedules
         .into_iter()
         .flat_map(|s| {
@@ -143,6 +144,8 @@ fn sm90_forward_matches_f64_reference() {
                     (true, true, false),
                     (true, false, true),
                 ]
+            } else if chained {
+                &[(false, false, false), (true, false, false)]
             } else {
                 &[(false, false, false)]
             };

@@ -52,8 +52,7 @@ pub struct Sm90FwdShape {
     /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined
     /// (`fwd::Variant::chained`).
     pub chained: bool,
-    /// The epilogue through shared memory and TMA (`fwd::Variant::tma_store`; not with
-    /// `chained`).
+    /// The epilogue through shared memory and TMA (`fwd::Variant::tma_store`).
     pub tma_store: bool,
     /// With `dynamic`: each next tile's Q loaded early (`fwd::Variant::q_ahead`).
     pub q_ahead: bool,
@@ -140,11 +139,6 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
         return Err(FlashError::InvalidParam(format!(
             "{sh:?}: chained tiles run on the persistent grid with the overlapped pingpong \
              schedule (set persistent, overlap and pingpong too)"
-        )));
-    }
-    if sh.chained && sh.tma_store {
-        return Err(FlashError::InvalidParam(format!(
-            "{sh:?}: chained tiles store O with the pair stores (unset tma_store)"
         )));
     }
     if sh.q_ahead && (!sh.dynamic || sh.chained) {
@@ -240,9 +234,10 @@ mod tests {
             (
                 Sm90FwdShape {
                     chained: true,
+                    q_ahead: true,
                     ..ship
                 },
-                "chained tiles store O with the pair stores",
+                "runs with the dynamic scheduler, unchained",
             ),
             (
                 Sm90FwdShape {

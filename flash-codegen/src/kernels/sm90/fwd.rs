@@ -122,10 +122,6 @@ pub fn module(var: Variant) -> Module {
         "generator bug: chained tiles need the persistent, overlapped, pingpong schedule"
     );
     assert!(
-        !(chained && tma_store),
-        "generator bug: chained tiles store a tile's O after its Q slot is released"
-    );
-    assert!(
         !q_ahead || (dynamic && !chained),
         "generator bug: the next tile's Q early needs the dynamic scheduler, unchained"
     );
@@ -258,10 +254,11 @@ pub fn module(var: Variant) -> Module {
                 heads,
                 tm_o: tma_store.then(|| tm[3]),
             };
+            let q_tile = SmemTile::new(lay.q, block_m, d);
             if chained {
-                c.consume_chained(b, &sched, (smem, &lay, &out), ctx, (tid, wg, turn));
+                let st = (smem, &lay, &out, tma_store.then_some(&q_tile));
+                c.consume_chained(b, &sched, st, ctx, (tid, wg, turn));
             } else {
-                let q_tile = SmemTile::new(lay.q, block_m, d);
                 sched.consume_tiles(b, (smem, &lay), |b, tile, at| {
                     let ctx = ctx(tile, at.it0);
                     let (o, lse, w) = c.consume(b, &ctx, (tid, wg, tile.m0), (overlap, turn), at.j);
@@ -269,7 +266,7 @@ pub fn module(var: Variant) -> Module {
                         // O staged in the tile's Q slot: released once the store has read it
                         let slot = QSlot::of(b, (smem, &lay), at.j);
                         let st = (&q_tile, slot.smem, tid);
-                        c.epilogue_tma(b, (&ctx, &w), &out, st, (&o, &lse));
+                        c.epilogue_tma(b, (&w.rows(&ctx), w.wg_row, w.lead), &out, st, (&o, &lse));
                         if persistent && !c.release_late {
                             c.release_q(b, &w);
                         }
@@ -280,11 +277,11 @@ pub fn module(var: Variant) -> Module {
                         c.epilogue(b, &w.rows(&ctx), &out, (&o, &lse));
                     }
                 });
-                if tma_store {
-                    // the CTA's TMA stores complete before it exits
-                    let lead = Consumer::leader(b, tid);
-                    b.when(lead, false, |b| b.bulk_wait(0, false));
-                }
+            }
+            if tma_store {
+                // the CTA's TMA stores complete before it exits
+                let lead = Consumer::leader(b, tid);
+                b.when(lead, false, |b| b.bulk_wait(0, false));
             }
         },
     );

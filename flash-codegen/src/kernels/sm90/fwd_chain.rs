@@ -3,15 +3,19 @@
 //! first S = Q K^T, in one turn; the next tile's first softmax runs while both are in
 //! flight, and the tile's epilogue follows once its product lands. A tile's first block
 //! waits alone only at the CTA's first tile and after a tile with no key block; the last
-//! tile's P V is drained after the loop.
+//! tile's P V is drained after the loop. With the TMA epilogue (`Variant::tma_store`) a
+//! tile's O is staged in its own Q slot, which stays held until the store has read it (the
+//! next tile's edge), not released after the tile's last S.
 
 use super::fwd_consumer::{Consumer, Edges, Wg};
-use super::fwd_ctx::{BLOCK_N, Ctx, K_EMPTY, K_FULL, Layout, Stage, V_EMPTY, V_FULL};
+use super::fwd_ctx::{
+    BLOCK_N, Ctx, K_EMPTY, K_FULL, Layout, Q_EMPTY, QSlot, Stage, V_EMPTY, V_FULL,
+};
 use super::fwd_epilogue::{Out, Rows};
 use super::fwd_sched::{Sched, Tile};
 use super::fwd_turn::Turn;
 use crate::kernels::softmax::OnlineSoftmax;
-use crate::ptx::{Addr, B32, Builder, Cmp, LdCache, Pred, Reg, Space, Special, Ty};
+use crate::ptx::{Addr, B32, Builder, Cmp, F32, LdCache, Pred, Reg, Space, Special, Ty};
 use crate::tile::acc::AccTile;
 use crate::tile::desc::{Major, WgmmaDesc};
 use crate::tile::smem::SmemTile;
@@ -20,12 +24,15 @@ use crate::tile::smem::SmemTile;
 const IDLE: u32 = u32::MAX;
 
 /// Shared memory per thread, after the layout: the thread's record of the pending tile
-/// (`PENDING`) and of this one (`CURRENT`), each its first row, batch and head (words 0,
-/// 1, 2). Kept there, not in registers: the three-consumer d64 kernel's 160 have no room
-/// left at the tile edge, where the pending tile's epilogue runs beside this tile's state.
-pub(super) const RECORD_BYTES: u32 = 24;
+/// (`PENDING`) and of this one (`CURRENT`), each its first row, batch, head and Q slot
+/// count `j` (words 0, 1, 2, 3). Kept there, not in registers: the three-consumer d64
+/// kernel's 160 have no room left at the tile edge, where the pending tile's epilogue runs
+/// beside this tile's state.
+pub(super) const RECORD_BYTES: u32 = 32;
 const PENDING: i32 = 0;
-const CURRENT: i32 = 12;
+const CURRENT: i32 = 16;
+/// A record's words.
+const WORDS: [i32; 4] = [0, 4, 8, 12];
 
 /// What every tile of a warpgroup shares: the registers the loop carries and the
 /// tile-independent parts of its view.
@@ -40,6 +47,8 @@ struct Chain<'a> {
     smem: Reg<B32>,
     lay: &'a Layout,
     out: &'a Out,
+    /// The TMA epilogue's tile of a Q slot (`None`: the pair stores).
+    q_tile: Option<&'a SmemTile>,
 }
 
 impl Chain<'_> {
@@ -96,7 +105,7 @@ impl Consumer {
         &self,
         b: &mut Builder,
         sched: &Sched,
-        (smem, lay, out): (Reg<B32>, &Layout, &Out),
+        (smem, lay, out, q_tile): (Reg<B32>, &Layout, &Out, Option<&SmemTile>),
         ctx_of: impl Fn(&Tile, Reg<B32>) -> Ctx,
         (tid, wg, turn): (Reg<B32>, Reg<B32>, Option<Turn>),
     ) {
@@ -117,6 +126,7 @@ impl Consumer {
             smem,
             lay,
             out,
+            q_tile,
         };
         let idle = b.mov(IDLE);
         ch.set_record(b, PENDING, idle);
@@ -126,6 +136,7 @@ impl Consumer {
             ch.set_record(b, CURRENT, w.row);
             ch.set_record(b, CURRENT + 4, ctx.batch);
             ch.set_record(b, CURRENT + 8, ctx.head);
+            ch.set_record(b, CURRENT + 12, at.j);
             let pending = ch.record(b, PENDING);
             let idle = b.setp_u32(Cmp::Eq, pending, IDLE);
             let waiting = b.setp_u32(Cmp::Ne, pending, IDLE);
@@ -134,9 +145,20 @@ impl Consumer {
             b.comment("-- a tile with no key block: the pending one drained, zeros, -inf --");
             b.unless_uniform(some, |b| {
                 b.unless_uniform(idle, |b| self.drain(b, &mut ch, at.it0));
-                self.release_q(b, &w);
                 let lse = ch.softmax.finish(b, &mut ch.o);
-                self.epilogue(b, &w.rows(&ctx), ch.out, (&ch.o, &lse));
+                match ch.q_tile {
+                    None => {
+                        self.release_q(b, &w);
+                        self.epilogue(b, &w.rows(&ctx), ch.out, (&ch.o, &lse));
+                    }
+                    Some(q_tile) => {
+                        let slot = QSlot::of(b, (smem, lay), at.j);
+                        let st = (q_tile, slot.smem, tid);
+                        let at = (&w.rows(&ctx), w.wg_row, w.lead);
+                        self.epilogue_tma(b, at, ch.out, st, (&ch.o, &lse));
+                        self.release_q(b, &w);
+                    }
+                }
             });
             b.unless_uniform(none, |b| {
                 b.unless_uniform(waiting, |b| {
@@ -146,8 +168,11 @@ impl Consumer {
                 b.unless_uniform(idle, |b| self.edge(b, (&ctx, &w), &mut ch, at.it0));
                 let next = b.mov(1u32);
                 self.steady_blocks(b, &ctx, &w, &mut ch.softmax, &mut ch.o, &ch.p, next);
-                self.release_q(b, &w);
-                for word in [0, 4, 8] {
+                // (the TMA epilogue's slot: released by the store at the next edge)
+                if ch.q_tile.is_none() {
+                    self.release_q(b, &w);
+                }
+                for word in WORDS {
                     let v = ch.record(b, CURRENT + word);
                     ch.set_record(b, PENDING + word, v);
                 }
@@ -172,8 +197,7 @@ impl Consumer {
         let lse = ch.softmax.finish(b, &mut ch.o);
         let lane = b.special(Special::LaneId);
         let t2 = AccTile::lane_col(b, lane);
-        let rows = ch.pending_rows(b, t2);
-        self.epilogue(b, &rows, ch.out, (&ch.o, &lse));
+        self.store_pending(b, ch, t2, &lse);
         ch.zero_o(b);
         ch.softmax.reset(b);
         let idle = b.mov(IDLE);
@@ -211,9 +235,24 @@ impl Consumer {
             ch.o.scale_row(b, r, *inv);
         }
         let lse: Vec<_> = fin.iter().map(|f| f.1).collect();
-        let rows = ch.pending_rows(b, w.t2);
-        self.epilogue(b, &rows, ch.out, (&ch.o, &lse));
+        self.store_pending(b, ch, w.t2, &lse);
         ch.zero_o(b);
+    }
+
+    /// The pending tile's O (normalised) and LSE stored: by pairs, or staged in its Q
+    /// slot and stored by TMA, the slot released once the store has read it.
+    fn store_pending(&self, b: &mut Builder, ch: &Chain, t2: Reg<B32>, lse: &[Reg<F32>]) {
+        let rows = ch.pending_rows(b, t2);
+        let Some(q_tile) = ch.q_tile else {
+            self.epilogue(b, &rows, ch.out, (&ch.o, lse));
+            return;
+        };
+        let j = ch.record(b, PENDING + 12);
+        let slot = QSlot::of(b, (ch.smem, ch.lay), j);
+        let lead = Self::leader(b, ch.tid);
+        let st = (q_tile, slot.smem, ch.tid);
+        self.epilogue_tma(b, (&rows, rows.row, lead), ch.out, st, (&ch.o, lse));
+        Self::release_slot(b, slot.bar(Q_EMPTY));
     }
 }
 
@@ -221,8 +260,9 @@ impl Consumer {
 mod tests {
     use super::RECORD_BYTES;
     use crate::kernels::sm90::fwd::{Variant, module};
+    use crate::kernels::sm90::fwd_ctx::Q_EMPTY;
     use crate::ptx::print;
-    use crate::spec::DType;
+    use crate::spec::{DType, Mask};
 
     /// The edge issues the next tile's S and the pending P V in one turn (one `bar.sync`
     /// before both, one `bar.arrive` after), waits for S first (its mask and softmax
@@ -273,6 +313,61 @@ mod tests {
                 var.smem_bytes() - dynamic.smem_bytes(),
                 RECORD_BYTES * var.threads()
             );
+        }
+    }
+
+    /// With the TMA epilogue the pending tile's O goes through its own Q slot at the
+    /// edge, once the pending P V has landed, and the slot is released only after the
+    /// store has read it: the edge, a keyless tile and the drain (before a keyless tile,
+    /// after the last tile) each release a slot, the end of a tile's key blocks none (the
+    /// pair-store chain releases there, and at a keyless tile).
+    #[test]
+    fn a_chained_tma_epilogue_releases_the_slot_after_its_store() {
+        let arrivals = |ptx: &str| {
+            ptx.lines()
+                .filter(|l| {
+                    l.contains("mbarrier.arrive")
+                        && l.trim_end().ends_with(&format!("+{Q_EMPTY}];"))
+                })
+                .count()
+        };
+        for (dtype, d, mask) in [
+            (DType::Bf16, 64, Mask::Causal),
+            (DType::F16, 128, Mask::Local),
+        ] {
+            let tst = Variant {
+                chained: true,
+                ..Variant::shipping_for(dtype, d, mask)
+            };
+            assert!(tst.tma_store, "the shipping kernels store O through TMA");
+            let ptx = print::module(&module(tst));
+            let edge = ptx
+                .split("-- tile edge:")
+                .nth(1)
+                .and_then(|e| e.split("-- blocks that need the mask --").next())
+                .expect("an edge before the masked blocks");
+            let at = |pat: &str| {
+                edge.find(pat)
+                    .unwrap_or_else(|| panic!("d{d}: `{pat}` missing from the edge:\n{edge}"))
+            };
+            let read = at("cp.async.bulk.wait_group.read 0;");
+            let order = [
+                at("wgmma.wait_group.sync.aligned 0;"),
+                at("-- epilogue: O by stmatrix"),
+                at("cp.async.bulk.tensor.4d.global.shared::cta"),
+                read,
+                read + edge[read..]
+                    .find(&format!("+{Q_EMPTY}];"))
+                    .expect("the slot's release after the read"),
+            ];
+            assert!(order.is_sorted(), "d{d}: {order:?}\n{edge}");
+            assert_eq!(arrivals(edge), 1, "d{d}");
+            assert_eq!(arrivals(&ptx), 4, "d{d}: edge, keyless tile, two drains");
+            let pairs = Variant {
+                tma_store: false,
+                ..tst
+            };
+            assert_eq!(arrivals(&print::module(&module(pairs))), 2, "d{d}");
         }
     }
 }

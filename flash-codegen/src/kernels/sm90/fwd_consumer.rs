@@ -131,9 +131,14 @@ impl Consumer {
     /// warpgroup's warps up, and a warp still behind must not find the slot refilled for
     /// the tile after next).
     pub(super) fn release_q(&self, b: &mut Builder, w: &Wg) {
+        Self::release_slot(b, w.q_empty);
+    }
+
+    /// [`Consumer::release_q`] of the slot whose Q empty barrier is `q_empty`.
+    pub(super) fn release_slot(b: &mut Builder, q_empty: Addr) {
         let lane = b.special(Special::LaneId);
         let first = b.setp_u32(Cmp::Eq, lane, 0u32);
-        b.when(first, false, |b| b.mbarrier_arrive(w.q_empty));
+        b.when(first, false, |b| b.mbarrier_arrive(q_empty));
     }
 
     /// Whether thread `tid` leads its warpgroup (its first thread: the one that arrives

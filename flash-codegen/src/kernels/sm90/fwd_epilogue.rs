@@ -124,11 +124,13 @@ impl Consumer {
     /// meets at its named barrier, and its leader stores the stripe with one TMA box per
     /// 64 columns (rows past `seqlen_q` clipped by the map); the LSE, as
     /// [`Consumer::epilogue`] stores it, while the boxes are read; the leader waits until
-    /// they are: only then may its warp release the slot (`release_q`).
+    /// they are: only then may its warp release the slot (`release_q`). `at`: the tile's
+    /// rows; `wg_row`, the warpgroup's first (the boxes' coordinate, read by `lead` only:
+    /// the leader's own row is it).
     pub(super) fn epilogue_tma(
         &self,
         b: &mut Builder,
-        (ctx, w): (&Ctx, &Wg),
+        (at, wg_row, lead): (&Rows, Reg<B32>, Reg<Pred>),
         out: &Out,
         (q_slot, slot, tid): (&SmemTile, Reg<B32>, Reg<B32>),
         (o, lse): (&AccTile, &[Reg<F32>]),
@@ -153,22 +155,22 @@ impl Consumer {
         b.fence_proxy_async();
         let bar = b.add_u32(cw, EPI_BAR);
         b.bar_sync_named(bar, 128);
-        b.when(w.lead, false, |b| {
-            for p in 0..ctx.d / 64 {
+        b.when(lead, false, |b| {
+            for p in 0..q_slot.cols / 64 {
                 let coords: Vec<Operand<B32>> = vec![
                     Operand::Imm(64 * p as i64),
-                    ctx.head.into(),
-                    w.wg_row.into(),
-                    ctx.batch.into(),
+                    at.head.into(),
+                    wg_row.into(),
+                    at.batch.into(),
                 ];
                 let off = q_slot.base + p * q_slot.rows * ROW_BYTES;
                 b.tma_store(tm_o, coords, Addr::Shared(stripe, off as i32));
             }
             b.bulk_commit();
         });
-        self.lse_stores(b, &w.rows(ctx), out, lse);
+        self.lse_stores(b, at, out, lse);
         if !self.release_late {
-            b.when(w.lead, false, |b| b.bulk_wait(0, true));
+            b.when(lead, false, |b| b.bulk_wait(0, true));
         }
     }
 

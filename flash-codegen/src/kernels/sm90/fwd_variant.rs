@@ -45,7 +45,7 @@ pub struct Variant {
     /// With `persistent`, `overlap` and `pingpong`: the tile edges pipelined, each tile's
     /// last P V issued beside the next tile's first S (`fwd_chain`).
     pub chained: bool,
-    /// The epilogue through shared memory and TMA (not with `chained`): each consumer
+    /// The epilogue through shared memory and TMA: each consumer
     /// warpgroup writes its normalised O stripe with `stmatrix` into its stripe of the
     /// tile's Q slot and one thread stores it with `cp.async.bulk.tensor` through a fourth
     /// tensor map, `tm_o` (o's strides then multiples of 16 bytes, as q's), instead of
@@ -270,7 +270,8 @@ impl Variant {
     /// the dynamic one chained), all with the pair stores, release and debug builds; at
     /// d64 with two consumers too (beside the default three); the shipping kernels (the
     /// TMA epilogue), the sliding window's also with two consumers at d64 and with the
-    /// pair stores; every mask's with `q_ahead`; the window's with `edge_masks`; softcap
+    /// pair stores; every mask's with `q_ahead`, and chained (with the TMA epilogue); the
+    /// window's with `edge_masks`; softcap
     /// (every mask) and
     /// ALiBi (no mask or causal) on the shipping schedule and tiles, the softcap also with
     /// 1 and 2 of every 4 n-tiles' `ex2`s on the FMA pipe (`fma_exp2`).
@@ -329,6 +330,12 @@ impl Variant {
                         ..Self::shipping_for(dtype, head_dim, mask)
                     };
                     v.extend([false, true].map(|debug| Variant { debug, ..ship }));
+                    // the tile edges chained, O through TMA
+                    let chain = Variant {
+                        chained: true,
+                        ..Self::shipping_for(dtype, head_dim, mask)
+                    };
+                    v.extend([false, true].map(|debug| Variant { debug, ..chain }));
                 }
                 // the window with one mask pass per edge crossed
                 let em = Variant {
