@@ -283,32 +283,26 @@ fn bench_path_in(paths: &[&str]) -> bool {
     std::env::var("BENCH_PATH").is_ok_and(|p| paths.contains(&p.as_str()))
 }
 
-/// BENCH_PATH=sm90ovl, sm90pp, sm90pers, sm90dyn, sm90chain, sm90tst or sm90qa.
+/// The persistent paths: sm90pers (static zigzag), sm90dyn (dynamic scheduler), sm90chain
+/// (that with the tile edges chained), sm90ctst (that with the TMA epilogue), sm90tst
+/// (sm90dyn with the TMA epilogue) and sm90qa (that with the next tile's Q early).
+const PERSISTENT_PATHS: [&str; 6] = [
+    "sm90pers",
+    "sm90dyn",
+    "sm90chain",
+    "sm90ctst",
+    "sm90tst",
+    "sm90qa",
+];
+
+/// BENCH_PATH=sm90ovl, sm90pp or a persistent path: the overlapped schedule.
 fn sm90_overlap() -> bool {
-    bench_path_in(&[
-        "sm90ovl",
-        "sm90pp",
-        "sm90pers",
-        "sm90dyn",
-        "sm90chain",
-        "sm90ctst",
-        "sm90tst",
-        "sm90qa",
-    ])
+    bench_path_in(&["sm90ovl", "sm90pp"]) || bench_path_in(&PERSISTENT_PATHS)
 }
 
-/// BENCH_PATH=sm90pers (static zigzag), sm90dyn (dynamic scheduler), sm90chain (that
-/// with the tile edges chained), sm90tst (with the TMA epilogue) or sm90qa (that with the
-/// next tile's Q early): the pingpong schedule on a persistent grid.
+/// A persistent BENCH_PATH (`PERSISTENT_PATHS`): the pingpong schedule on a persistent grid.
 fn sm90_persistent() -> bool {
-    bench_path_in(&[
-        "sm90pers",
-        "sm90dyn",
-        "sm90chain",
-        "sm90ctst",
-        "sm90tst",
-        "sm90qa",
-    ])
+    bench_path_in(&PERSISTENT_PATHS)
 }
 
 /// BENCH_PATH=sm90dyn, sm90chain, sm90tst or sm90qa: the persistent grid's tiles claimed

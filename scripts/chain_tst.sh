@@ -14,10 +14,10 @@ set -u
 cd "$(dirname "$0")/.."
 OUT="${1:?usage: chain_tst.sh OUT_DIR}"
 mkdir -p "$OUT"
-GPU_FWD_SM90_SCHEDULES=5 timeout 200 tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
+GPU_FWD_SM90_SCHEDULES=5 timeout 120 tests/gpu_fwd_sm90 --nocapture > "$OUT/fwd.log" 2>&1
 echo "gpu_fwd_sm90 (chained) rc=$? (${SECONDS}s)"
 grep -E "test result|error / sm80|FAIL|panicked" "$OUT/fwd.log" | tail -5
-GPU_FWD_SM90_SCHEDULES=5 GPU_FWD_SM90_SHAPES="${CHAIN_MEMCHECK_SHAPES:-1,10,17}" timeout 150 \
+GPU_FWD_SM90_SCHEDULES=5 GPU_FWD_SM90_SHAPES="${CHAIN_MEMCHECK_SHAPES:-1,10,17}" timeout 80 \
   compute-sanitizer --tool memcheck --print-limit 10 tests/gpu_fwd_sm90 --nocapture > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$? (${SECONDS}s)"
 grep -E "ERROR SUMMARY|test result" "$OUT/memcheck.log" | tail -3

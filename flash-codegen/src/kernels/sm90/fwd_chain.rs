@@ -264,6 +264,20 @@ mod tests {
     use crate::ptx::print;
     use crate::spec::{DType, Mask};
 
+    /// The chained kernel's tile edge: from its comment to the masked blocks'.
+    fn edge_of(ptx: &str) -> &str {
+        ptx.split("-- tile edge:")
+            .nth(1)
+            .and_then(|e| e.split("-- blocks that need the mask --").next())
+            .expect("an edge before the masked blocks")
+    }
+
+    /// Where `pat` first occurs in the d`d` kernel's `edge`.
+    fn find(edge: &str, pat: &str, d: u32) -> usize {
+        edge.find(pat)
+            .unwrap_or_else(|| panic!("d{d}: `{pat}` missing from the edge:\n{edge}"))
+    }
+
     /// The edge issues the next tile's S and the pending P V in one turn (one `bar.sync`
     /// before both, one `bar.arrive` after), waits for S first (its mask and softmax
     /// between the two waits) and stores the pending tile's O only once the product has
@@ -281,15 +295,8 @@ mod tests {
                 ..dynamic
             };
             let ptx = print::module(&module(var));
-            let edge = ptx
-                .split("-- tile edge:")
-                .nth(1)
-                .and_then(|e| e.split("-- blocks that need the mask --").next())
-                .expect("an edge before the masked blocks");
-            let at = |pat: &str| {
-                edge.find(pat)
-                    .unwrap_or_else(|| panic!("d{d}: `{pat}` missing from the edge:\n{edge}"))
-            };
+            let edge = edge_of(&ptx);
+            let at = |pat: &str| find(edge, pat, d);
             let order = [
                 at("bar.sync"),
                 at("-- S = Q K^T --"),
@@ -341,15 +348,8 @@ mod tests {
             };
             assert!(tst.tma_store, "the shipping kernels store O through TMA");
             let ptx = print::module(&module(tst));
-            let edge = ptx
-                .split("-- tile edge:")
-                .nth(1)
-                .and_then(|e| e.split("-- blocks that need the mask --").next())
-                .expect("an edge before the masked blocks");
-            let at = |pat: &str| {
-                edge.find(pat)
-                    .unwrap_or_else(|| panic!("d{d}: `{pat}` missing from the edge:\n{edge}"))
-            };
+            let edge = edge_of(&ptx);
+            let at = |pat: &str| find(edge, pat, d);
             let read = at("cp.async.bulk.wait_group.read 0;");
             let order = [
                 at("wgmma.wait_group.sync.aligned 0;"),
