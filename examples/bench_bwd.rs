@@ -3,7 +3,10 @@
 //! causal and not, seqlen 512..16K, bf16 and f16. Per row: our forward once (o, lse), then
 //! 5 warm-ups and the median of >= 20 whole backward calls (BwdPre + Bwd + BwdPost, or
 //! BwdDq in deterministic mode; scratch passed in) timed with CUDA events, each after
-//! do_bench's 256 MB L2 flush (`bench_common::Flush`; BENCH_FLUSH=0: without). TFLOP/s from
+//! do_bench's 256 MB L2 flush (`bench_common::Flush`; BENCH_FLUSH=0: without) and a GPU spin
+//! of BENCH_SLEEP_CYCLES clock cycles (default 1 500 000, ~0.75 ms: longer than the
+//! backward's host-side enqueue, so the GPU does not wait for the host inside the events;
+//! 0: no spin, the timing of sessions before 34). TFLOP/s from
 //! 2.5 x the forward's 4 * b * h * n^2 * d (half if causal), in both modes.
 //!
 //! Env: BENCH_OUT (JSON path, default bench_bwd.json), BENCH_D, BENCH_SEQ (comma lists),
@@ -34,7 +37,7 @@ use flash_runtime::{
 };
 
 mod bench_common;
-use bench_common::{Flush, HIDDEN, Sweep, WARMUP, attn_params, env_flag, env_list, median};
+use bench_common::{Flush, HIDDEN, Sleep, Sweep, WARMUP, attn_params, env_flag, env_list, median};
 #[path = "bench_common/bwd_rows.rs"]
 mod bwd_rows;
 use bwd_rows::{BwdRows, Row, tiling_from_env, with_splits};
@@ -101,7 +104,7 @@ fn time_row<T: Element>(
     row: &Row,
     opts: BwdOptions,
     iters: usize,
-    flush: &mut Flush,
+    (flush, sleep): (&mut Flush, &Sleep),
 ) -> Res<(f64, f64)> {
     let params = attn_params(row.causal);
     let (shape, kv_shape) = (row.q_shape(), row.kv_shape());
@@ -141,6 +144,7 @@ fn time_row<T: Element>(
     let mut times = Vec::with_capacity(iters);
     for i in 0..WARMUP + iters {
         flush.run(stream)?;
+        sleep.run(stream)?;
         start.record(stream)?;
         // preallocated gradients and scratch: no allocation inside the events
         let grads = GradsMut {
@@ -176,7 +180,7 @@ fn sweep<T: Element>(
     stream: &Arc<CudaStream>,
     (sw, rs, deterministic): (&Sweep, &BwdRows, bool),
     rows: &mut Vec<serde_json::Value>,
-    flush: &mut Flush,
+    timer: (&mut Flush, &Sleep),
 ) -> Res<()> {
     let list = rs.rows(sw);
     let mut bu = bufs::<T>(stream, 0xb4c4 ^ T::DTYPE as u64, rs.sizes(&list))?;
@@ -184,7 +188,14 @@ fn sweep<T: Element>(
         let (mut med, mut min, mut error) = (f64::NAN, f64::NAN, rs.invalid(r));
         if error.is_none() {
             let opts = with_splits(bwd_opts(deterministic), r.s);
-            match time_row((rt, stream), &mut bu, r, opts, sw.iters, flush) {
+            match time_row(
+                (rt, stream),
+                &mut bu,
+                r,
+                opts,
+                sw.iters,
+                (&mut *timer.0, timer.1),
+            ) {
                 Ok(t) => (med, min) = t,
                 Err(e) => error = Some(e.to_string()),
             }
@@ -362,8 +373,14 @@ fn run() -> Res<()> {
             "atomic"
         };
         let mut flush = Flush::from_env(&stream)?;
+        let cycles = env_list("BENCH_SLEEP_CYCLES", &[1_500_000])
+            .first()
+            .copied()
+            .unwrap_or(1_500_000);
+        let sleep = Sleep::new(&rt, cycles as u64)?;
         println!(
-            "flash-ptx backward ({mode}) on {gpu}: {}, median of {} calls; {}",
+            "flash-ptx backward ({mode}) on {gpu}: {}, median of {} calls; {}; spin {cycles} \
+             cycles before each call",
             rs.describe(),
             sw.iters,
             flush.method()
@@ -380,13 +397,14 @@ fn run() -> Res<()> {
             .map(str::trim)
         {
             match dt {
-                "bf16" => sweep::<half::bf16>(&rt, &stream, cfg, &mut rows, &mut flush)?,
-                "f16" => sweep::<half::f16>(&rt, &stream, cfg, &mut rows, &mut flush)?,
+                "bf16" => sweep::<half::bf16>(&rt, &stream, cfg, &mut rows, (&mut flush, &sleep))?,
+                "f16" => sweep::<half::f16>(&rt, &stream, cfg, &mut rows, (&mut flush, &sleep))?,
                 other => eprintln!("skipping unknown dtype `{other}` (use bf16, f16)"),
             }
         }
         report["iters"] = sw.iters.into();
         report["timing"] = flush.method().into();
+        report["spin_cycles"] = cycles.into();
         report["deterministic"] = deterministic.into();
         report["heads"] = serde_json::json!(rs.heads);
         report["group_splits"] = serde_json::json!(rs.splits);

@@ -4,6 +4,8 @@
 # forward tile visits 8 key blocks and a backward key block 16 query blocks, as many as
 # a 1024-key window's unmasked middle, with no edge block. Unmasked TFLOP/s at 1K over
 # 8K's is the share the fixed cost leaves; the window's ratio below it is its edges'.
+# (bench_bwd spins the GPU past the host's enqueue since session 34's run, which had no
+# spin: its short rows then may hold host time.)
 #
 #   bash scripts/edge_costs.sh OUT_DIR      (from target/gb)
 set -u
