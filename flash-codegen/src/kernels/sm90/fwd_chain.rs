@@ -31,8 +31,11 @@ const IDLE: u32 = u32::MAX;
 pub(super) const RECORD_BYTES: u32 = 32;
 const PENDING: i32 = 0;
 const CURRENT: i32 = 16;
-/// A record's words.
-const WORDS: [i32; 4] = [0, 4, 8, 12];
+/// A record's words (byte offsets): the first row, batch, head and Q slot count.
+const ROW: i32 = 0;
+const BATCH: i32 = 4;
+const HEAD: i32 = 8;
+const SLOT: i32 = 12;
 
 /// What every tile of a warpgroup shares: the registers the loop carries and the
 /// tile-independent parts of its view.
@@ -55,9 +58,9 @@ impl Chain<'_> {
     /// The pending tile's rows, for this thread's lane column `t2`.
     fn pending_rows(&self, b: &mut Builder, t2: Reg<B32>) -> Rows {
         Rows {
-            row: self.record(b, PENDING),
-            batch: self.record(b, PENDING + 4),
-            head: self.record(b, PENDING + 8),
+            row: self.record(b, PENDING + ROW),
+            batch: self.record(b, PENDING + BATCH),
+            head: self.record(b, PENDING + HEAD),
             t2,
         }
     }
@@ -133,10 +136,10 @@ impl Consumer {
         let total = sched.consume_tiles(b, (smem, lay), |b, tile, at| {
             let ctx = ctx_of(tile, at.it0);
             let w = self.setup(b, &ctx, (tid, wg, tile.m0), (turn, at.j));
-            ch.set_record(b, CURRENT, w.row);
-            ch.set_record(b, CURRENT + 4, ctx.batch);
-            ch.set_record(b, CURRENT + 8, ctx.head);
-            ch.set_record(b, CURRENT + 12, at.j);
+            ch.set_record(b, CURRENT + ROW, w.row);
+            ch.set_record(b, CURRENT + BATCH, ctx.batch);
+            ch.set_record(b, CURRENT + HEAD, ctx.head);
+            ch.set_record(b, CURRENT + SLOT, at.j);
             let pending = ch.record(b, PENDING);
             let idle = b.setp_u32(Cmp::Eq, pending, IDLE);
             let waiting = b.setp_u32(Cmp::Ne, pending, IDLE);
@@ -152,11 +155,8 @@ impl Consumer {
                         self.epilogue(b, &w.rows(&ctx), ch.out, (&ch.o, &lse));
                     }
                     Some(q_tile) => {
-                        let slot = QSlot::of(b, (smem, lay), at.j);
-                        let st = (q_tile, slot.smem, tid);
-                        let at = (&w.rows(&ctx), w.wg_row, w.lead);
-                        self.epilogue_tma(b, at, ch.out, st, (&ch.o, &lse));
-                        self.release_q(b, &w);
+                        let rows = (&w.rows(&ctx), w.wg_row, w.lead);
+                        self.store_through_slot(b, (&ch, q_tile), rows, at.j, &lse);
                     }
                 }
             });
@@ -172,7 +172,7 @@ impl Consumer {
                 if ch.q_tile.is_none() {
                     self.release_q(b, &w);
                 }
-                for word in WORDS {
+                for word in [ROW, BATCH, HEAD, SLOT] {
                     let v = ch.record(b, CURRENT + word);
                     ch.set_record(b, PENDING + word, v);
                 }
@@ -247,11 +247,25 @@ impl Consumer {
             self.epilogue(b, &rows, ch.out, (&ch.o, lse));
             return;
         };
-        let j = ch.record(b, PENDING + 12);
-        let slot = QSlot::of(b, (ch.smem, ch.lay), j);
+        let j = ch.record(b, PENDING + SLOT);
         let lead = Self::leader(b, ch.tid);
+        self.store_through_slot(b, (ch, q_tile), (&rows, rows.row, lead), j, lse);
+    }
+
+    /// The TMA epilogue of the tile of `rows` (its rows, warpgroup's first row and
+    /// leader) through its Q slot, the `j`-th (`q_tile`: a slot's tile), then the slot
+    /// released (the leader has waited for the store to read it).
+    fn store_through_slot(
+        &self,
+        b: &mut Builder,
+        (ch, q_tile): (&Chain, &SmemTile),
+        rows: (&Rows, Reg<B32>, Reg<Pred>),
+        j: Reg<B32>,
+        lse: &[Reg<F32>],
+    ) {
+        let slot = QSlot::of(b, (ch.smem, ch.lay), j);
         let st = (q_tile, slot.smem, ch.tid);
-        self.epilogue_tma(b, (&rows, rows.row, lead), ch.out, st, (&ch.o, lse));
+        self.epilogue_tma(b, rows, ch.out, st, (&ch.o, lse));
         Self::release_slot(b, slot.bar(Q_EMPTY));
     }
 }

@@ -219,9 +219,7 @@ impl Consumer {
         };
         b.unless_uniform(first, |b| {
             b.when(w.lead, false, |b| b.bulk_wait(0, true));
-            let lane = b.special(Special::LaneId);
-            let lane0 = b.setp_u32(Cmp::Eq, lane, 0u32);
-            b.when(lane0, false, |b| b.mbarrier_arrive(q_empty));
+            Self::release_slot(b, q_empty);
         });
     }
 
