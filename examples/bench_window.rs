@@ -18,7 +18,7 @@
 //! gradients preallocated, o and lse from the row's own forward) on the same rows,
 //! TFLOP/s at 2.5 times the forward's work (FA2's count:
 //! 10 d per pair), the visited blocks counted per key block (query blocks its window
-//! reaches). `BENCH_BWD_TILING=standard|long` runs every backward row on that tile row
+//! reaches). `BENCH_BWD_TILING=standard|long|...` runs every backward row on that tile row
 //! (`BwdOptions::tiling`); unset or `auto`, the runtime's rule (the long row from 8K
 //! query rows, for windows reaching 4096 keys or more: `validate::rule_rows`).
 
@@ -36,7 +36,7 @@ use half::bf16;
 use serde_json::json;
 
 mod bench_common;
-use bench_common::{SpinTimer, env_list, median};
+use bench_common::{SpinTimer, env_list, median, tiling_env};
 
 const H: usize = 16;
 const D: usize = 128;
@@ -164,20 +164,10 @@ fn work_bwd(n: usize, window: Option<usize>, (bm, bn): (usize, usize)) -> f64 {
     visited as f64
 }
 
-/// `BENCH_BWD_TILING`: the backward's tile row, when forced.
-fn bwd_tiling() -> Result<Option<Tiling>, Box<dyn Error>> {
-    match std::env::var("BENCH_BWD_TILING").as_deref() {
-        Err(_) | Ok("" | "auto") => Ok(None),
-        Ok("standard") => Ok(Some(Tiling::Standard)),
-        Ok("long") => Ok(Some(Tiling::Long)),
-        Ok(other) => Err(format!("BENCH_BWD_TILING={other}: standard or long").into()),
-    }
-}
-
 fn main() -> Result<(), Box<dyn Error>> {
     let rt = FlashAttention::on_device(0)?;
     let bwd = std::env::var("BENCH_PASS").is_ok_and(|p| p == "bwd");
-    let tiling = bwd_tiling()?;
+    let tiling = tiling_env("BENCH_BWD_TILING")?;
     let s = rt.context().default_stream();
     let rounds = env_list("BENCH_ROUNDS", &[3]).first().copied().unwrap_or(3);
     let mut timer = SpinTimer::new(&rt, &s, 1_500_000)?;

@@ -164,14 +164,7 @@ impl BwdRows {
 /// BENCH_TILING (`standard`, `long`, `compact`, `wide`, `prefill`): the main pass's row,
 /// fixed (`BwdOptions::with_tiling`); unset or `auto`: the runtime's choice.
 pub fn tiling_from_env() -> Result<Option<flash_runtime::flash_codegen::Tiling>, String> {
-    match std::env::var("BENCH_TILING") {
-        Ok(s) if !s.trim().is_empty() && s.trim() != "auto" => {
-            serde_json::from_value(serde_json::json!(s.trim()))
-                .map(Some)
-                .map_err(|e| format!("BENCH_TILING `{s}`: {e}"))
-        }
-        _ => Ok(None),
-    }
+    crate::bench_common::tiling_env("BENCH_TILING")
 }
 
 /// `base` (the library's default or deterministic mode) with the split `s` (0: automatic).

@@ -26,6 +26,20 @@ pub fn env_list(name: &str, default: &[usize]) -> Vec<usize> {
     }
 }
 
+/// The backward's tile row named by env `name` (a `Tiling`'s serde name: `standard`,
+/// `long`, `compact`, ...), or `None` where it is unset, empty or `auto` (the runtime's
+/// rule).
+pub fn tiling_env(name: &str) -> Result<Option<flash_runtime::flash_codegen::Tiling>, String> {
+    match std::env::var(name) {
+        Ok(s) if !s.trim().is_empty() && s.trim() != "auto" => {
+            serde_json::from_value(serde_json::json!(s.trim()))
+                .map(Some)
+                .map_err(|e| format!("{name} `{s}`: {e}"))
+        }
+        _ => Ok(None),
+    }
+}
+
 /// Whether env `name` is set to something other than empty or "0".
 pub fn env_flag(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v != "0" && !v.is_empty())
