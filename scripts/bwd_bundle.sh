@@ -12,7 +12,8 @@
 #   bash scripts/bwd_bundle.sh
 #
 # BUNDLE_REVS="name=REV ...": also examples/bench_fwd_<name> per entry, bench_fwd as built
-# at commit or branch REV (a worktree under target/), to time other builds beside this one
+# at commit or branch REV (BUNDLE_REV_EXAMPLES="bench_fwd bench_window ...": those examples,
+# each as <example>_<name>) (a worktree under target/), to time other builds beside this one
 # in one device run (scripts/sm90_all.sh: SM90_RUNS="new=sm90dyn
 # base=sm90dyn:::bench_fwd_base" after BUNDLE_REVS="base=main").
 set -eu
@@ -36,8 +37,10 @@ for entry in ${BUNDLE_REVS:-}; do
   wt="$PWD/target/rev-worktree"
   git worktree remove --force "$wt" 2>/dev/null || true
   git worktree add -f --detach "$wt" "$rev"
-  (cd "$wt" && CARGO_TARGET_DIR="$PWD/../v4wt" cargo build --release --features gpu --example bench_fwd)
-  cp target/v4wt/release/examples/bench_fwd "target/gb/examples/bench_fwd_$name"
+  for e in ${BUNDLE_REV_EXAMPLES:-bench_fwd}; do
+    (cd "$wt" && CARGO_TARGET_DIR="$PWD/../v4wt" cargo build --release --features gpu --example "$e")
+    cp "target/v4wt/release/examples/$e" "target/gb/examples/${e}_$name"
+  done
   git worktree remove --force "$wt"
 done
 du -sh target/gb

@@ -4,7 +4,8 @@ per query block m, how many key blocks add into its dQ accumulator. The main pas
 for key block n, the query blocks [first(n), end(n)) (kernels/sm80/bwd/open.rs:
 `KeyBlock::open`'s m_first and n_qblocks); both are monotone in n, so m's contributors are
 one run of key blocks [n_a(m), n_b(m)]. This checks the closed form below against that
-rule by brute force over random lengths, block sizes and windows; exit status 1 on any
+rule by brute force over random lengths, block sizes and windows, and that the last key
+block's range ends at the last query block (no unvisited suffix); exit status 1 on any
 mismatch.
 
     python3 scripts/dq_contributors.py [CASES]
@@ -60,6 +61,10 @@ def main():
         left, right = random.randint(0, 800), random.randint(0, 800)
         win = random.choice(["all", "causal", (min(left, sk), min(right, sq)),
                              (min(left % 50, sk), 0), (sk, min(right % 30, sq))])
+        # no suffix of query blocks goes unvisited (the fold converts only the prefix)
+        if visits(cdiv(sk, bn) - 1, sq, sk, bm, bn, win)[1] != cdiv(sq, bm):
+            bad += 1
+            print(f"the last key block stops short: sq={sq} sk={sk} bm={bm} bn={bn} win={win}")
         for m in range(cdiv(sq, bm)):
             runs = [n for n in range(cdiv(sk, bn))
                     if visits(n, sq, sk, bm, bn, win)[0] <= m < visits(n, sq, sk, bm, bn, win)[1]]

@@ -22,7 +22,9 @@
 //! K and V issued, the query blocks that see it), then per sweep `KeyBlock::sweep`: for
 //! each query head of the group `KeyBlock::head` runs the query-block loop (one
 //! `KeyBlock::streamed_block` or exchange step per block, the atomic dQ deferred to
-//! the next iteration), and `KeyBlock::store` writes dV and dK.
+//! the next iteration), `KeyBlock::fold_dq` (the dense pass given `dq_count`: the
+//! blocks whose last contributor this CTA is converted to dQ), and `KeyBlock::store`
+//! writes dV and dK.
 
 use super::bwd_atomic_dq::DqWarp;
 use super::bwd_exchange::{ColStats, Exchange, StepTiles};
@@ -118,6 +120,7 @@ struct KeyBlock<'a> {
 }
 
 mod block;
+mod fold;
 mod open;
 
 /// Which of a group's query heads the CTA takes: `index`, `index + count`, ... (the dense
@@ -142,6 +145,17 @@ impl KeyBlock<'_> {
         let acc_cols = self.exchange.as_ref().map_or(d, |x| d / x.groups);
         let mut dv = self.w.acc_zeros(b, if sw.dv { acc_cols } else { 0 });
         let mut dk = self.w.acc_zeros(b, if sw.dk { acc_cols } else { 0 });
+        self.each_head(b, |b, head| self.head(b, sw, head, (&mut dv, &mut dk)));
+        self.store(b, sw, &dv, &dk);
+        if sw.dk && self.folds_dq() {
+            // (after the stores: the accumulators' registers are free)
+            let fold = self.fold_ctx(b);
+            self.each_head(b, |b, head| self.fold_dq(b, &fold, head));
+        }
+    }
+
+    /// Runs `body` for each of the CTA's query heads of the group, in order.
+    fn each_head(&self, b: &mut Builder, mut body: impl FnMut(&mut Builder, Reg<B32>)) {
         // (a pass without group splits reads no ids here: its kernels stay as they were)
         let split = match Self::splits_group(self.plan) {
             true => Self::group_split(b, self.plan, &self.p),
@@ -155,7 +169,7 @@ impl KeyBlock<'_> {
                 let more = b.setp_u32(Cmp::Lt, gh, self.group);
                 b.loop_exit_unless(&lp, more);
                 let head = b.mad_lo_u32(self.kv_head, self.group, gh);
-                self.head(b, sw, head, (&mut dv, &mut dk));
+                body(b, head);
                 let ngh = b.add_u32(gh, 1u32);
                 b.assign(gh, ngh);
                 b.loop_end(lp);
@@ -169,13 +183,12 @@ impl KeyBlock<'_> {
                 let lp = b.loop_start();
                 let more = b.setp_u32(Cmp::Lt, head, end);
                 b.loop_exit_unless(&lp, more);
-                self.head(b, sw, head, (&mut dv, &mut dk));
+                body(b, head);
                 let next = b.add_u32(head, split.count);
                 b.assign(head, next);
                 b.loop_end(lp);
             }
         }
-        self.store(b, sw, &dv, &dk);
     }
 
     /// Query head `head`: its Q and dO streamed, the query blocks from the last down to
