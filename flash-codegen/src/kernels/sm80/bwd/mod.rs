@@ -178,9 +178,17 @@ impl KeyBlock<'_> {
                 // the split's heads: kv_head * group + split, then every count-th (the
                 // CTA's ids re-read here rather than kept live through the sweeps)
                 let first = b.mad_lo_u32(kv_head, self.group, split.index);
-                let end = b.mad_lo_u32(kv_head, self.group, self.group);
+                // (ptxas at the register margin: the 8-warp d128 tuning row spills holding
+                // the group's end through the loop, the table's rows spill re-reading it)
+                let t = self.t;
+                let reread = t.warps == 8 && !t.layout.exchange();
+                let held = (!reread).then(|| b.mad_lo_u32(kv_head, self.group, self.group));
                 let head = b.mov(first);
                 let lp = b.loop_start();
+                let end = held.unwrap_or_else(|| {
+                    let (kv_head, _) = Self::group_split(b, self.plan, &self.p);
+                    b.mad_lo_u32(kv_head, self.group, self.group)
+                });
                 let more = b.setp_u32(Cmp::Lt, head, end);
                 b.loop_exit_unless(&lp, more);
                 body(b, head);
