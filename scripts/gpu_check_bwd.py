@@ -73,7 +73,6 @@ def run(q, k, v, do, causal, deterministic, long=False):
     accum = torch.full((b, h, (sq + 15) // 16 * 16, d), float("nan"), device=dev) if not deterministic else None
     vals = dict(base, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(),
                 dvec=dvec.data_ptr(), dq_accum=accum.data_ptr() if accum is not None else 0,
-                dq_count=0,  # (no counters: dq from bwdpost, the three-launch sequence)
                 dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(), **{"do": do.data_ptr()})
     for n, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("dq", dq), ("dk", dk), ("dv", dv)):
         strides(vals, n, t)

@@ -31,7 +31,7 @@ def main():
             dvec = torch.empty(b, h, n, device="cuda")
             accum = torch.zeros(b, h, (n + 15) // 16 * 16, d, device="cuda")
             vals = dict(base, q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), o=o.data_ptr(), lse=lse.data_ptr(),
-                        dvec=dvec.data_ptr(), dq_accum=accum.data_ptr(), dq_count=0, dq=dq.data_ptr(), dk=dk.data_ptr(),
+                        dvec=dvec.data_ptr(), dq_accum=accum.data_ptr(), dq=dq.data_ptr(), dk=dk.data_ptr(),
                         dv=dv.data_ptr(), **{"do": do.data_ptr()})
             for nm, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("dq", dq), ("dk", dk), ("dv", dv)):
                 g.strides(vals, nm, t)

@@ -59,7 +59,7 @@ def ours(q, k, v, do, causal):
     vals = {"seqlen_q": n, "seqlen_k": n, "head_dim": d, "heads": h, "heads_per_kv": 1,
             "scale_log2": g.LOG2E / math.sqrt(d), "softmax_scale": 1 / math.sqrt(d),
             "q": q.data_ptr(), "k": k.data_ptr(), "v": v.data_ptr(), "o": o.data_ptr(),
-            "lse": lse.data_ptr(), "dvec": dvec.data_ptr(), "dq_accum": accum.data_ptr() if ATOMIC else 0, "dq_count": 0, "dq": dq.data_ptr(),
+            "lse": lse.data_ptr(), "dvec": dvec.data_ptr(), "dq_accum": accum.data_ptr() if ATOMIC else 0, "dq": dq.data_ptr(),
             "dk": dk.data_ptr(), "dv": dv.data_ptr(), "do": do.data_ptr()}
     for nm, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("dq", dq), ("dk", dk), ("dv", dv)):
         g.strides(vals, nm, t)

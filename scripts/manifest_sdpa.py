@@ -11,8 +11,7 @@ read from PTX_DIR/manifest.json: which kernel serves a problem (spec fields), it
 entry name, its parameters (order, names, numpy types), its block, its grid (the formula
 strings, evaluated here), its dynamic shared memory and whether the opt-in is needed. The
 only knowledge outside the manifest is the order of the backward passes (README, "Kernels"):
-bwdpre -> bwd (atomic: dq_accum and dq_count zeroed, the main pass writes dq), or
-bwdpre -> bwd -> bwddq (deterministic), with
+bwdpre -> bwd -> bwdpost (atomic), or bwdpre -> bwd -> bwddq (deterministic), with
 bwdkvsum after bwd when a grouped-query case splits its group (here: two CTAs per group).
 
 Per case: max abs and rel-L2 of ours vs SDPA in the same dtype (q, k, v transposed to
@@ -136,20 +135,15 @@ def ours(man, q, k, v, do, causal, deterministic):
         return (o,), used
     t.update(do=do, dq=torch.full_like(q, float("nan")), dk=torch.full_like(k, float("nan")),
              dv=torch.full_like(v, float("nan")), dvec=torch.empty((b, h, sq), device=q.device),
-             # atomic mode: the accumulator and the main pass's arrival counters start at
-             # zero (the main pass writes dq and leaves both zero for a next call), so no
-             # bwd_post; bwd_pre is given no accumulator to zero
-             dq_accum=None if deterministic else torch.zeros((b, h, (sq + 15) // 16 * 16, d), device=q.device),
-             dq_count=None if deterministic else torch.zeros((b, h, (sq + 15) // 16), dtype=torch.int32, device=q.device))
+             dq_accum=None if deterministic else torch.empty((b, h, (sq + 15) // 16 * 16, d), device=q.device))
     splits = 1 << sizes["group_split_shift"]
     t.update(dkv_partial=torch.full((splits, 2, b, sk, hk, d), float("nan"), device=q.device)
              if splits > 1 else None)
     passes = ["bwd_pre", "bwd"] + (["bwd_kv_sum"] if splits > 1 else [])
-    passes += ["bwd_dq"] if deterministic else []
+    passes += ["bwd_dq" if deterministic else "bwd_post"]
     for p in passes:
         kern = man.pick(p, d, q.dtype, causal and p in ("bwd", "bwd_dq"), sq, not deterministic)
-        pt = dict(t, dq_accum=None) if p == "bwd_pre" else t
-        used.append(man.launch(kern, pt, sizes))
+        used.append(man.launch(kern, t, sizes))
     return (o, t["dq"], t["dk"], t["dv"]), used
 
 

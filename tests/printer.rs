@@ -10,7 +10,7 @@ use codegen_support as common;
 use std::collections::BTreeSet;
 
 use flash_codegen::ptx::inst::{
-    AluOp, AtomOp, CpCache, CpSize, LdmNum, Mma, MmaKind, PredOp, ShflMode, VecWidth, regs_of,
+    AluOp, CpCache, CpSize, LdmNum, Mma, MmaKind, PredOp, ShflMode, VecWidth, regs_of,
 };
 use flash_codegen::ptx::{
     Addr, AnyOperand, AnyReg, B32, B64, Builder, Cmp, Entry, F32, HalfFmt, Inst, LaunchBounds,
@@ -182,7 +182,6 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
         (ld(Space::Global, LdCache::Default, Ty::B32, vec![x[0].into()], Addr::Global(rd[0], 0)), "ld.global.b32 %r0, [%rd0];"),
         (ld(Space::Global, LdCache::NonCoherent, Ty::B32, x[..4].iter().map(|&v| v.into()).collect(), Addr::Global(rd[0], 64)), "ld.global.nc.v4.b32 {%r0, %r1, %r2, %r3}, [%rd0+64];"),
         (ld(Space::Global, LdCache::NonCoherent, Ty::F32, vec![f[0].into(), f[1].into()], Addr::Global(rd[0], -8)), "ld.global.nc.v2.f32 {%f0, %f1}, [%rd0+-8];"),
-        (ld(Space::Global, LdCache::L2Only, Ty::F32, f[..4].iter().map(|&v| v.into()).collect(), Addr::Global(rd[0], 128)), "ld.global.cg.v4.f32 {%f0, %f1, %f2, %f3}, [%rd0+128];"),
         (ld(Space::Shared, LdCache::Default, Ty::F32, vec![f[0].into(), f[1].into()], Addr::Shared(x[4], 16)), "ld.shared.v2.f32 {%f0, %f1}, [%r4+16];"),
         (ld(Space::Shared, LdCache::Default, Ty::B16, vec![x[0].into()], Addr::Shared(x[4], 2)), "ld.shared.b16 %r0, [%r4+2];"),
         (Inst::St { space: Space::Global, ty: Ty::F32, src: vec![f[0].into()], addr: Addr::Global(rd[0], 32) }, "st.global.f32 [%rd0+32], %f0;"),
@@ -215,9 +214,8 @@ fn table(b: &mut Builder) -> Vec<(Inst, &'static str)> {
         (Inst::BarSync { id: Operand::Imm(0), threads: None }, "bar.sync 0;"),
         (Inst::BarSync { id: Operand::Reg(x[2]), threads: Some(64) }, "bar.sync %r2, 64;"),
         (Inst::RedAddF32 { addr: Addr::Global(rd[0], 4), v: f[0] }, "red.global.add.f32 [%rd0+4], %f0;"),
-        (Inst::AtomU32 { op: AtomOp::Add, d: x[1], addr: Addr::Global(rd[0], 0), v: Operand::Imm(1), acq_rel: false }, "atom.global.add.u32 %r1, [%rd0], 1;"),
-        (Inst::AtomU32 { op: AtomOp::Add, d: x[1], addr: Addr::Global(rd[0], 4), v: Operand::Reg(x[2]), acq_rel: true }, "atom.acq_rel.gpu.global.add.u32 %r1, [%rd0+4], %r2;"),
-        (Inst::AtomU32 { op: AtomOp::Inc, d: x[1], addr: Addr::Global(rd[0], 8), v: Operand::Reg(x[2]), acq_rel: true }, "atom.acq_rel.gpu.global.inc.u32 %r1, [%rd0+8], %r2;"),
+        (Inst::AtomAddU32 { d: x[1], addr: Addr::Global(rd[0], 0), v: Operand::Imm(1), acq_rel: false }, "atom.global.add.u32 %r1, [%rd0], 1;"),
+        (Inst::AtomAddU32 { d: x[1], addr: Addr::Global(rd[0], 4), v: Operand::Reg(x[2]), acq_rel: true }, "atom.acq_rel.gpu.global.add.u32 %r1, [%rd0+4], %r2;"),
         (Inst::Bra { target: label, uni: false }, "bra L0;"),
         (Inst::Bra { target: label, uni: true }, "bra.uni L0;"),
         (Inst::Ret, "ret;"),

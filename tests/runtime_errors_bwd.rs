@@ -4,17 +4,17 @@
 
 use flash_codegen::abi::{grid, params};
 use flash_codegen::{Arch, DType, Pass};
-use flash_runtime::validate::{AccumAfter, BwdArgs, ParamValue, ScratchNeed, TensorDesc, plan_bwd};
+use flash_runtime::validate::{BwdArgs, ParamValue, ScratchNeed, TensorDesc, plan_bwd};
 use flash_runtime::{AttnParams, BwdOptions, BwdPlan, FlashError, Mask};
 
 const BF: DType = DType::Bf16;
 
 mod validate_support;
-use validate_support::{ACC, COUNT, DVEC, atomic_bwd_args, t};
+use validate_support::{ACC, DVEC, atomic_bwd_args, t};
 
 /// Contiguous tensors at distinct aligned pointers, exactly sized lse and scratch.
 fn args(b: usize, sq: usize, sk: usize, h: usize, hk: usize, d: usize) -> BwdArgs<'static> {
-    // atomic mode: the plans below expect the dq_accum and dq_count scratch (zeroed)
+    // atomic mode: the plans below expect the dq_accum scratch and the post pass
     atomic_bwd_args(b, sq, sk, h, hk, d)
 }
 
@@ -43,7 +43,11 @@ fn atomic_plan_follows_the_abi() {
     let names: Vec<String> = p.launches.iter().map(|l| l.spec.name()).collect();
     assert_eq!(
         names,
-        ["fa2_bwdpre_d128_bf16_sm80", "fa2_bwd_d128_bf16_causal_sm80"]
+        [
+            "fa2_bwdpre_d128_bf16_sm80",
+            "fa2_bwd_d128_bf16_causal_sm80",
+            "fa2_bwdpost_d128_bf16_sm80"
+        ]
     );
     assert!(p.scratch_bound && p.zero_fill.is_empty() && !p.is_noop());
     assert_eq!(p.scratch, ScratchNeed::of([2, 100, 8, 128], false));
@@ -64,8 +68,7 @@ fn atomic_plan_follows_the_abi() {
         [300u32.div_ceil(main_spec.tiles().block_n()), 2, 2]
     );
     let pre = p.launch(Pass::BwdPre).unwrap();
-    // (the scratch's accumulator holds zeros: BwdPre leaves it alone)
-    assert_eq!(pre.param("dq_accum"), Some(ParamValue::U64(0)));
+    assert_eq!(pre.param("dq_accum"), Some(ParamValue::U64(ACC)));
     assert_eq!(pre.param("do"), Some(ParamValue::U64(0x5000_0000)));
     assert_eq!(pre.param("do_row_stride"), Some(ParamValue::U32(8 * 128)));
     let main = p.launch(Pass::Bwd).unwrap();
@@ -83,62 +86,9 @@ fn atomic_plan_follows_the_abi() {
     assert!((f32_param(main.param("softmax_scale")) - scale).abs() < 1e-7);
     let log2 = f32_param(main.param("scale_log2"));
     assert!((log2 - scale * std::f64::consts::LOG2_E).abs() < 1e-6);
-    // the main pass writes dq itself
-    assert_eq!(main.param("dq_accum"), Some(ParamValue::U64(ACC)));
-    assert_eq!(main.param("dq_count"), Some(ParamValue::U64(COUNT)));
-    assert_eq!(main.param("dq"), Some(ParamValue::U64(0x6000_0000)));
-    assert_eq!(main.param("dq_row_stride"), Some(ParamValue::U32(8 * 128)));
-    assert_eq!(p.accum_after, AccumAfter::Zero);
-    assert!(p.launch(Pass::BwdPost).is_none());
-}
-
-/// Without counters the accumulator goes through BwdPost (as a raw caller that predates
-/// them launches it); with counters but an accumulator that holds sums (a varlen call's),
-/// BwdPre zeroes it first; deterministic mode leaves both alone.
-#[test]
-fn the_accumulator_state_picks_the_launches() {
-    let a = args(1, 70, 70, 4, 4, 64);
-    let passes = |a: &BwdArgs| -> Vec<Pass> {
-        plan(a)
-            .unwrap()
-            .launches
-            .iter()
-            .map(|l| l.spec.pass)
-            .collect()
-    };
-    let mut old = a;
-    old.scratch.as_mut().unwrap().dq_count = None;
-    assert_eq!(passes(&old), [Pass::BwdPre, Pass::Bwd, Pass::BwdPost]);
-    let p = plan(&old).unwrap();
-    assert_eq!(p.accum_after, AccumAfter::Sums);
-    assert_eq!(p.launches[0].param("dq_accum"), Some(ParamValue::U64(ACC)));
-    assert_eq!(p.launches[1].param("dq_count"), Some(ParamValue::U64(0)));
-    let mut dirty = a;
-    dirty.scratch.as_mut().unwrap().accum_zeroed = false;
-    let p = plan(&dirty).unwrap();
-    assert_eq!(passes(&dirty), [Pass::BwdPre, Pass::Bwd]);
-    assert_eq!(p.launches[0].param("dq_accum"), Some(ParamValue::U64(ACC)));
-    assert_eq!(p.accum_after, AccumAfter::Zero);
-    // counters too short for the call: an error, not a fallback
-    let mut short = a;
-    short
-        .scratch
-        .as_mut()
-        .unwrap()
-        .dq_count
-        .as_mut()
-        .unwrap()
-        .len -= 1;
-    assert!(matches!(
-        plan(&short),
-        Err(FlashError::ScratchTooSmall {
-            buffer: "dq_count",
-            ..
-        })
-    ));
-    let mut det = a;
-    det.opts.deterministic = true;
-    assert_eq!(plan(&det).unwrap().accum_after, AccumAfter::Untouched);
+    let post = p.launch(Pass::BwdPost).unwrap();
+    assert_eq!(post.param("dq"), Some(ParamValue::U64(0x6000_0000)));
+    assert!((f32_param(post.param("softmax_scale")) - scale).abs() < 1e-7);
 }
 
 #[test]
@@ -170,12 +120,7 @@ fn dry_run_sizes_the_scratch() {
     assert_eq!(p.scratch.dvec, 2 * 4 * 33);
     // whole 16-row tiles: 33 rows -> 48
     assert_eq!(p.scratch.dq_accum, 2 * 48 * 4 * 40);
-    // and one arrival counter per 16 query rows
-    assert_eq!(p.scratch.dq_count, 2 * 4 * 3);
-    assert_eq!(
-        p.scratch.bytes(),
-        4 * (2 * 4 * 33 + 2 * 48 * 4 * 40 + 2 * 4 * 3)
-    );
+    assert_eq!(p.scratch.bytes(), 4 * (2 * 4 * 33 + 2 * 48 * 4 * 40));
     assert_eq!(p.launches[1].param("dvec"), Some(ParamValue::U64(0)));
     // odd head dims run on the next kernel up, with the problem's head dim as parameter
     assert_eq!(p.launches[1].spec.head_dim, 64);
@@ -184,7 +129,6 @@ fn dry_run_sizes_the_scratch() {
     a.opts.deterministic = true;
     let p = plan(&a).unwrap();
     assert_eq!(p.scratch.dq_accum, 0);
-    assert_eq!(p.scratch.dq_count, 0);
     assert_eq!(f32_param(p.launches[2].param("softmax_scale")), 0.5);
 }
 

@@ -72,9 +72,7 @@ fn bwd(
             ptr: 0xb000_0000,
             len: need.dq_accum,
         }),
-        dq_count: None,
         dkv_partial: None,
-        accum_zeroed: false,
     };
     let opts = match det {
         true => BwdOptions::deterministic(),

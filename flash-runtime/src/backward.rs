@@ -217,16 +217,12 @@ impl FlashAttention {
                     true => Some(alloc::<f32>(stream, need)?),
                     false => None,
                 };
-                let launched = {
-                    let (mut desc, _guards) = s.bind(stream);
-                    let (partial, _partial_guard) = bind_optional(own_partial.as_mut(), stream);
-                    desc.dkv_partial = partial.or(desc.dkv_partial);
-                    args.scratch = Some(desc);
-                    plan_bwd_fill(&args, self.arch, long_tiles, self.gpu_fill())
-                        .and_then(|plan| self.launch_bwd(stream, &plan).map(|()| plan.accum_after))
-                };
-                s.after_call(launched.as_ref().ok().copied());
-                return launched.map(|_| ());
+                let (mut desc, _guards) = s.bind(stream);
+                let (partial, _partial_guard) = bind_optional(own_partial.as_mut(), stream);
+                desc.dkv_partial = partial.or(desc.dkv_partial);
+                args.scratch = Some(desc);
+                let plan = plan_bwd_fill(&args, self.arch, long_tiles, self.gpu_fill())?;
+                return self.launch_bwd(stream, &plan);
             }
             dry
         };
@@ -252,16 +248,13 @@ impl FlashAttention {
             //   in `backward_into`); `plan_bwd` proved that q, k, v, o, dO, dq, dk, dv stay inside
             //   their views with 16-byte aligned bases and strides, that dq/dk/dv elements are
             //   disjoint, that lse holds b*h*sq f32, dvec b*h*sq f32 and (atomic mode)
-            //   dq_accum b*h*16ceil(sq/16)*d f32 and, where given, dq_count b*h*ceil(sq/16)
-            //   u32 (the main pass indexes both by query rows below sq and columns below d,
-            //   and writes dq inside the view plan_bwd checked), and passes 0 for both in
-            //   deterministic mode;
+            //   dq_accum b*h*16ceil(sq/16)*d f32, and passes 0 for dq_accum in deterministic mode;
             //   with 2^s > 1 group splits (s <= log2(h / hk), so the main grid's y stays within
             //   h), dkv_partial holds 2^s*2*b*sk*hk*d f32, 16-byte aligned.
             // - Inputs (q, k, v, o, dO, lse) are shared borrows, only read; dq, dk, dv and the
             //   scratch are exclusive borrows (or owned), so no other live view aliases them.
             // - The launches are stream-ordered: Bwd reads the D (and zeroed dq_accum) BwdPre
-            //   wrote (or the zeros the scratch's last call left: `accum_zeroed`), BwdKvSum reads the partials Bwd wrote (every element of them: each
+            //   wrote, BwdKvSum reads the partials Bwd wrote (every element of them: each
             //   split's CTAs store all rows below sk and columns below d), BwdPost reads the
             //   finished accumulator.
             // - The guards in `backward_into` outlive the launches; an owned scratch is freed on

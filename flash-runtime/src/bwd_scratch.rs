@@ -7,12 +7,11 @@ use cudarc::driver::{CudaSlice, CudaStream, DevicePtrMut, SyncOnDrop};
 use crate::FlashAttention;
 use crate::error::{FlashError, Result};
 use crate::params::BwdOptions;
-use crate::validate::{AccumAfter, BufDesc, ScratchDesc, ScratchNeed, bwd_scratch_need};
+use crate::validate::{BufDesc, ScratchDesc, ScratchNeed, bwd_scratch_need};
 
 /// Device scratch of the backward: D = rowsum(dO * O) (f32 `[batch, heads, seqlen_q]`),
 /// for atomic mode the f32 dQ accumulator (whole 16-row tiles in the kernels' fragment
-/// order) and the main pass's u32 arrival counters (one per 16 query rows: the main pass
-/// writes dQ itself and leaves both zero), and, for grouped-query problems whose main pass splits each group over several
+/// order) and, for grouped-query problems whose main pass splits each group over several
 /// CTAs ([`BwdOptions::group_splits`]), their f32 partial dK and dV.
 ///
 /// [`FlashAttention::backward`] allocates one per call when given `None`; a training loop
@@ -24,11 +23,7 @@ use crate::validate::{AccumAfter, BufDesc, ScratchDesc, ScratchNeed, bwd_scratch
 pub struct BwdScratch {
     pub(crate) dvec: CudaSlice<f32>,
     pub(crate) dq_accum: Option<CudaSlice<f32>>,
-    pub(crate) dq_count: Option<CudaSlice<u32>>,
     pub(crate) dkv_partial: Option<CudaSlice<f32>>,
-    /// `dq_accum` holds zeros: as allocated, and as a dense atomic call leaves it (a
-    /// varlen call leaves its sums, which the next dense call zeroes first).
-    pub(crate) accum_zeroed: bool,
 }
 
 impl BwdScratch {
@@ -65,28 +60,22 @@ impl BwdScratch {
         Ok(BwdScratch {
             dvec: stream.alloc_zeros::<f32>(need.dvec.max(1))?,
             dq_accum: optional(need.dq_accum)?,
-            dq_count: match need.dq_count {
-                0 => None,
-                n => Some(stream.alloc_zeros::<u32>(n)?),
-            },
             dkv_partial: optional(need.dkv_partial)?,
-            accum_zeroed: true,
         })
     }
 
     /// Device bytes [`BwdScratch::new`] allocates for these arguments: `4 * b * h * sq`
-    /// for D, plus `4 * b * h * 16 ceil(sq / 16) * d` for the accumulator and `4 * b * h *
-    /// ceil(sq / 16)` for the counters unless `deterministic`.
+    /// for D, plus `4 * b * h * 16 ceil(sq / 16) * d` for the accumulator unless
+    /// `deterministic`.
     pub fn bytes(q_shape: [usize; 4], deterministic: bool) -> usize {
         ScratchNeed::of(q_shape, deterministic).bytes()
     }
 
-    /// Elements held: `dvec`, `dq_accum`, `dq_count` and `dkv_partial` (0 where absent).
+    /// f32 elements held: `dvec`, `dq_accum` and `dkv_partial` (0 where absent).
     pub fn capacity(&self) -> ScratchNeed {
         ScratchNeed {
             dvec: self.dvec.len(),
             dq_accum: self.dq_accum.as_ref().map_or(0, |a| a.len()),
-            dq_count: self.dq_count.as_ref().map_or(0, |a| a.len()),
             dkv_partial: self.dkv_partial.as_ref().map_or(0, |a| a.len()),
         }
     }
@@ -97,7 +86,6 @@ impl BwdScratch {
         let dvec_len = self.dvec.len();
         let (dvec_ptr, dvec_guard) = self.dvec.device_ptr_mut(stream);
         let (acc, acc_guard) = bind_optional(self.dq_accum.as_mut(), stream);
-        let (count, count_guard) = bind_optional(self.dq_count.as_mut(), stream);
         let (partial, partial_guard) = bind_optional(self.dkv_partial.as_mut(), stream);
         let desc = ScratchDesc {
             dvec: BufDesc {
@@ -105,21 +93,9 @@ impl BwdScratch {
                 len: dvec_len,
             },
             dq_accum: acc,
-            dq_count: count,
             dkv_partial: partial,
-            accum_zeroed: self.accum_zeroed,
         };
-        (desc, (dvec_guard, acc_guard, count_guard, partial_guard))
-    }
-
-    /// Records what a call's launches left in the accumulator (`None`: the call failed,
-    /// its launches may have run in part, so the next call that needs zeros zeroes it).
-    pub(crate) fn after_call(&mut self, left: Option<AccumAfter>) {
-        match left {
-            Some(AccumAfter::Untouched) => {}
-            Some(AccumAfter::Zero) => self.accum_zeroed = true,
-            Some(AccumAfter::Sums) | None => self.accum_zeroed = false,
-        }
+        (desc, (dvec_guard, acc_guard, partial_guard))
     }
 
     /// Whether this scratch holds D and the dQ accumulator of a call whose q has shape
@@ -131,18 +107,16 @@ impl BwdScratch {
     }
 }
 
-/// The stream guards of a bound scratch: D's, the accumulator's, the counters', the
-/// partials'.
+/// The stream guards of a bound scratch: D's, the accumulator's, the partials'.
 pub(crate) type Guards<'a> = (
     SyncOnDrop<'a>,
-    Option<SyncOnDrop<'a>>,
     Option<SyncOnDrop<'a>>,
     Option<SyncOnDrop<'a>>,
 );
 
 /// An optional scratch buffer as the checks see it, and its guard.
-pub(crate) fn bind_optional<'a, T>(
-    buf: Option<&'a mut CudaSlice<T>>,
+pub(crate) fn bind_optional<'a>(
+    buf: Option<&'a mut CudaSlice<f32>>,
     stream: &'a Arc<CudaStream>,
 ) -> (Option<BufDesc>, Option<SyncOnDrop<'a>>) {
     match buf {

@@ -50,11 +50,9 @@ pub fn bwd_args(
 /// Where [`atomic_bwd_args`] puts the dvec and dq_accum scratch.
 pub const DVEC: u64 = 0xa000_0000;
 pub const ACC: u64 = 0xb000_0000;
-pub const COUNT: u64 = 0xd000_0000;
 
 /// A backward's arguments in atomic mode (plain parameters): q `[b, sq, h, d]`, k
-/// `[b, sk, hk, d]`, contiguous, with exactly sized lse, dvec, dq_accum and dq_count scratch
-/// (zeroed: the main pass writes dq).
+/// `[b, sk, hk, d]`, contiguous, with exactly sized lse, dvec and dq_accum scratch.
 pub fn atomic_bwd_args(
     b: usize,
     sq: usize,
@@ -72,12 +70,7 @@ pub fn atomic_bwd_args(
             ptr: ACC,
             len: b * sq.div_ceil(16) * 16 * h * d,
         }),
-        dq_count: Some(BufDesc {
-            ptr: COUNT,
-            len: b * h * sq.div_ceil(16),
-        }),
         dkv_partial: None,
-        accum_zeroed: true,
     };
     let modes = (AttnParams::new(), BwdOptions::new());
     bwd_args(

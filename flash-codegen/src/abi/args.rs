@@ -47,8 +47,6 @@ pub const LSE: Arg<B64> = Arg::ptr("lse");
 pub const DVEC: Arg<B64> = Arg::ptr("dvec");
 /// The f32 dQ accumulator (opaque scratch), or 0.
 pub const DQ_ACCUM: Arg<B64> = Arg::ptr("dq_accum");
-/// The main backward pass's per-query-block arrival counters (u32 scratch), or 0.
-pub const DQ_COUNT: Arg<B64> = Arg::ptr("dq_count");
 /// The split-KV forward's partial outputs, f32 (see [`super::decode`]).
 pub const O_ACCUM: Arg<B64> = Arg::ptr("o_accum");
 /// The split-KV forward's partial LSEs, f32 (see [`super::decode`]).

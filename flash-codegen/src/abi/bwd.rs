@@ -3,17 +3,14 @@
 //! contiguous f32.
 
 use super::args::{
-    DK, DKV_PARTIAL, DO, DQ, DQ_ACCUM, DQ_COUNT, DV, DVEC, GROUP_SPLIT_SHIFT, HEAD_DIM, HEADS,
-    HEADS_PER_KV, K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, V,
+    DK, DKV_PARTIAL, DO, DQ, DQ_ACCUM, DV, DVEC, GROUP_SPLIT_SHIFT, HEAD_DIM, HEADS, HEADS_PER_KV,
+    K, LSE, O, Q, SCALE_LOG2, SEQLEN_K, SEQLEN_Q, SOFTMAX_SCALE, V,
 };
 use super::{ParamDesc, cat};
 
 const DVEC_DESC: ParamDesc = DVEC.desc("D = rowsum(dO * O), f32 [batch, heads, seqlen_q]");
 const DQ_ACCUM_DESC: ParamDesc = DQ_ACCUM.desc(
-    "f32 dQ accumulator (unscaled), batch * heads * 16 ceil(seqlen_q / 16) * head_dim elements in MMA-fragment order (opaque scratch: zeroed by bwdpre when given there, read by bwdpost; with dq_count the main pass converts and re-zeroes it), or 0 (deterministic mode: no dQ here)",
-);
-const DQ_COUNT_DESC: ParamDesc = DQ_COUNT.desc(
-    "u32 arrival counters, batch * heads * ceil(seqlen_q / 16) elements (opaque scratch), or 0. Non-zero (atomic mode only): the main pass writes dq itself (the last key block to add into a query block's dq_accum rows converts them and zeroes them again), so no bwdpost runs; dq_accum and dq_count must then be all zero before the call (allocated zeroed, or zeroed by bwdpre) and are left all zero after it. 0: dq comes from bwdpost",
+    "f32 dQ accumulator (unscaled), batch * heads * 16 ceil(seqlen_q / 16) * head_dim elements in MMA-fragment order (opaque scratch: zeroed by bwdpre, read by bwdpost), or 0 (deterministic mode: no dQ here)",
 );
 
 /// Preprocess: D = rowsum(dO * O) per query row; zeroes dq_accum when non-null.
@@ -64,19 +61,7 @@ const DKV_PARTIAL_DESC: ParamDesc = DKV_PARTIAL.desc(
 /// Main backward pass: one CTA per (key block, kv head, batch) and group split.
 /// Grid: [ceil(seqlen_k / block_n), heads_k * group_splits, batch], group_splits = 1 <<
 /// group_split_shift.
-pub const BWD_PARAMS: [ParamDesc; 41] = cat(
-    BWD_MAIN,
-    cat::<2, 3, 5>(
-        [
-            DQ.ptr
-                .desc("dQ [batch, seqlen_q, heads, head_dim] (written when dq_count is non-zero)"),
-            DQ_COUNT_DESC,
-        ],
-        DQ.strides(),
-    ),
-);
-
-const BWD_MAIN: [ParamDesc; 36] = cat(
+pub const BWD_PARAMS: [ParamDesc; 36] = cat(
     BWD_HEAD,
     cat::<18, 3, 21>(
         cat::<9, 9, 18>(

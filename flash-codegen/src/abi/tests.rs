@@ -10,7 +10,6 @@ fn handles() -> Vec<(&'static str, AbiTy)> {
         LSE,
         DVEC,
         DQ_ACCUM,
-        DQ_COUNT,
         O_ACCUM,
         LSE_ACCUM,
         SEQLENS_K,

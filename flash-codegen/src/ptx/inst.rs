@@ -246,18 +246,15 @@ pub enum Inst {
         /// The value added.
         v: Reg<F32>,
     },
-    /// `atom[.acq_rel.gpu].global.{add,inc}.u32 d, [addr], v`: atomically adds `v` at
-    /// `addr` (or increments it, wrapping to 0 past `v`), `d` the value before; relaxed
-    /// (at GPU scope) unless `acq_rel` (the earlier memory operations of the thread are
-    /// ordered before it, the later ones after).
-    AtomU32 {
-        /// Add or increment.
-        op: AtomOp,
-        /// The value before the operation.
+    /// `atom[.acq_rel.gpu].global.add.u32 d, [addr], v`: atomically adds `v` at `addr`,
+    /// `d` the value before; relaxed (at GPU scope) unless `acq_rel` (the earlier memory
+    /// operations of the thread are ordered before it, the later ones after).
+    AtomAddU32 {
+        /// The value before the addition.
         d: Reg<B32>,
         /// The address (global).
         addr: Addr,
-        /// The value added (`.inc`: the bound).
+        /// The value added.
         v: Operand<B32>,
         /// Acquire-release at GPU scope.
         acq_rel: bool,

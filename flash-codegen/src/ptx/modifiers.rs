@@ -160,18 +160,6 @@ pub enum LdCache {
     /// `ld.volatile`: kept in program order with the kernel's other volatile accesses
     /// (ptxas neither merges nor moves them), so that loads issued early stay early.
     Volatile,
-    /// `.cg`: cached in L2 only, not in the SM's L1 (data other CTAs wrote during the
-    /// kernel, read after an acquire).
-    L2Only,
-}
-
-/// The operation of an `atom.global.*.u32`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AtomOp {
-    /// `.add`: `old + v`.
-    Add,
-    /// `.inc`: `old >= v ? 0 : old + 1` (a counter that wraps to 0 after `v`).
-    Inc,
 }
 
 /// Vector width of a load or store.

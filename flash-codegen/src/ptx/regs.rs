@@ -78,7 +78,7 @@ pub fn regs_of(inst: &Inst) -> Vec<AnyReg> {
         }
         Inst::Shfl { d, a, .. } => out.extend([*d, *a]),
         Inst::RedAddF32 { addr: a, v } => out.extend::<[AnyReg; 2]>([addr(a), (*v).into()]),
-        Inst::AtomU32 { d, addr: a, v, .. } => {
+        Inst::AtomAddU32 { d, addr: a, v, .. } => {
             out.extend::<[AnyReg; 2]>([(*d).into(), addr(a)]);
             out.extend(b32(v));
         }

@@ -1,11 +1,8 @@
 //! Backward checks: one pure function from the call's tensors, lse, scratch and options to
 //! the ordered kernel launches (or the zero-fills of an empty problem).
 //!
-//! Launches, atomic mode (default): `BwdPre` (D = rowsum(dO * O)), `Bwd` (dK, dV; dQ
-//! accumulated in f32 with atomics and, given `dq_count`, converted to dq by the last key
-//! block to add into each query block, which leaves the accumulator and the counters zero
-//! again); without `dq_count`, `BwdPre` zeroes `dq_accum` and `BwdPost` converts it (dq =
-//! dq_accum * scale).
+//! Launches, atomic mode (default): `BwdPre` (D = rowsum(dO * O), zeroes `dq_accum`), `Bwd`
+//! (dK, dV; dQ accumulated in f32 with atomics), `BwdPost` (dq = dq_accum * scale).
 //! Deterministic mode: `BwdPre` (D only), `Bwd` (dK, dV only), `BwdDq` (dQ without atomics,
 //! bitwise reproducible; recomputes S and dP: 7 matmuls instead of 5, ~7/5 of the FLOPs).
 //!
@@ -38,13 +35,6 @@ pub struct ScratchDesc {
     pub dvec: BufDesc,
     /// The dQ accumulator; not used (may be `None`) in deterministic mode.
     pub dq_accum: Option<BufDesc>,
-    /// The main pass's arrival counters (u32, [`ScratchNeed::dq_count`] elements): given
-    /// in atomic mode, the main pass writes dq itself and no `BwdPost` runs; they must hold
-    /// zeros (as allocated, and as such a call leaves them).
-    pub dq_count: Option<BufDesc>,
-    /// `dq_accum` holds zeros (as allocated, and as a call with `dq_count` leaves it): a
-    /// call with `dq_count` then skips zeroing it.
-    pub accum_zeroed: bool,
     /// The group splits' partial dK and dV ([`ScratchNeed::dkv_partial`]); not used (may
     /// be `None`) with one split.
     pub dkv_partial: Option<BufDesc>,
@@ -58,9 +48,6 @@ pub struct ScratchNeed {
     /// `batch * heads * 16 ceil(seqlen_q / 16) * head_dim` in atomic mode (whole 16-row tiles),
     /// 0 in deterministic mode.
     pub dq_accum: usize,
-    /// u32 arrival counters, `batch * heads * ceil(seqlen_q / 16)` in atomic mode (the
-    /// dense pass), else 0.
-    pub dq_count: usize,
     /// `splits * 2 * batch * seqlen_k * heads_k * head_dim` when the main pass splits each
     /// grouped-query group over `splits > 1` CTAs ([`crate::BwdOptions::group_splits`]),
     /// else 0.
@@ -78,11 +65,6 @@ impl ScratchNeed {
                 0
             } else {
                 prod(&[b, sq.div_ceil(16), 16, h, d])
-            },
-            dq_count: if deterministic {
-                0
-            } else {
-                prod(&[b, h, sq.div_ceil(16)])
             },
             dkv_partial: 0,
         }
@@ -104,11 +86,10 @@ impl ScratchNeed {
         }
     }
 
-    /// Bytes of device memory (4-byte elements times 4, saturating).
+    /// Bytes of device memory (f32 elements times 4, saturating).
     pub fn bytes(&self) -> usize {
         self.dvec
             .saturating_add(self.dq_accum)
-            .saturating_add(self.dq_count)
             .saturating_add(self.dkv_partial)
             .saturating_mul(4)
     }
@@ -170,20 +151,6 @@ pub struct BwdPlan {
     pub scratch: ScratchNeed,
     /// False for a dry run (no scratch given) that has launches: not launchable as is.
     pub scratch_bound: bool,
-    /// What the launches leave in the scratch's dQ accumulator.
-    pub accum_after: AccumAfter,
-}
-
-/// What a backward call leaves in the scratch's dQ accumulator (and arrival counters).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AccumAfter {
-    /// Not used (deterministic mode, or no launches).
-    Untouched,
-    /// All zero (the main pass wrote dq itself: `dq_count` was given).
-    Zero,
-    /// The finished sums (`BwdPost` read them): zeroed again before a call with
-    /// `dq_count` uses it.
-    Sums,
 }
 
 impl BwdPlan {
@@ -210,15 +177,12 @@ fn same_shape(name: &str, t: &TensorDesc, like: &str, want: [usize; 4], dims: &s
 
 /// Scratch checks; returns the `dvec` and `dq_accum` pointers (0 where unused).
 pub(crate) fn check_scratch(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64)> {
-    check_scratch_all(s, need).map(|(dvec, acc, ..)| (dvec, acc))
+    check_scratch_all(s, need).map(|(dvec, acc, _)| (dvec, acc))
 }
 
-/// Scratch checks; returns the `dvec`, `dq_accum`, `dkv_partial` and `dq_count` pointers
-/// (0 where unused; `dq_count` only where given and needed).
-pub(crate) fn check_scratch_all(
-    s: &ScratchDesc,
-    need: &ScratchNeed,
-) -> Result<(u64, u64, u64, u64)> {
+/// Scratch checks; returns the `dvec`, `dq_accum` and `dkv_partial` pointers (0 where
+/// unused).
+pub(crate) fn check_scratch_all(s: &ScratchDesc, need: &ScratchNeed) -> Result<(u64, u64, u64)> {
     let check = |buffer: &'static str, b: &BufDesc, needed: usize| -> Result<u64> {
         if b.len < needed {
             return Err(FlashError::ScratchTooSmall {
@@ -247,12 +211,7 @@ pub(crate) fn check_scratch_all(
     };
     let acc = optional("dq_accum", &s.dq_accum, need.dq_accum)?;
     let partial = optional("dkv_partial", &s.dkv_partial, need.dkv_partial)?;
-    // (no counters: dq from BwdPost)
-    let count = match (need.dq_count, &s.dq_count) {
-        (0, _) | (_, None) => 0,
-        (needed, Some(b)) => check("dq_count", b, needed)?,
-    };
-    Ok((dvec, acc, partial, count))
+    Ok((dvec, acc, partial))
 }
 
 /// Check a backward call and plan its launches (kernels of `arch`). The main pass runs
@@ -350,7 +309,6 @@ pub fn plan_bwd_fill(a: &BwdArgs, arch: Arch, long_tiles: bool, gpu: GpuFill) ->
             zero_fill,
             scratch: ScratchNeed::default(),
             scratch_bound: true,
-            accum_after: AccumAfter::Untouched,
         });
     }
 
@@ -380,17 +338,9 @@ pub fn plan_bwd_fill(a: &BwdArgs, arch: Arch, long_tiles: bool, gpu: GpuFill) ->
     let shift = group_split_shift(&main, a.k.shape, h / hk, &a.opts, gpu.sms);
     let splits = 1u32 << shift;
     let need = ScratchNeed::of(a.q.shape, det).with_splits(a.k.shape, splits);
-    let (dvec, dq_accum, dkv_partial, dq_count) = match &a.scratch {
+    let (dvec, dq_accum, dkv_partial) = match &a.scratch {
         Some(s) => check_scratch_all(s, &need)?,
-        None => (0, 0, 0, 0),
-    };
-    // the main pass writes dq (given the counters); BwdPre zeroes the accumulator unless
-    // it is known to hold zeros already
-    let fold = dq_count != 0;
-    let accum_zeroed = a.scratch.is_some_and(|s| s.accum_zeroed);
-    let pre_accum = match fold && accum_zeroed {
-        true => 0,
-        false => dq_accum,
+        None => (0, 0, 0),
     };
 
     let value = |name: &str| {
@@ -403,7 +353,6 @@ pub fn plan_bwd_fill(a: &BwdArgs, arch: Arch, long_tiles: bool, gpu: GpuFill) ->
             "lse" => U64(lse),
             "dvec" => U64(dvec),
             "dq_accum" => U64(dq_accum),
-            "dq_count" => U64(dq_count),
             "dkv_partial" => U64(dkv_partial),
             "group_split_shift" => U32(shift),
             "seqlen_q" => U32(sq32),
@@ -419,33 +368,23 @@ pub fn plan_bwd_fill(a: &BwdArgs, arch: Arch, long_tiles: bool, gpu: GpuFill) ->
     // (with more than one group split the main pass's CTAs write partials that the sum
     // pass adds into dk and dv)
     let sum = (splits > 1).then(|| spec(Pass::BwdKvSum, Mask::None));
-    let last = (!fold).then_some(last);
     let mut launches = Vec::with_capacity(4);
-    for s in [Some(pre), Some(main), sum, last].into_iter().flatten() {
+    for s in [Some(pre), Some(main), sum, Some(last)]
+        .into_iter()
+        .flatten()
+    {
         let mut g = grid(&s, b32, sq32, sk32, h32, hk32)
             .ok_or_else(|| FlashError::Internal(format!("{s} has no backward grid")))?;
         if s.pass == Pass::Bwd {
             // heads_k * splits <= heads, which the grid check bounded
             g[1] <<= shift;
         }
-        let params = match s.pass {
-            Pass::BwdPre => bind_spec_params(&s, |name| match name {
-                "dq_accum" => Some(ParamValue::U64(pre_accum)),
-                _ => value(name),
-            })?,
-            _ => bind_spec_params(&s, value)?,
-        };
-        launches.push(launch(s, g, params));
+        launches.push(launch(s, g, bind_spec_params(&s, value)?));
     }
     Ok(BwdPlan {
         launches,
         zero_fill: Vec::new(),
         scratch: need,
         scratch_bound: a.scratch.is_some(),
-        accum_after: match (det, fold) {
-            (true, _) => AccumAfter::Untouched,
-            (false, true) => AccumAfter::Zero,
-            (false, false) => AccumAfter::Sums,
-        },
     })
 }

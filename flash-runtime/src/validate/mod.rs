@@ -24,8 +24,8 @@ mod sm90;
 mod split_rule;
 mod varlen;
 pub use bwd::{
-    AccumAfter, BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_fill,
-    plan_bwd_on, plan_bwd_with,
+    BwdArgs, BwdPlan, ScratchDesc, ScratchNeed, ZeroFill, plan_bwd, plan_bwd_fill, plan_bwd_on,
+    plan_bwd_with,
 };
 pub use bwd_split::{
     LONG_MIN_WINDOW_REACH, SPLIT_TARGET_CTAS_PER_SM, bwd_scratch_need, group_split_shift, rule_rows,

@@ -9,7 +9,7 @@
 use flash_codegen::abi::{grid, varlen::accum_rows};
 use flash_codegen::{Arch, KernelSpec, Mask, Pass, Tiling};
 
-use super::bwd::{AccumAfter, check_scratch};
+use super::bwd::check_scratch;
 use super::modifiers::{AlibiDesc, call_scores};
 use super::split_rule::GpuFill;
 use super::{
@@ -199,8 +199,6 @@ pub fn varlen_scratch(q_shape: [usize; 4], batch: usize, deterministic: bool) ->
             true => 0,
             false => prod(&[h, accum_rows(total_q, batch), d]),
         },
-        // (the varlen main pass does not write dq itself: BwdPost does)
-        dq_count: 0,
         dkv_partial: 0,
     }
 }
@@ -281,15 +279,10 @@ pub fn plan_bwd_varlen_fill(
             l.into_iter().filter(|l| !l.is_noop()).collect()
         }
     };
-    let accum_after = match a.opts.deterministic || launches.is_empty() {
-        true => AccumAfter::Untouched,
-        false => AccumAfter::Sums,
-    };
     Ok(BwdPlan {
         launches,
         zero_fill: Vec::new(),
         scratch: need,
         scratch_bound: a.scratch.is_some(),
-        accum_after,
     })
 }

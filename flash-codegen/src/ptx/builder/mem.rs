@@ -2,8 +2,7 @@
 
 use super::Builder;
 use crate::ptx::inst::{
-    AnyReg, AtomOp, CpCache, CpSize, HalfFmt, Inst, LdCache, LdmNum, Mma, MmaKind, ShflMode, Space,
-    Ty,
+    AnyReg, CpCache, CpSize, HalfFmt, Inst, LdCache, LdmNum, Mma, MmaKind, ShflMode, Space, Ty,
 };
 use crate::ptx::module::{Param, ParamTy};
 use crate::ptx::types::{Addr, B32, B64, F32, Kind, Operand, Reg, RegClass};
@@ -263,27 +262,11 @@ impl Builder {
         v: impl Into<Operand<B32>>,
         acq_rel: bool,
     ) -> Reg<B32> {
-        self.atom_u32(AtomOp::Add, addr, v.into(), acq_rel)
-    }
-
-    /// `atom[.acq_rel.gpu].global.inc.u32`: `[addr] = old >= bound ? 0 : old + 1` (a
-    /// counter that returns to 0 on its `bound + 1`-th increment); returns `old`.
-    pub fn atom_inc_u32(
-        &mut self,
-        addr: Addr,
-        bound: impl Into<Operand<B32>>,
-        acq_rel: bool,
-    ) -> Reg<B32> {
-        self.atom_u32(AtomOp::Inc, addr, bound.into(), acq_rel)
-    }
-
-    fn atom_u32(&mut self, op: AtomOp, addr: Addr, v: Operand<B32>, acq_rel: bool) -> Reg<B32> {
         let d = self.reg();
-        self.push(Inst::AtomU32 {
-            op,
+        self.push(Inst::AtomAddU32 {
             d,
             addr,
-            v,
+            v: v.into(),
             acq_rel,
         });
         d

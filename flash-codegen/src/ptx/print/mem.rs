@@ -4,7 +4,7 @@
 use std::fmt::{self, Write};
 
 use super::syntax::{A, Ad, O, R, list, ty};
-use crate::ptx::inst::{AtomOp, CpCache, Inst, LdCache, Space, VecWidth};
+use crate::ptx::inst::{CpCache, Inst, LdCache, Space, VecWidth};
 
 /// A state space, without its dot.
 fn space(s: Space) -> &'static str {
@@ -30,7 +30,6 @@ fn ld_cache(c: LdCache) -> &'static str {
         LdCache::Default => "",
         LdCache::NonCoherent => ".nc",
         LdCache::Volatile => "",
-        LdCache::L2Only => ".cg",
     }
 }
 
@@ -96,21 +95,16 @@ pub(super) fn write<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
         Inst::CpAsyncCommit => w.write_str("cp.async.commit_group;"),
         Inst::CpAsyncWait { pending } => write!(w, "cp.async.wait_group {pending};"),
         Inst::RedAddF32 { addr, v } => write!(w, "red.global.add.f32 {}, {};", Ad(*addr), R(*v)),
-        Inst::AtomU32 {
-            op,
+        Inst::AtomAddU32 {
             d,
             addr,
             v,
             acq_rel,
         } => {
             let sem = if *acq_rel { ".acq_rel.gpu" } else { "" };
-            let op = match op {
-                AtomOp::Add => "add",
-                AtomOp::Inc => "inc",
-            };
             write!(
                 w,
-                "atom{sem}.global.{op}.u32 {}, {}, {};",
+                "atom{sem}.global.add.u32 {}, {}, {};",
                 R(*d),
                 Ad(*addr),
                 O((*v).into())

@@ -69,7 +69,7 @@ pub fn write_inst<W: Write>(w: &mut W, i: &Inst) -> fmt::Result {
         | Inst::CpAsyncCommit
         | Inst::CpAsyncWait { .. }
         | Inst::RedAddF32 { .. }
-        | Inst::AtomU32 { .. } => mem::write(w, i),
+        | Inst::AtomAddU32 { .. } => mem::write(w, i),
         Inst::Ldmatrix { .. } | Inst::Mma(_) | Inst::Shfl { .. } | Inst::VoteAny { .. } => {
             warp::write(w, i)
         }

@@ -22,9 +22,7 @@
 //! K and V issued, the query blocks that see it), then per sweep `KeyBlock::sweep`: for
 //! each query head of the group `KeyBlock::head` runs the query-block loop (one
 //! `KeyBlock::streamed_block` or exchange step per block, the atomic dQ deferred to
-//! the next iteration), `KeyBlock::fold_dq` (the dense pass given `dq_count`: the
-//! blocks whose last contributor this CTA is converted to dQ), and `KeyBlock::store`
-//! writes dV and dK.
+//! the next iteration), and `KeyBlock::store` writes dV and dK.
 
 use super::bwd_atomic_dq::DqWarp;
 use super::bwd_exchange::{ColStats, Exchange, StepTiles};
@@ -120,7 +118,6 @@ struct KeyBlock<'a> {
 }
 
 mod block;
-mod fold;
 mod open;
 
 /// Which of a group's query heads the CTA takes: `index`, `index + count`, ... (the dense
@@ -145,17 +142,6 @@ impl KeyBlock<'_> {
         let acc_cols = self.exchange.as_ref().map_or(d, |x| d / x.groups);
         let mut dv = self.w.acc_zeros(b, if sw.dv { acc_cols } else { 0 });
         let mut dk = self.w.acc_zeros(b, if sw.dk { acc_cols } else { 0 });
-        self.each_head(b, |b, head| self.head(b, sw, head, (&mut dv, &mut dk)));
-        self.store(b, sw, &dv, &dk);
-        if sw.dk && self.folds_dq() {
-            // (after the stores: the accumulators' registers are free)
-            let fold = self.fold_ctx(b);
-            self.each_head(b, |b, head| self.fold_dq(b, &fold, head));
-        }
-    }
-
-    /// Runs `body` for each of the CTA's query heads of the group, in order.
-    fn each_head(&self, b: &mut Builder, mut body: impl FnMut(&mut Builder, Reg<B32>)) {
         // (a pass without group splits reads no ids here: its kernels stay as they were)
         let split = match Self::splits_group(self.plan) {
             true => Self::group_split(b, self.plan, &self.p),
@@ -169,7 +155,7 @@ impl KeyBlock<'_> {
                 let more = b.setp_u32(Cmp::Lt, gh, self.group);
                 b.loop_exit_unless(&lp, more);
                 let head = b.mad_lo_u32(self.kv_head, self.group, gh);
-                body(b, head);
+                self.head(b, sw, head, (&mut dv, &mut dk));
                 let ngh = b.add_u32(gh, 1u32);
                 b.assign(gh, ngh);
                 b.loop_end(lp);
@@ -178,25 +164,18 @@ impl KeyBlock<'_> {
                 // the split's heads: kv_head * group + split, then every count-th (the
                 // CTA's ids re-read here rather than kept live through the sweeps)
                 let first = b.mad_lo_u32(kv_head, self.group, split.index);
-                // (ptxas at the register margin: the 8-warp d128 tuning row spills holding
-                // the group's end through the loop, the table's rows spill re-reading it)
-                let t = self.t;
-                let reread = t.warps == 8 && !t.layout.exchange();
-                let held = (!reread).then(|| b.mad_lo_u32(kv_head, self.group, self.group));
+                let end = b.mad_lo_u32(kv_head, self.group, self.group);
                 let head = b.mov(first);
                 let lp = b.loop_start();
-                let end = held.unwrap_or_else(|| {
-                    let (kv_head, _) = Self::group_split(b, self.plan, &self.p);
-                    b.mad_lo_u32(kv_head, self.group, self.group)
-                });
                 let more = b.setp_u32(Cmp::Lt, head, end);
                 b.loop_exit_unless(&lp, more);
-                body(b, head);
+                self.head(b, sw, head, (&mut dv, &mut dk));
                 let next = b.add_u32(head, split.count);
                 b.assign(head, next);
                 b.loop_end(lp);
             }
         }
+        self.store(b, sw, &dv, &dk);
     }
 
     /// Query head `head`: its Q and dO streamed, the query blocks from the last down to

@@ -103,8 +103,29 @@ impl<'a> KeyBlock<'a> {
             }
             _ => "-- query blocks that see this key block: from the causal diagonal on --",
         });
-        let lengths = (seqlen_q, seqlen_k);
-        let (m_first, n_qblocks) = Self::query_blocks(b, plan, rule, (n0, zero), lengths);
+        let n_qblocks = b.add_u32(seqlen_q, bm - 1);
+        let n_qblocks = b.div_u32(n_qblocks, bm);
+        let shift = b.sub_s32(seqlen_k, seqlen_q);
+        let first_q = b.sub_s32(n0, shift); // first query that sees key n0
+        let (m_first, n_qblocks) = match rule {
+            KeyRule::Local(w) => {
+                // queries first_q - right ..= first_q + bn - 1 + left see the block's keys
+                let lo = b.sub_s32(first_q, w.right);
+                let lo = b.max_s32(lo, 0i32);
+                let hi = b.add_s32(first_q, w.left);
+                let hi = b.add_s32(hi, (bn + bm - 1) as i32);
+                let hi = b.max_s32(hi, 0i32);
+                let hi = b.div_u32(hi, bm);
+                let end = b.min_u32(hi, n_qblocks);
+                let first = b.div_u32(lo, bm);
+                (b.min_u32(first, end), end)
+            }
+            KeyRule::Causal => {
+                let f = b.max_s32(first_q, 0i32);
+                (b.div_u32(f, bm), n_qblocks)
+            }
+            KeyRule::All => (zero, n_qblocks),
+        };
         let key0 = b.add_u32(w.rows[0], n0);
         let qmask = match rule {
             KeyRule::Local(win) => QueryMask::window(b, (key0, w.t2), (seqlen_q, seqlen_k), win),
@@ -139,41 +160,6 @@ impl<'a> KeyBlock<'a> {
             qmask,
             dq_on,
             dq_warp,
-        }
-    }
-
-    /// The query blocks that see the key block at key `n0` under `rule`: `m_first..end`
-    /// (`zero`: a register holding 0).
-    pub(super) fn query_blocks(
-        b: &mut Builder,
-        plan: &KernelPlan,
-        rule: KeyRule,
-        (n0, zero): (Reg<B32>, Reg<B32>),
-        (seqlen_q, seqlen_k): (Reg<B32>, Reg<B32>),
-    ) -> (Reg<B32>, Reg<B32>) {
-        let (bm, bn) = (plan.tiles.block_m(), plan.tiles.sm80().block_n);
-        let n_qblocks = b.add_u32(seqlen_q, bm - 1);
-        let n_qblocks = b.div_u32(n_qblocks, bm);
-        let shift = b.sub_s32(seqlen_k, seqlen_q);
-        let first_q = b.sub_s32(n0, shift); // first query that sees key n0
-        match rule {
-            KeyRule::Local(w) => {
-                // queries first_q - right ..= first_q + bn - 1 + left see the block's keys
-                let lo = b.sub_s32(first_q, w.right);
-                let lo = b.max_s32(lo, 0i32);
-                let hi = b.add_s32(first_q, w.left);
-                let hi = b.add_s32(hi, (bn + bm - 1) as i32);
-                let hi = b.max_s32(hi, 0i32);
-                let hi = b.div_u32(hi, bm);
-                let end = b.min_u32(hi, n_qblocks);
-                let first = b.div_u32(lo, bm);
-                (b.min_u32(first, end), end)
-            }
-            KeyRule::Causal => {
-                let f = b.max_s32(first_q, 0i32);
-                (b.div_u32(f, bm), n_qblocks)
-            }
-            KeyRule::All => (zero, n_qblocks),
         }
     }
 

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The backward with dQ written by its main pass (issue 19, session 35) against the build
-# before it (three launches, BwdPost), side by side: bench_window's backward rows (bf16
-# d128 b2 h16, the runtime's tile rule) at each N, BENCH_RUNS interleaved runs (base, new,
-# base, new, ...), then per (N, row) the medians: ms of both builds, new / base speed,
-# and each build's TFLOP/s ratios against its own causal row (unmasked and visited work).
+# The windowed backward of this build against another, side by side: bench_window's
+# backward rows (bf16 d128 b2 h16, the runtime's tile rule) at each N, BENCH_RUNS
+# interleaved runs (base, new, base, new, ...), then per (N, row) the medians: ms of both
+# builds, new / base speed, and each build's TFLOP/s ratios against its own causal row
+# (unmasked and visited work). Session 35 measured the BwdPost fold with it
+# (docs/wip/bwd-dq-fold.patch, docs/bench/session35/).
 #
-#   bash scripts/fold_bench.sh OUT_DIR    (from target/gb, after BUNDLE_REVS="base=REV"
-#                                          BUNDLE_REV_EXAMPLES="bench_window")
+#   bash scripts/bwd_window_ab.sh OUT_DIR   (from target/gb, after BUNDLE_REVS="base=REV"
+#                                            BUNDLE_REV_EXAMPLES="bench_window")
 set -u
 cd "$(dirname "$0")/.."
-OUT="${1:?usage: fold_bench.sh OUT_DIR}"
+OUT="${1:?usage: bwd_window_ab.sh OUT_DIR}"
 mkdir -p "$OUT"
 export BENCH_PASS=bwd BENCH_ROUNDS=1 BENCH_ROWS="${ROWS:-causal,window256,window1024,window4096}"
 for n in ${NS:-8192 32768}; do
