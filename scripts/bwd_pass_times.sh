@@ -25,7 +25,7 @@ col = {c: i for i, c in enumerate(head)}
 tot = 0.0
 for r in body:
     t = float(r[col["gpu__time_duration.sum"]].replace(",", ""))
-    scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3}.get(units[col["gpu__time_duration.sum"]], 1.0)
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3}[units[col["gpu__time_duration.sum"]]]
     us = t * scale
     tot += us
     def mb(c):
@@ -33,7 +33,7 @@ for r in body:
         u = units[col[c]]
         return v * {"byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3}.get(u, 1.0)
     rd, wr = mb("dram__bytes_read.sum"), mb("dram__bytes_write.sum")
-    print(f"  {r[col['Kernel Name']][:44]:44} {us:9.1f} us  DRAM read {rd:8.1f} MB write {wr:8.1f} MB  {(rd + wr) / us * 1e-3:6.2f} TB/s")
+    print(f"  {r[col['Kernel Name']][:44]:44} {us:9.1f} us  DRAM read {rd:8.1f} MB write {wr:8.1f} MB  {(rd + wr) / us:6.2f} TB/s")
 print(f"  total {tot:.1f} us")
 PY
 done

@@ -7,9 +7,9 @@
 //! with NaN; after the backward every element of each view must be written (no NaN; dq of
 //! fully masked rows exactly 0), every padding element untouched, and the rel-L2 error vs
 //! the f64 reference (from the rounded q, k, v, dO) <= 3.5e-3 (bf16) / 4.5e-4 (f16).
-//! Atomic mode on every case, twice with one scratch (the second call runs on the zeroed
-//! accumulator and counters the first leaves); deterministic mode too on a third of them
-//! (accuracy, and two runs bitwise equal). `GPU_BWD_D=64,128` limits the head dims.
+//! Atomic mode on every case, twice with one scratch (the second call on the accumulator
+//! the first left its sums in); deterministic mode too on a third of them (accuracy, and
+//! two runs bitwise equal). `GPU_BWD_D=64,128` limits the head dims.
 //! Those run the preallocated `forward_into` / `backward_into`; the allocating `forward` /
 //! `backward` are checked against the reference on a few cases, and `[b, h, s, d]`
 //! (PyTorch) tensors through `Tensor4::from_bhsd` / `Tensor4Mut::from_bhsd` against the
@@ -195,8 +195,8 @@ fn run_case<T: Element>(
             Some(n) => opts.with_group_splits(n),
             None => opts,
         };
-        // one scratch for every call: atomic mode's main pass leaves its accumulator and
-        // counters zero for the next call (run twice below)
+        // one scratch for every call (atomic mode runs twice below: its accumulator is
+        // zeroed again by the second call's preprocess)
         let s = Some(&mut scratch);
         let o = po.view(&o_buf);
         let (mut gq, mut gk, mut gv) = (
