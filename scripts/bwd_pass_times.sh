@@ -4,7 +4,8 @@
 # the dQ accumulator zeroed; the main pass; BwdPost: dQ converted) for the windowed,
 # causal and short unmasked rows (bf16 d128 b2 h16 8K, standard tile row; bench_window).
 #
-#   bash scripts/bwd_pass_times.sh OUT_DIR    (from target/gb)
+#   bash scripts/bwd_pass_times.sh OUT_DIR    (from target/gb; EXE=examples/bench_window_base
+#                                              profiles another build's, BUNDLE_REVS)
 set -u
 cd "$(dirname "$0")/.."
 OUT="${1:?usage: bwd_pass_times.sh OUT_DIR}"
@@ -13,7 +14,7 @@ export BENCH_PASS=bwd BENCH_N="${BENCH_N:-8192}" BENCH_ROUNDS=1 BENCH_BWD_TILING
 for row in ${ROWS:-window1024 causal}; do
   BENCH_ROWS=$row timeout 120 ncu --clock-control none -k "regex:fa2_bwd" --launch-skip 6 --launch-count 3 \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-    --csv --page raw examples/bench_window > "$OUT/$row.csv" 2> "$OUT/$row.err"
+    --csv --page raw "${EXE:-examples/bench_window}" > "$OUT/$row.csv" 2> "$OUT/$row.err"
   echo "== $row rc=$?"
   python3 - "$OUT/$row.csv" <<'PY'
 import csv, sys
