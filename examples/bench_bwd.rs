@@ -37,7 +37,7 @@ use flash_runtime::{
 };
 
 mod bench_common;
-use bench_common::{Flush, HIDDEN, Sleep, Sweep, WARMUP, attn_params, env_flag, env_list, median};
+use bench_common::{HIDDEN, SpinTimer, Sweep, WARMUP, attn_params, env_flag, env_list, median};
 #[path = "bench_common/bwd_rows.rs"]
 mod bwd_rows;
 use bwd_rows::{BwdRows, Row, tiling_from_env, with_splits};
@@ -104,7 +104,7 @@ fn time_row<T: Element>(
     row: &Row,
     opts: BwdOptions,
     iters: usize,
-    (flush, sleep): (&mut Flush, &Sleep),
+    timer: &mut SpinTimer,
 ) -> Res<(f64, f64)> {
     let params = attn_params(row.causal);
     let (shape, kv_shape) = (row.q_shape(), row.kv_shape());
@@ -143,8 +143,8 @@ fn time_row<T: Element>(
     let (start, end) = (ev()?, ev()?);
     let mut times = Vec::with_capacity(iters);
     for i in 0..WARMUP + iters {
-        flush.run(stream)?;
-        sleep.run(stream)?;
+        timer.flush.run(stream)?;
+        timer.sleep.run(stream)?;
         start.record(stream)?;
         // preallocated gradients and scratch: no allocation inside the events
         let grads = GradsMut {
@@ -180,7 +180,7 @@ fn sweep<T: Element>(
     stream: &Arc<CudaStream>,
     (sw, rs, deterministic): (&Sweep, &BwdRows, bool),
     rows: &mut Vec<serde_json::Value>,
-    timer: (&mut Flush, &Sleep),
+    timer: &mut SpinTimer,
 ) -> Res<()> {
     let list = rs.rows(sw);
     let mut bu = bufs::<T>(stream, 0xb4c4 ^ T::DTYPE as u64, rs.sizes(&list))?;
@@ -188,14 +188,7 @@ fn sweep<T: Element>(
         let (mut med, mut min, mut error) = (f64::NAN, f64::NAN, rs.invalid(r));
         if error.is_none() {
             let opts = with_splits(bwd_opts(deterministic), r.s);
-            match time_row(
-                (rt, stream),
-                &mut bu,
-                r,
-                opts,
-                sw.iters,
-                (&mut *timer.0, timer.1),
-            ) {
+            match time_row((rt, stream), &mut bu, r, opts, sw.iters, timer) {
                 Ok(t) => (med, min) = t,
                 Err(e) => error = Some(e.to_string()),
             }
@@ -372,18 +365,18 @@ fn run() -> Res<()> {
         } else {
             "atomic"
         };
-        let mut flush = Flush::from_env(&stream)?;
         let cycles = env_list("BENCH_SLEEP_CYCLES", &[1_500_000])
             .first()
             .copied()
             .unwrap_or(1_500_000);
-        let sleep = Sleep::new(&rt, cycles as u64)?;
+        // (its flush and spin before each call; this bench records its own events)
+        let mut timer = SpinTimer::new(&rt, &stream, cycles as u64)?;
         println!(
             "flash-ptx backward ({mode}) on {gpu}: {}, median of {} calls; {}; spin {cycles} \
              cycles before each call",
             rs.describe(),
             sw.iters,
-            flush.method()
+            timer.flush.method()
         );
         let gqa = rs.cols(None);
         println!(
@@ -397,13 +390,13 @@ fn run() -> Res<()> {
             .map(str::trim)
         {
             match dt {
-                "bf16" => sweep::<half::bf16>(&rt, &stream, cfg, &mut rows, (&mut flush, &sleep))?,
-                "f16" => sweep::<half::f16>(&rt, &stream, cfg, &mut rows, (&mut flush, &sleep))?,
+                "bf16" => sweep::<half::bf16>(&rt, &stream, cfg, &mut rows, &mut timer)?,
+                "f16" => sweep::<half::f16>(&rt, &stream, cfg, &mut rows, &mut timer)?,
                 other => eprintln!("skipping unknown dtype `{other}` (use bf16, f16)"),
             }
         }
         report["iters"] = sw.iters.into();
-        report["timing"] = flush.method().into();
+        report["timing"] = timer.flush.method().into();
         report["spin_cycles"] = cycles.into();
         report["deterministic"] = deterministic.into();
         report["heads"] = serde_json::json!(rs.heads);

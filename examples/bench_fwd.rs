@@ -305,8 +305,8 @@ fn sm90_persistent() -> bool {
     bench_path_in(&PERSISTENT_PATHS)
 }
 
-/// BENCH_PATH=sm90dyn, sm90chain, sm90tst or sm90qa: the persistent grid's tiles claimed
-/// from a counter.
+/// BENCH_PATH=sm90dyn, sm90chain, sm90ctst, sm90tst or sm90qa: the persistent grid's
+/// tiles claimed from a counter.
 fn sm90_dynamic() -> bool {
     bench_path_in(&["sm90dyn", "sm90chain", "sm90ctst", "sm90tst", "sm90qa"])
 }
