@@ -7,7 +7,7 @@ use crate::kernels::scores::{AlibiBias, RowsOf, ScoreRule, TileRows};
 use crate::kernels::sm80::bwd_exchange::{ColStats, StepTiles};
 use crate::kernels::sm80::warp::AOperand;
 use crate::kernels::sm80::warp_store::Cols;
-use crate::ptx::{B32, B64, Builder, Cmp, Reg, Special};
+use crate::ptx::{B32, B64, Builder, Cmp, Reg};
 use crate::spec::{Mask, Scores};
 use crate::tile::acc::AccTile;
 
@@ -86,7 +86,7 @@ impl KeyBlock<'_> {
         if self.plan.spec.scores != Scores::Alibi {
             return None;
         }
-        let n_block = b.special(Special::CtaIdX);
+        let n_block = Self::work_key_block(b);
         let n0 = b.mul_lo_u32(n_block, self.t.block_n);
         let rows = TileRows {
             base: n0,
@@ -115,9 +115,9 @@ impl KeyBlock<'_> {
         let (d, bn) = (self.plan.spec.head_dim, self.t.block_n);
         // the key block's ids and rows re-read here rather than kept live through the
         // loops (d128 on 128 keys: 12 spill bytes for sm_80 otherwise)
-        let n_block = b.special(Special::CtaIdX);
+        let n_block = Self::work_key_block(b);
         let (kv_head, split) = Self::group_split(b, self.plan, p);
-        let batch = b.special(Special::CtaIdZ);
+        let batch = Self::work_batch(b);
         let n0 = b.mul_lo_u32(n_block, bn);
         let k_rows = b.sub_u32(self.seqlen_k, n0);
         // dV, then dK scaled by softmax_scale, to dv and dk
@@ -170,9 +170,9 @@ impl KeyBlock<'_> {
         if sw.dk {
             dk.scale(b, p.get(SOFTMAX_SCALE));
         }
-        let heads_k = b.special(Special::NCtaIdY);
+        let heads_k = Self::work_kv_slots(b);
         let heads_k = b.shr_u32(heads_k, split.shift);
-        let batches = b.special(Special::NCtaIdZ);
+        let batches = Self::work_batches(b);
         let row_floats = b.mul_lo_u32(heads_k, self.head_dim);
         let row_bytes = b.shl_b32(row_floats, 2u32);
         let row_floats64 = b.cvt_u64_u32(row_floats);

@@ -119,6 +119,7 @@ struct KeyBlock<'a> {
 
 mod block;
 mod open;
+mod work;
 
 /// Which of a group's query heads the CTA takes: `index`, `index + count`, ... (the dense
 /// pass, [`crate::abi::GROUP_SPLIT_SHIFT`]): the CTA's `%ctaid.y` is `kv_head * count +

@@ -13,7 +13,7 @@ use crate::kernels::sm80::bwd_exchange::Exchange;
 use crate::kernels::sm80::stream::{BlockStream, CopyPlan};
 use crate::kernels::sm80::warp::Warp;
 use crate::kernels::varlen::Packed;
-use crate::ptx::{B32, Builder, Cmp, Pred, Reg, Special};
+use crate::ptx::{B32, Builder, Cmp, Pred, Reg};
 use crate::spec::KernelPlan;
 use crate::tile::copy::TileCopy;
 use crate::tile::smem::SmemTile;
@@ -42,14 +42,14 @@ impl<'a> KeyBlock<'a> {
         } else {
             Warp::new(b, (bn / t.warps / 16) as usize)
         };
-        let n_block = b.special(Special::CtaIdX);
+        let n_block = Self::work_key_block(b);
         let (kv_head, _) = Self::group_split(b, plan, &p);
-        let batch = b.special(Special::CtaIdZ);
+        let batch = Self::work_batch(b);
         // (a parameter where the pass has it: a quotient would stay live in a register)
         let heads = match Self::splits_group(plan) {
             true => p.get(HEADS),
             false => {
-                let heads_k = b.special(Special::NCtaIdY);
+                let heads_k = Self::work_kv_slots(b);
                 b.mul_lo_u32(heads_k, group)
             }
         };
@@ -174,7 +174,7 @@ impl<'a> KeyBlock<'a> {
         plan: &KernelPlan,
         p: &Params,
     ) -> (Reg<B32>, Option<GroupSplit>) {
-        let y = b.special(Special::CtaIdY);
+        let y = Self::work_kv_slot(b);
         if !Self::splits_group(plan) {
             return (y, None);
         }
@@ -221,7 +221,7 @@ impl<'a> KeyBlock<'a> {
     /// (d128 exchange: registers).
     pub(super) fn last_first_q(&self, b: &mut Builder) -> Reg<B32> {
         let bn = self.t.block_n;
-        let n_block = b.special(Special::CtaIdX);
+        let n_block = Self::work_key_block(b);
         let k_last = b.mad_lo_u32(n_block, bn, bn - 1);
         let shift = b.sub_s32(self.seqlen_k, self.seqlen_q);
         b.sub_s32(k_last, shift)
