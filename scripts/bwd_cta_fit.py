@@ -3,13 +3,16 @@
 
     python3 scripts/bwd_cta_fit.py N PASSES.txt [MORE.txt ...]
 
-PASSES.txt (and any more, their rows merged): scripts/bwd_pass_times.sh's output (`== <row> rc=..` then one line per kernel,
-the main pass's name holding `fa2_bwd_d128`). Model, per row: T = (t * V + F * C) / S,
+PASSES.txt (and any more, their rows merged): scripts/bwd_pass_times.sh's output (`== <row>
+rc=..` then one line per kernel, the main pass's name holding `fa2_bwd_d128`; a row given
+twice takes its upper median). Rows as bench_window runs them: sq = sk = N, b2 h16, windows
+`(w - 1, 0)`, the standard 64 x 64 tile row. Model, per row: T = (t * V + F * t * C) / S,
 V the query blocks the CTAs visit in all (per key block of 64 keys, the 64-query blocks
 its window reaches: bench_window's `work_bwd`), C the CTAs (key blocks x 32 heads), S the
-CTA slots (132 SMs x 2, the kernel's occupancy), t the time of one visited block in a
-slot and F what a CTA pays besides its blocks, in units of t. Prints each row's V / C,
-its time and the fit's, and t and F.
+CTA slots (132 SMs x 2: the H100's and H200's SMs, the kernel's occupancy), t the time of
+one visited block in a slot and F, in units of t, what does not grow with the blocks
+(a CTA's own costs, and anything per call, counted per CTA). Prints each row's V / C, its
+time and the fit's, and t and F.
 """
 import re
 import sys

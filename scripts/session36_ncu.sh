@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Session 36, second command (issue 19): where a windowed backward CTA's fixed cost goes (ncu source
-# samples, 8K causal and window 1024), then the per-CTA fit at 32K.
+# Session 36's second device command (issue 19; did not run: no device time was left):
+# where a windowed backward CTA's fixed cost goes (scripts/bwd_ncu_window.sh: ncu source
+# samples of the 8K causal and window-1024 main passes), then the per-CTA fit at 32K
+# (scripts/bwd_cta_costs.sh).   bash scripts/session36_ncu.sh OUT_DIR   (from target/gb)
 set -u
 cd "$(dirname "$0")/.."
 OUT="$1"; mkdir -p "$OUT"
