@@ -21,8 +21,10 @@
 //! BENCH_SOFTCAP=cap (a logit softcap), BENCH_FMA_EXP2=k (sm90 paths: k of every 4
 //! n-tiles' probabilities on the FMA pipe, `fwd::Variant::fma_exp2`; default the kernel's),
 //! BENCH_EDGE_MASKS=1 (sm90 paths with BENCH_WINDOW: one mask pass per window edge
-//! crossed, `fwd::Variant::edge_masks`), BENCH_SM90_PP=0 (sm90 paths: the consumers
-//! issue their products without taking turns, `fwd::Variant::pingpong` off).
+//! crossed, `fwd::Variant::edge_masks`), BENCH_FIXED_REF=1 (sm90 paths with BENCH_SOFTCAP,
+//! bf16: the softmax on one fixed reference, `fwd::Variant::fixed_ref`), BENCH_SM90_PP=0
+//! (sm90 paths: the consumers issue their products without taking turns,
+//! `fwd::Variant::pingpong` off).
 //! Run: `cargo run --release --features gpu --example bench_fwd`.
 
 use std::error::Error;
@@ -156,6 +158,7 @@ fn time_row<T: Element>(
                 chained: sm90_chained(),
                 tma_store: sm90_tma_store(),
                 q_ahead: sm90_q_ahead(),
+                fixed_ref: fixed_ref(),
                 edge_masks: window().is_some() && edge_masks(),
                 debug: false,
             };
@@ -355,6 +358,12 @@ fn fma_exp2() -> Option<u32> {
     std::env::var("BENCH_FMA_EXP2")
         .ok()
         .and_then(|s| s.parse().ok())
+}
+
+/// BENCH_FIXED_REF=1 (with BENCH_SOFTCAP, bf16, sm90 paths): the softcap's softmax on one
+/// fixed reference (`fwd::Variant::fixed_ref`).
+fn fixed_ref() -> bool {
+    std::env::var("BENCH_FIXED_REF").is_ok_and(|s| s == "1")
 }
 
 /// BENCH_EDGE_MASKS=1 (with BENCH_WINDOW, sm90 paths): each masked key block checks only

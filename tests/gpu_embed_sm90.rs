@@ -147,6 +147,7 @@ fn embedded_sm90a_forwards_run_on_compute_capability_9_0() {
         chained: false,
         tma_store: false,
         q_ahead: false,
+        fixed_ref: false,
         edge_masks: false,
         debug: false,
     };

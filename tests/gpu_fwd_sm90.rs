@@ -180,6 +180,7 @@ fn sm90_forward_matches_f64_reference() {
                     window,
                     scores: flash_codegen::Scores::Plain,
                     fma_exp2: None,
+                    fixed_ref: false,
                     overlap,
                     pingpong,
                     consumers: Some(consumers),

@@ -46,6 +46,7 @@ fn shape(batch: usize, seqlen: usize, heads: usize, causal: bool) -> Sm90FwdShap
         chained: false,
         tma_store: true,
         q_ahead: false,
+        fixed_ref: false,
         edge_masks: false,
         debug: false,
     }

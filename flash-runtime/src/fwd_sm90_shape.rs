@@ -37,6 +37,10 @@ pub struct Sm90FwdShape {
     /// (`fwd::Variant::fma_exp2`); `None`: the kernel's default
     /// (`fwd::Variant::default_fma_exp2`).
     pub fma_exp2: Option<u32>,
+    /// With a softcap, bf16: every row's probabilities on one fixed reference where the
+    /// cap lets it serve, the running max beside it for larger caps
+    /// (`fwd::Variant::fixed_ref`).
+    pub fixed_ref: bool,
     /// FA3's intra-warpgroup overlap (`fwd::Variant::overlap`).
     pub overlap: bool,
     /// The consumers take turns to issue their products (`fwd::Variant::pingpong`).
@@ -91,6 +95,7 @@ impl Sm90FwdShape {
             window: window.filter(|_| var.window),
             scores,
             fma_exp2: None,
+            fixed_ref: var.fixed_ref,
             overlap: var.overlap,
             pingpong: var.pingpong,
             consumers: None,
@@ -152,6 +157,12 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
             "{sh:?}: masks per window edge (edge_masks) need a window"
         )));
     }
+    if sh.fixed_ref && (sh.scores != Scores::Softcap || dtype != DType::Bf16 || sh.chained) {
+        return Err(FlashError::InvalidParam(format!(
+            "{sh:?}: a fixed softmax reference (fixed_ref) needs a softcap's bounded scores, \
+             bf16 and unchained tiles"
+        )));
+    }
     if sh.window.is_some() && sh.causal {
         return Err(FlashError::InvalidParam(format!(
             "{sh:?}: a window or the causal mask, not both (causal is the window (-1, 0))"
@@ -178,6 +189,7 @@ pub(crate) fn fwd_variant(dtype: DType, sh: &Sm90FwdShape) -> Result<fwd::Varian
         window: sh.window.is_some(),
         scores: sh.scores,
         fma_exp2,
+        fixed_ref: sh.fixed_ref,
         overlap: sh.overlap,
         pingpong: sh.pingpong,
         consumers,
@@ -253,6 +265,13 @@ mod tests {
                     ..ship
                 },
                 "a window or the causal mask, not both",
+            ),
+            (
+                Sm90FwdShape {
+                    fixed_ref: true,
+                    ..ship
+                },
+                "fixed_ref) needs a softcap's bounded scores",
             ),
             (
                 Sm90FwdShape {

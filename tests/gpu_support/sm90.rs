@@ -37,19 +37,36 @@ impl<T: Element> Sm90Case<T> {
     /// whose row maxima jump from block to block (the softmax's reference moves).
     pub fn with_q_times(rt: &FlashAttention, sh: Sm90FwdShape, seed: u64, amp: u16) -> Self {
         assert!(amp.is_power_of_two(), "q times {amp}: not exact");
+        Self::with_inputs(rt, sh, seed, (amp, 0.0))
+    }
+
+    /// [`Sm90Case::new`] with q times `amp`, then q's elements less `shift` and k's plus
+    /// `shift` (rounded to `T`, the host copies the rounded values): `shift` of a few
+    /// units makes every score of a row large and negative.
+    pub fn with_inputs(
+        rt: &FlashAttention,
+        sh: Sm90FwdShape,
+        seed: u64,
+        (amp, shift): (u16, f32),
+    ) -> Self {
         let stream = rt.context().default_stream();
         let (b, sq, sk, h, hk, d) = sh.sizes();
         let (nq, nk) = (b * sq * h * d, b * sk * hk * d);
         let mut rng = Rng::new(seed);
-        let ((mut q, mut qf), (k, kf), (v, vf)) = (
+        let ((mut q, mut qf), (mut k, mut kf), (v, vf)) = (
             rounded::<T>(&mut rng, nq),
             rounded::<T>(&mut rng, nk),
             rounded::<T>(&mut rng, nk),
         );
-        for (x, xf) in q.iter_mut().zip(qf.iter_mut()) {
-            *xf *= f64::from(amp);
-            *x = T::from_f32(*xf as f32);
-        }
+        let remap = |x: &mut [T], xf: &mut [f64], f: &dyn Fn(f64) -> f64| {
+            for (x, xf) in x.iter_mut().zip(xf.iter_mut()) {
+                *x = T::from_f32(f(*xf) as f32);
+                *xf = x.to_f32() as f64;
+            }
+        };
+        let s = f64::from(shift);
+        remap(&mut q, &mut qf, &|x| x * f64::from(amp) - s);
+        remap(&mut k, &mut kf, &|x| x + s);
         let up = |x: &Vec<T>| stream.clone_htod(x).unwrap();
         let (q, k, v) = (up(&q), up(&k), up(&v));
         let o = stream

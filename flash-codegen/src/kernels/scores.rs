@@ -66,6 +66,13 @@ impl ScoreTransform {
         });
     }
 
+    /// The bound of the transformed scores as the softmax scales them (`softmax_scale`,
+    /// `cap * log2 e`): `|tanh| <= 1`, so every `t * softmax_scale` lies within
+    /// `[-softmax_scale, softmax_scale]`.
+    pub fn scaled_bound(&self, softmax_scale: Reg<F32>) -> Reg<F32> {
+        softmax_scale
+    }
+
     /// Each thread row's max of the transformed scores of `s` (raw products, this
     /// warp's columns), from the raw max: `tanh` is monotone, so the max is one `tanh` per
     /// row and does not wait for the elements' (the softmax's `ex2`s can follow them on

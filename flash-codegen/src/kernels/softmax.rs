@@ -6,6 +6,14 @@
 //! `p = 2^(s * scale_log2 - m_i * scale_log2)`. Rows that have seen no valid key keep
 //! `m_i = -inf` and use 0 as their scaled max, so no probability is NaN (the rescale test
 //! compares `-inf - -inf` on purpose: NaN compares false, nothing to rescale).
+//!
+//! Scores known to be bounded (a softcap's, within `(-cap, cap)`) may instead share one
+//! fixed reference ([`OnlineSoftmax::fixed`]): no row max, no vote, no rescale, so every
+//! probability's exponent follows its score at once.
+
+mod finish;
+
+pub use finish::{Rescale, lse_log2};
 
 use super::exp2::exp2_fma;
 use crate::ptx::{Builder, Cmp, F32, Pred, Reg};
@@ -18,11 +26,19 @@ pub(crate) const NEG_INF: f32 = f32::NEG_INFINITY;
 /// reference moves: probabilities stay <= 2^8 = 256, far from f16/bf16/f32 overflow, and
 /// keep their relative precision (floating point).
 const RESCALE_LOG2: f32 = 8.0;
+/// A fixed reference keeps every probability at most `2^FIXED_HIGH` (log2 units): the
+/// row sums and O, in f32, then overflow only past `2^(128 - 64)` keys times values.
+const FIXED_HIGH: f32 = 64.0;
+/// ... and at least `2^-FIXED_LOW`: a normal f32 and bf16 (down to `2^-126`), whose
+/// products with values above `2^-26` stay normal in the `mma` accumulators.
+const FIXED_LOW: f32 = 100.0;
 
 /// The running statistics of a thread's rows.
 pub struct OnlineSoftmax {
-    /// Running row max of the raw scores.
+    /// Running row max of the raw scores (none under a fixed reference).
     m_i: Vec<Reg<F32>>,
+    /// The fixed reference of every row, scaled (log2 units), in place of `m_i`.
+    fixed: Option<Reg<F32>>,
     /// Running row sum of exp2, this thread's columns only (quad-reduced at the end).
     l_i: Vec<Reg<F32>>,
     scale_log2: Reg<F32>,
@@ -39,9 +55,51 @@ impl OnlineSoftmax {
         OnlineSoftmax {
             m_i,
             l_i,
+            fixed: None,
             scale_log2,
             fma_exp2: 0,
         }
+    }
+
+    /// Fresh statistics (`l_i = 0`) for `rows` thread rows whose probabilities are all
+    /// `2^(s * scale_log2 - reference)`: for scores whose scaled values are bounded, the
+    /// `reference` from [`OnlineSoftmax::fixed_reference`] (where it fits). No running
+    /// max: steps make the probabilities and sums only, and never rescale O. Exact as the
+    /// running max is (O and the sums share the reference); the LSE adds it back.
+    pub fn fixed(b: &mut Builder, rows: usize, scale_log2: Reg<F32>, reference: Reg<F32>) -> Self {
+        let l_i = (0..rows).map(|_| b.mov(0.0f32)).collect();
+        OnlineSoftmax {
+            m_i: Vec::new(),
+            l_i,
+            fixed: Some(reference),
+            scale_log2,
+            fma_exp2: 0,
+        }
+    }
+
+    /// For scores whose scaled values `s * scale_log2` all lie within `[-bound, bound]`:
+    /// whether one fixed reference serves every row of f32 / bf16 probabilities, and that
+    /// reference, `max(0, bound - FIXED_HIGH)`. Every probability then lies within
+    /// `[2^-FIXED_LOW, 2^FIXED_HIGH]`: it fits when `bound <= (FIXED_HIGH + FIXED_LOW) / 2`
+    /// (82: a softcap up to 56.8; not for f16 probabilities, whose range is 2^40).
+    pub fn fixed_reference(b: &mut Builder, bound: Reg<F32>) -> (Reg<Pred>, Reg<F32>) {
+        let over = b.sub_f32(bound, FIXED_HIGH);
+        let reference = b.max_f32(over, 0.0f32);
+        let fits = b.setp_f32(Cmp::Le, bound, (FIXED_HIGH + FIXED_LOW) / 2.0);
+        (fits, reference)
+    }
+
+    /// Whether the rows share a fixed reference ([`OnlineSoftmax::fixed`]).
+    pub fn is_fixed(&self) -> bool {
+        self.fixed.is_some()
+    }
+
+    /// The running max's steps only: a generator bug under a fixed reference.
+    fn running(&self) {
+        assert!(
+            self.fixed.is_none(),
+            "generator bug: a row max under a fixed reference"
+        );
     }
 
     /// The probabilities of `share` n-tiles in every 4 made on the FMA pipe
@@ -60,16 +118,29 @@ impl OnlineSoftmax {
         b.selp_f32(0.0f32, ms, none)
     }
 
+    /// Row `row`'s reference, scaled: `max_scaled(m_i)`, or the fixed one.
+    fn scaled_reference(&self, b: &mut Builder, row: usize) -> Reg<F32> {
+        match self.fixed {
+            Some(r) => r,
+            None => self.scaled_max(b, self.m_i[row]),
+        }
+    }
+
     /// One key block: turns scores `s` into unnormalised probabilities in place and
     /// updates `l_i` (see [`OnlineSoftmax::step_to`]; the rows' new maxima are this
     /// warp's).
     pub fn step(&mut self, b: &mut Builder, s: &mut AccTile, o: &mut AccTile) {
+        if self.is_fixed() {
+            self.exp_rows(b, s);
+            return;
+        }
         let (m_new, grows) = self.maxima(b, s);
         self.rescale_and_exp(b, s, o, &m_new, grows);
     }
 
     /// Each row's new max (this warp's) and whether any row's grows past the threshold.
     fn maxima(&self, b: &mut Builder, s: &AccTile) -> (Vec<Reg<F32>>, Option<Reg<Pred>>) {
+        self.running();
         self.maxima_by(b, s.rows(), |b, row| s.row_max(b, row, self.m_i[row]))
     }
 
@@ -91,25 +162,25 @@ impl OnlineSoftmax {
         (m_new, grows)
     }
 
-    /// P = 2^(s * scale_log2 - max_scaled) in place (masked scores give 0), l_i += rowsum.
+    /// P = 2^(s * scale_log2 - reference) in place (masked scores give 0), l_i += rowsum.
     fn exp_rows(&mut self, b: &mut Builder, s: &mut AccTile) {
         for row in 0..s.rows() {
-            let l = self.exp_row(b, s, row, self.m_i[row], self.l_i[row]);
+            let ms = self.scaled_reference(b, row);
+            let l = self.exp_row(b, s, row, ms, self.l_i[row]);
             b.assign(self.l_i[row], l);
         }
     }
 
-    /// Row `row` of P = 2^(s * scale_log2 - max_scaled(reference)) in place; returns
-    /// `sum` plus the row's probabilities.
+    /// Row `row` of P = 2^(s * scale_log2 - ms) in place (`ms`: the row's scaled
+    /// reference); returns `sum` plus the row's probabilities.
     fn exp_row(
         &self,
         b: &mut Builder,
         s: &mut AccTile,
         row: usize,
-        reference: Reg<F32>,
+        ms: Reg<F32>,
         sum: Reg<F32>,
     ) -> Reg<F32> {
-        let ms = self.scaled_max(b, reference);
         let neg_ms = b.neg_f32(ms);
         let share = self.fma_exp2 as usize;
         let exp = |b: &mut Builder, nt: usize, y| match nt % 4 < share {
@@ -122,6 +193,7 @@ impl OnlineSoftmax {
     /// Each row's `max(m_old, rowmax(S))` over the thread's quad (the row's columns of
     /// this warp), one per thread row.
     pub fn block_max(&self, b: &mut Builder, s: &AccTile) -> Vec<Reg<F32>> {
+        self.running();
         (0..s.rows())
             .map(|row| s.row_max(b, row, self.m_i[row]))
             .collect()
@@ -160,6 +232,7 @@ impl OnlineSoftmax {
         o: &mut AccTile,
         m_new: &[Reg<F32>],
     ) {
+        self.running();
         let mut grows = None;
         for (row, &mx) in m_new.iter().enumerate() {
             grows = Some(self.grows(b, row, mx, grows));
@@ -171,11 +244,15 @@ impl OnlineSoftmax {
     /// `wgmma` adding the previous block's P V): the same new reference, P and `l_i`, but
     /// O's rescale is returned ([`Rescale::apply`] once O is complete) instead of done.
     pub fn step_deferred(&mut self, b: &mut Builder, s: &mut AccTile) -> Rescale {
+        if self.is_fixed() {
+            self.exp_rows(b, s);
+            return Rescale::none();
+        }
         let (m_new, grows) = self.maxima(b, s);
         let any = b.vote_any(grows.expect("a tile of one row or more"));
         let alpha = self.move_reference(b, any, &m_new);
         self.exp_rows(b, s);
-        Rescale { any, alpha }
+        Rescale::new(any, alpha)
     }
 
     /// [`OnlineSoftmax::step_deferred`] with each row's max over the block given
@@ -193,6 +270,7 @@ impl OnlineSoftmax {
         s: &mut AccTile,
         block_max: &[Reg<F32>],
     ) -> Rescale {
+        self.running();
         let (m_new, grows) = self.maxima_by(b, block_max.len(), |b, row| {
             b.max_f32(self.m_i[row], block_max[row])
         });
@@ -201,14 +279,15 @@ impl OnlineSoftmax {
         for (row, &m) in m_new.iter().enumerate() {
             let reference = b.selp_f32(m, self.m_i[row], any);
             let zero = b.mov(0.0f32);
-            sums.push(self.exp_row(b, s, row, reference, zero));
+            let ms = self.scaled_max(b, reference);
+            sums.push(self.exp_row(b, s, row, ms, zero));
         }
         let alpha = self.move_reference(b, any, &m_new);
         for (row, sum) in sums.into_iter().enumerate() {
             let l = b.add_f32(self.l_i[row], sum);
             b.assign(self.l_i[row], l);
         }
-        Rescale { any, alpha }
+        Rescale::new(any, alpha)
     }
 
     /// Where the warp's vote `any` holds, the rows' reference moves to `m_new` and `l_i`
@@ -271,120 +350,4 @@ impl OnlineSoftmax {
         });
         self.exp_rows(b, s);
     }
-
-    /// Normalises `o` by `1 / l_i` and returns each row's natural-log LSE
-    /// (`-inf`, with `o = 0`, for rows without a valid key).
-    pub fn finish(&self, b: &mut Builder, o: &mut AccTile) -> Vec<Reg<F32>> {
-        self.normalise(b, o, None)
-    }
-
-    /// Each thread row's state, to merge with other warps' states of the same rows
-    /// (their O accumulators are relative to it): the scaled reference max (log2 units;
-    /// `-inf` for a row without a valid key) and the row's whole sum (quad-reduced; at
-    /// least 1 for a row with a key, whose largest probability is `2^(max - ref) >= 1`).
-    pub fn state(&self, b: &mut Builder) -> Vec<(Reg<F32>, Reg<F32>)> {
-        (0..self.m_i.len())
-            .map(|row| {
-                let l = AccTile::quad_sum(b, self.l_i[row]);
-                let ms = self.scaled_max(b, self.m_i[row]);
-                let empty = b.setp_f32(Cmp::Eq, l, 0.0f32);
-                (b.selp_f32(NEG_INF, ms, empty), l)
-            })
-            .collect()
-    }
-
-    /// This warp's share of each row's sum `l_i`, reduced over the quad.
-    pub fn row_sums(&self, b: &mut Builder) -> Vec<Reg<F32>> {
-        self.l_i.iter().map(|&l| AccTile::quad_sum(b, l)).collect()
-    }
-
-    /// [`OnlineSoftmax::finish`] with the rows' whole sums `l` given (from
-    /// [`OnlineSoftmax::row_sums`], added over the warps sharing the rows).
-    pub fn finish_with(&self, b: &mut Builder, o: &mut AccTile, l: &[Reg<F32>]) -> Vec<Reg<F32>> {
-        self.normalise(b, o, Some(l))
-    }
-
-    /// `finish` with the whole row sums `l`, or (`None`) this warp's reduced row by row.
-    fn normalise(&self, b: &mut Builder, o: &mut AccTile, l: Option<&[Reg<F32>]>) -> Vec<Reg<F32>> {
-        debug_assert_eq!(
-            o.rows(),
-            self.m_i.len(),
-            "generator bug: O's rows are the state's"
-        );
-        let fin = self.final_rows(b, Some(o), l);
-        fin.into_iter().map(|(_, lse)| lse).collect()
-    }
-
-    /// Each row's `1 / l` and LSE, O left alone (its last product may still be in
-    /// flight: scale it with [`AccTile::scale_row`] once it has landed).
-    pub fn finals(&self, b: &mut Builder) -> Vec<(Reg<F32>, Reg<F32>)> {
-        self.final_rows(b, None, None)
-    }
-
-    /// Fresh statistics again (`m_i = -inf`, `l_i = 0`), in the same registers.
-    pub fn reset(&self, b: &mut Builder) {
-        for &m in &self.m_i {
-            b.assign(m, NEG_INF);
-        }
-        for &l in &self.l_i {
-            b.assign(l, 0.0f32);
-        }
-    }
-
-    /// Per row `(1 / l, lse)` (`1` and `-inf` for a row without a valid key), O scaled by
-    /// the first when given.
-    fn final_rows(
-        &self,
-        b: &mut Builder,
-        mut o: Option<&mut AccTile>,
-        l: Option<&[Reg<F32>]>,
-    ) -> Vec<(Reg<F32>, Reg<F32>)> {
-        let mut fin = Vec::new();
-        for row in 0..self.m_i.len() {
-            let l = match l {
-                Some(l) => l[row],
-                None => AccTile::quad_sum(b, self.l_i[row]),
-            };
-            let empty = b.setp_f32(Cmp::Eq, l, 0.0f32);
-            let r = b.rcp(l);
-            let inv = b.selp_f32(1.0f32, r, empty);
-            if let Some(o) = o.as_deref_mut() {
-                o.scale_row(b, row, inv);
-            }
-            // lse = (m * scale_log2 + log2(l)) * ln 2
-            let ms = self.scaled_max(b, self.m_i[row]);
-            let lg = b.lg2(l);
-            let s = b.add_f32(ms, lg);
-            let v = b.mul_f32(s, LN_2);
-            fin.push((inv, b.selp_f32(NEG_INF, v, empty)));
-        }
-        fin
-    }
-}
-
-/// O's rescale of a [`OnlineSoftmax::step_deferred`]: per thread row `O *= alpha`, skipped
-/// (warp-uniformly) when no row of the warp moved its reference.
-pub struct Rescale {
-    any: Reg<Pred>,
-    alpha: Vec<Reg<F32>>,
-}
-
-impl Rescale {
-    /// Applies the rescale to the completed `o`.
-    pub fn apply(&self, b: &mut Builder, o: &mut AccTile) {
-        assert_eq!(self.alpha.len(), o.rows(), "generator bug: rescale rows");
-        b.if_uniform(self.any, |b| {
-            for (row, &a) in self.alpha.iter().enumerate() {
-                o.scale_row(b, row, a);
-            }
-        });
-    }
-}
-
-/// The backward's per-row `LSE * log2 e`, so that `P = exp2(S * scale_log2 - it)`; a fully
-/// masked row (LSE = -inf) gets +inf, so its P is 0 rather than NaN.
-pub fn lse_log2(b: &mut Builder, lse: Reg<F32>) -> Reg<F32> {
-    let masked = b.setp_f32(Cmp::Eq, lse, NEG_INF);
-    let l2 = b.mul_f32(lse, std::f32::consts::LOG2_E);
-    b.selp_f32(f32::INFINITY, l2, masked)
 }

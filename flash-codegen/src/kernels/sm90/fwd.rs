@@ -31,8 +31,9 @@ use super::fwd_turn::Turn;
 use crate::kernels::half_fmt;
 use crate::kernels::mask::{KeyRule, Window};
 use crate::kernels::scores::{ScoreTransform, Slopes};
+use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::{B32, Builder, Cmp, Entry, LaunchBounds, Module, Reg, Special, Target, Ty};
-use crate::spec::Scores;
+use crate::spec::{DType, Scores};
 use crate::tile::smem::SmemTile;
 
 /// Tensor-map parameters, in order.
@@ -89,6 +90,7 @@ pub fn module(var: Variant) -> Module {
         window,
         scores,
         fma_exp2,
+        fixed_ref,
         overlap,
         pingpong,
         consumers,
@@ -128,6 +130,11 @@ pub fn module(var: Variant) -> Module {
     assert!(
         !edge_masks || window,
         "generator bug: masks per window edge without a window"
+    );
+    assert!(
+        !fixed_ref || (scores == Scores::Softcap && dtype == DType::Bf16 && !chained),
+        "generator bug: a fixed softmax reference needs a softcap's bounded scores, bf16 \
+         probabilities and unchained tiles"
     );
     let block_m = var.block_m();
     let (fmt, lay) = (half_fmt(dtype), var.layout());
@@ -241,6 +248,11 @@ pub fn module(var: Variant) -> Module {
                 raw_max: consumers >= 3,
                 release_late: tma_store && persistent && overlap && !chained,
                 slopes,
+                fixed_ref: fixed_ref.then(|| {
+                    let t = transform.expect("a softcap's transform");
+                    let bound = t.scaled_bound(softmax_scale);
+                    OnlineSoftmax::fixed_reference(b, bound)
+                }),
                 sq,
                 sk,
             };

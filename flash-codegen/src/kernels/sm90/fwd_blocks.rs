@@ -225,7 +225,7 @@ impl Consumer {
             Self::release(b, w.lead, &at, K_EMPTY);
             // a softcap's clean block: the maxima from the raw products (before the tanhs)
             let raw_max = match (masked, &self.transform) {
-                (None, Some(t)) if self.raw_max => Some(t.block_max(b, &s)),
+                (None, Some(t)) if self.raw_max && !softmax.is_fixed() => Some(t.block_max(b, &s)),
                 _ => None,
             };
             self.transform(b, (ctx, w), &mut s, i);

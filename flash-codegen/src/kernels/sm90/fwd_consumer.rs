@@ -8,7 +8,6 @@ use super::fwd_ctx::{
 use super::fwd_turn::Turn;
 use crate::kernels::mask::{KeyRule, Window};
 use crate::kernels::scores::{AlibiBias, RowsOf, ScoreTransform, Slopes, TileRows};
-use crate::kernels::softmax::OnlineSoftmax;
 use crate::ptx::inst::ScaleD;
 use crate::ptx::{Addr, B32, B64, Builder, Cmp, F32, HalfFmt, Pred, Reg, Special};
 use crate::tile::acc::AccTile;
@@ -41,6 +40,9 @@ pub(super) struct Consumer {
     pub(super) release_late: bool,
     /// ALiBi's slopes (the bias is added per tile's head, before the mask).
     pub(super) slopes: Option<Slopes>,
+    /// `Variant::fixed_ref`: whether the cap lets a fixed softmax reference serve every
+    /// row, and that reference (`OnlineSoftmax::fixed_reference`; `fwd_softmax`).
+    pub(super) fixed_ref: Option<(Reg<Pred>, Reg<F32>)>,
     pub(super) sq: Reg<B32>,
     pub(super) sk: Reg<B32>,
 }
@@ -98,33 +100,6 @@ impl Wg {
 }
 
 impl Consumer {
-    /// The key-block loop; returns O (normalised), the rows' LSE and the warpgroup's view
-    /// (for the epilogue). `overlap`: each block's S = Q K^T is issued before the previous
-    /// block's O += P V and its softmax runs while that product is in flight (FA3's
-    /// intra-warpgroup overlap); otherwise every product is waited for at once.
-    /// `turn` (pingpong): the consumers take turns to issue their products. `j`: the
-    /// CTA's tiles before this one (the parity of Q's barrier).
-    pub(super) fn consume(
-        &self,
-        b: &mut Builder,
-        ctx: &Ctx,
-        (tid, wg, m0): (Reg<B32>, Reg<B32>, Reg<B32>),
-        (overlap, turn): (bool, Option<Turn>),
-        j: Reg<B32>,
-    ) -> (AccTile, Vec<Reg<F32>>, Wg) {
-        let w = self.setup(b, ctx, (tid, wg, m0), (turn, j));
-        let mut o = AccTile::zeros(b, 1, ctx.d);
-        let mut softmax =
-            OnlineSoftmax::new(b, o.rows(), self.softmax_scale).with_fma_exp2(self.fma_exp2);
-        if overlap {
-            self.blocks_overlapped(b, ctx, &w, &mut softmax, &mut o);
-        } else {
-            self.blocks(b, ctx, &w, &mut softmax, &mut o);
-        }
-        let lse = softmax.finish(b, &mut o);
-        (o, lse, w)
-    }
-
     /// The persistent kernel: this warp is done with the tile's Q and its index (one
     /// arrival of its lane 0 on the slot's Q empty, which counts every consumer warp: a
     /// tile with no key block runs no warpgroup-wide `wgmma` that would line a

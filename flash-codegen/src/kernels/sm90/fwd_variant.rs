@@ -29,6 +29,12 @@ pub struct Variant {
     /// the multi-function unit under a softcap, whose `tanh` doubles its load
     /// ([`Variant::default_fma_exp2`]).
     pub fma_exp2: u32,
+    /// With a softcap and bf16 (not `chained`): every row's probabilities relative to
+    /// one fixed reference (the scores are bounded by the cap: `OnlineSoftmax::fixed`)
+    /// instead of the running max, for caps where it fits (`cap * log2 e <= 82`; larger
+    /// caps take the running max in the same kernel): no row max, vote or rescale per
+    /// block (name `_fref`).
+    pub fixed_ref: bool,
     /// FA3's intra-warpgroup overlap (S of the next block beside P V of this one).
     pub overlap: bool,
     /// FA3's scheduler barrier: the consumers issue their GEMMs in turn, so one's softmax
@@ -65,13 +71,14 @@ pub struct Variant {
 
 impl Variant {
     /// Entry name:
-    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_ovl][_pp]_m{rows}[_pers|_dyn][_chain][_tst][_qa][_em]_sm90a[_debug]`.
+    /// `fa3_fwd_d{D}_{dtype}[_causal|_local][_softcap|_alibi][_fx{k}][_fref][_ovl][_pp]_m{rows}[_pers|_dyn][_chain][_tst][_qa][_em]_sm90a[_debug]`.
     pub fn name(&self) -> String {
         let fx = match self.fma_exp2 {
             0 => String::new(),
             k => format!("_fx{k}"),
         };
-        let mask = format!("{}{}{fx}", self.mask().suffix(), self.scores.suffix());
+        let fref = if self.fixed_ref { "_fref" } else { "" };
+        let mask = format!("{}{}{fx}{fref}", self.mask().suffix(), self.scores.suffix());
         let ovl = if self.overlap { "_ovl" } else { "" };
         let pp = if self.pingpong { "_pp" } else { "" };
         let pers = match self.grid_kind() {
@@ -108,6 +115,7 @@ impl Variant {
             window: false,
             scores: Scores::Plain,
             fma_exp2: 0,
+            fixed_ref: false,
             overlap: true,
             pingpong: true,
             consumers: Self::default_consumers(head_dim),
@@ -274,7 +282,8 @@ impl Variant {
     /// window's with `edge_masks`; softcap
     /// (every mask) and
     /// ALiBi (no mask or causal) on the shipping schedule and tiles, the softcap also with
-    /// 1 and 2 of every 4 n-tiles' `ex2`s on the FMA pipe (`fma_exp2`).
+    /// 1 and 2 of every 4 n-tiles' `ex2`s on the FMA pipe (`fma_exp2`) and, in bf16, on
+    /// a fixed reference (`fixed_ref`; with 1 in 4 `ex2`s on the FMA pipe too).
     pub fn all() -> Vec<Variant> {
         let mut v = Vec::new();
         for dtype in [DType::F16, DType::Bf16] {
@@ -291,6 +300,7 @@ impl Variant {
                             window: false,
                             scores: Scores::Plain,
                             fma_exp2: 0,
+                            fixed_ref: false,
                             overlap,
                             pingpong,
                             consumers,
@@ -350,6 +360,20 @@ impl Variant {
                     // pipe (release builds only: the same barriers as the builds above)
                     if scores == Scores::Softcap {
                         v.extend([1, 2].map(|fma_exp2| Variant { fma_exp2, ..ship }));
+                        // bf16's softcap on one fixed reference (where the cap fits)
+                        if dtype == DType::Bf16 {
+                            let fixed = Variant {
+                                fixed_ref: true,
+                                ..ship
+                            };
+                            v.extend([false, true].map(|debug| Variant { debug, ..fixed }));
+                            // with a quarter of the `ex2`s on the FMA pipe (the `tanh`s
+                            // and `ex2`s, one stream, bound by the multi-function unit)
+                            v.push(Variant {
+                                fma_exp2: 1,
+                                ..fixed
+                            });
+                        }
                     }
                 }
             }

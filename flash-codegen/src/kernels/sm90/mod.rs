@@ -11,6 +11,7 @@ mod fwd_dynamic;
 mod fwd_epilogue;
 mod fwd_producer;
 mod fwd_sched;
+mod fwd_softmax;
 mod fwd_turn;
 mod fwd_variant;
 pub mod probe;
