@@ -10,7 +10,7 @@
 # bench_fwd_base from BUNDLE_REVS) instead of examples/bench_fwd; ROUNDS (default 3)
 # rounds run every configuration in turn. The optional
 # fourth argument pairs labels with their own base (a twin: the same rows without a
-# modifier); the rest are compared with BASE.
+# modifier), printed before the ratio to BASE; the rest are compared with BASE only.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${1:?usage: sm90_fwd_variants.sh OUT_DIR BASE CONFIGS [PAIRS]}"
@@ -42,5 +42,7 @@ for (label, key), t in sorted(med.items(), key=lambda x: (x[0][1], x[0][0])):
     line = f"{key[0]:5} d{key[1]:<4} n {key[2]:6} {label:18} {t:7.1f} TFLOP/s"
     if ref != label and (ref, key) in med:
         line += f"  / {ref} {t / med[(ref, key)]:.3f}"
+    if ref != base and base != label and (base, key) in med:
+        line += f"  / {base} {t / med[(base, key)]:.3f}"
     print(line)
 PY
