@@ -62,10 +62,11 @@ impl OnlineSoftmax {
     }
 
     /// Fresh statistics (`l_i = 0`) for `rows` thread rows whose probabilities are all
-    /// `2^(s * scale_log2 - reference)`: for scores whose scaled values are bounded, the
-    /// `reference` from [`OnlineSoftmax::fixed_reference`] (where it fits). No running
-    /// max: steps make the probabilities and sums only, and never rescale O. Exact as the
-    /// running max is (O and the sums share the reference); the LSE adds it back.
+    /// `2^(s * scale_log2 - reference)`, for scores whose scaled values are bounded
+    /// (`reference` from [`OnlineSoftmax::fixed_reference`], where
+    /// [`OnlineSoftmax::fixed_fits`]). No running max: steps make the probabilities and
+    /// sums only, and never rescale O. Exact as the running max is (O and the sums share
+    /// the reference); the LSE adds it back.
     pub fn fixed(b: &mut Builder, rows: usize, scale_log2: Reg<F32>, reference: Reg<F32>) -> Self {
         let l_i = (0..rows).map(|_| b.mov(0.0f32)).collect();
         OnlineSoftmax {
@@ -78,15 +79,20 @@ impl OnlineSoftmax {
     }
 
     /// For scores whose scaled values `s * scale_log2` all lie within `[-bound, bound]`:
-    /// whether one fixed reference serves every row of f32 / bf16 probabilities, and that
-    /// reference, `max(0, bound - FIXED_HIGH)`. Every probability then lies within
-    /// `[2^-FIXED_LOW, 2^FIXED_HIGH]`: it fits when `bound <= (FIXED_HIGH + FIXED_LOW) / 2`
-    /// (82: a softcap up to 56.8; not for f16 probabilities, whose range is 2^40).
-    pub fn fixed_reference(b: &mut Builder, bound: Reg<F32>) -> (Reg<Pred>, Reg<F32>) {
+    /// whether one fixed reference serves every row of f32 / bf16 probabilities
+    /// ([`OnlineSoftmax::fixed_reference`] then keeps every probability within
+    /// `[2^-FIXED_LOW, 2^FIXED_HIGH]`): `bound <= (FIXED_HIGH + FIXED_LOW) / 2` (82: a
+    /// softcap up to 56.8; not for f16 probabilities, whose range is 2^40). False for a
+    /// NaN bound.
+    pub fn fixed_fits(b: &mut Builder, bound: Reg<F32>) -> Reg<Pred> {
+        b.setp_f32(Cmp::Le, bound, (FIXED_HIGH + FIXED_LOW) / 2.0)
+    }
+
+    /// The fixed reference of scores within `[-bound, bound]` (scaled), where it fits
+    /// ([`OnlineSoftmax::fixed_fits`]): `max(0, bound - FIXED_HIGH)`.
+    pub fn fixed_reference(b: &mut Builder, bound: Reg<F32>) -> Reg<F32> {
         let over = b.sub_f32(bound, FIXED_HIGH);
-        let reference = b.max_f32(over, 0.0f32);
-        let fits = b.setp_f32(Cmp::Le, bound, (FIXED_HIGH + FIXED_LOW) / 2.0);
-        (fits, reference)
+        b.max_f32(over, 0.0f32)
     }
 
     /// Whether the rows share a fixed reference ([`OnlineSoftmax::fixed`]).

@@ -251,7 +251,8 @@ pub fn module(var: Variant) -> Module {
                 fixed_ref: fixed_ref.then(|| {
                     let t = transform.expect("a softcap's transform");
                     let bound = t.scaled_bound(softmax_scale);
-                    OnlineSoftmax::fixed_reference(b, bound)
+                    let r = OnlineSoftmax::fixed_reference(b, bound);
+                    (OnlineSoftmax::fixed_fits(b, bound), r)
                 }),
                 sq,
                 sk,

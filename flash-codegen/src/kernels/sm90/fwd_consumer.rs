@@ -41,7 +41,8 @@ pub(super) struct Consumer {
     /// ALiBi's slopes (the bias is added per tile's head, before the mask).
     pub(super) slopes: Option<Slopes>,
     /// `Variant::fixed_ref`: whether the cap lets a fixed softmax reference serve every
-    /// row, and that reference (`OnlineSoftmax::fixed_reference`; `fwd_softmax`).
+    /// row, and that reference (`OnlineSoftmax::fixed_fits`, `fixed_reference`;
+    /// `fwd_softmax`).
     pub(super) fixed_ref: Option<(Reg<Pred>, Reg<F32>)>,
     pub(super) sq: Reg<B32>,
     pub(super) sk: Reg<B32>,
