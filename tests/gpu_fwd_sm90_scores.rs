@@ -116,6 +116,50 @@ const NONE: Mods = Mods {
     shift: 0.0,
 };
 
+/// The causal mask.
+const CAUSAL: Mods = Mods {
+    causal: true,
+    ..NONE
+};
+
+/// A sliding window crossing block edges on both sides.
+const WINDOW: Mods = Mods {
+    window: Some((200, 17)),
+    ..NONE
+};
+
+/// `m` with a softcap of `c`.
+fn cap(c: f32, m: Mods) -> Mods {
+    Mods {
+        softcap: Some(c),
+        ..m
+    }
+}
+
+/// The softcap cases both tests run: caps that bite (0.7, and 5 under a window), 30
+/// (causal), and 50 with q times 8 (the rows' maxima jump between key blocks).
+fn softcaps() -> [Mods; 4] {
+    [
+        cap(0.7, NONE),
+        cap(30.0, CAUSAL),
+        cap(5.0, WINDOW),
+        Mods {
+            amp: 8,
+            ..cap(50.0, CAUSAL)
+        },
+    ]
+}
+
+/// Fails the test with every recorded failure, if any.
+fn assert_none(bad: &[String]) {
+    assert!(
+        bad.is_empty(),
+        "{} failures:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
+
 /// Case shapes `(b, sq, sk, h, hk)`: odd lengths, sq != sk both ways, GQA.
 const SHAPES: [(usize, usize, usize, usize, usize); 4] = [
     (2, 300, 300, 4, 2),
@@ -204,34 +248,18 @@ fn sm90_scored_forward_matches_f64_reference() {
     let Some(rt) = runtime() else {
         return;
     };
-    let causal = Mods {
-        causal: true,
-        ..NONE
-    };
-    let cap = |c: f32, m: Mods| Mods {
-        softcap: Some(c),
-        ..m
-    };
     let alibi = |per_batch: bool, m: Mods| Mods {
         alibi: Some(per_batch),
         ..m
     };
-    let window = Mods {
-        window: Some((200, 17)),
-        ..NONE
-    };
-    let mods = [
-        cap(0.7, NONE),
-        cap(30.0, causal),
-        cap(5.0, window),
-        Mods {
-            amp: 8,
-            ..cap(50.0, causal)
-        },
-        alibi(false, NONE),
-        alibi(true, causal),
-        alibi(false, causal),
-    ];
+    let mods: Vec<Mods> = softcaps()
+        .into_iter()
+        .chain([
+            alibi(false, NONE),
+            alibi(true, CAUSAL),
+            alibi(false, CAUSAL),
+        ])
+        .collect();
     let mut bad = Vec::new();
     let mut seed = 100;
     for debug in [true, false] {
@@ -250,12 +278,7 @@ fn sm90_scored_forward_matches_f64_reference() {
             }
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{} failures:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    assert_none(&bad);
 }
 
 /// The bf16 softcap on a fixed reference (`fwd::Variant::fixed_ref`): caps on its fixed
@@ -270,34 +293,18 @@ fn sm90_softcap_on_a_fixed_reference_matches_f64_reference() {
     let Some(rt) = runtime() else {
         return;
     };
-    let causal = Mods {
-        causal: true,
-        ..NONE
-    };
-    let window = Mods {
-        window: Some((200, 17)),
-        ..NONE
-    };
-    let cap = |c: f32, m: Mods| Mods {
-        softcap: Some(c),
-        ..m
-    };
     let low = |m: Mods| Mods { shift: 4.0, ..m };
-    let mods = [
-        cap(0.7, NONE),
-        cap(30.0, causal),
-        cap(5.0, window),
-        Mods {
-            amp: 8,
-            ..cap(50.0, causal)
-        },
-        low(cap(56.0, causal)),
-        low(cap(50.0, NONE)),
-        low(cap(30.0, window)),
-        cap(60.0, causal),
-        low(cap(60.0, NONE)),
-        cap(1000.0, window),
-    ];
+    let mods: Vec<Mods> = softcaps()
+        .into_iter()
+        .chain([
+            low(cap(56.0, CAUSAL)),
+            low(cap(50.0, NONE)),
+            low(cap(30.0, WINDOW)),
+            cap(60.0, CAUSAL),
+            low(cap(60.0, NONE)),
+            cap(1000.0, WINDOW),
+        ])
+        .collect();
     let mut bad = Vec::new();
     let mut seed = 500;
     // GPU_FWD_SM90_SCORES_QUICK=1 (the sanitizer's run): the release build on the
@@ -320,10 +327,5 @@ fn sm90_softcap_on_a_fixed_reference_matches_f64_reference() {
             }
         }
     }
-    assert!(
-        bad.is_empty(),
-        "{} failures:\n{}",
-        bad.len(),
-        bad.join("\n")
-    );
+    assert_none(&bad);
 }
