@@ -12,6 +12,8 @@
 //! probability's exponent follows its score at once.
 
 mod finish;
+#[cfg(test)]
+mod tests;
 
 pub use finish::{Rescale, lse_log2};
 
