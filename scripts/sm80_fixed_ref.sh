@@ -11,7 +11,7 @@
 #    and tests/gpu_varlen_modifiers (the varlen softcap kernels);
 # 2. bench, bf16 causal 8K, 3 interleaved rounds, the sm_80 path: plain, this build's
 #    softcap (`fref`) and main's (`main`) at caps 30 and 50, d128 and d256. Prediction:
-#    fref / main 1.03-1.10 (the loops 749 -> 517 / 1052 -> 856 SASS instructions, the
+#    fref / main 1.03-1.10 (the loops 747 -> 517 / 1052 -> 856 SASS instructions, the
 #    row max's chain gone; the sm_80 kernel is one warp per scheduler at d128, so that
 #    chain's latency is not hidden by other warps).
 set -u
