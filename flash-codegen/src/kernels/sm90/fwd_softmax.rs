@@ -27,33 +27,37 @@ impl Consumer {
     ) -> (AccTile, Vec<Reg<F32>>, Wg) {
         let w = self.setup(b, ctx, (tid, wg, m0), (turn, j));
         let mut o = AccTile::zeros(b, 1, ctx.d);
-        let running = |b: &mut Builder, o: &mut AccTile| {
-            let softmax =
-                OnlineSoftmax::new(b, o.rows(), self.softmax_scale).with_fma_exp2(self.fma_exp2);
+        // the tile's key blocks on the fixed reference given, or on the running max
+        let tile = |b: &mut Builder, o: &mut AccTile, fixed: Option<Reg<F32>>| {
+            let rows = o.rows();
+            let softmax = match fixed {
+                Some(r) => OnlineSoftmax::fixed(b, rows, self.softmax_scale, r),
+                None => OnlineSoftmax::new(b, rows, self.softmax_scale),
+            };
+            let softmax = softmax.with_fma_exp2(self.fma_exp2);
             self.key_blocks(b, (ctx, &w), overlap, softmax, o)
         };
         let Some((fits, reference)) = self.fixed_ref else {
-            let lse = running(b, &mut o);
+            let lse = tile(b, &mut o, None);
             return (o, lse, w);
         };
         // both arms leave O and the LSE in the same registers
         let lse: Vec<Reg<F32>> = (0..o.rows()).map(|_| b.reg()).collect();
-        b.if_uniform(fits, |b| {
-            b.comment("-- the tile on the softcap's fixed reference --");
-            let softmax = OnlineSoftmax::fixed(b, o.rows(), self.softmax_scale, reference)
-                .with_fma_exp2(self.fma_exp2);
-            let l = self.key_blocks(b, (ctx, &w), overlap, softmax, &mut o);
-            for (&d, x) in lse.iter().zip(l) {
-                b.assign(d, x);
+        for fixed in [Some(reference), None] {
+            let arm = |b: &mut Builder| {
+                b.comment(match fixed {
+                    Some(_) => "-- the tile on the softcap's fixed reference --",
+                    None => "-- the tile on the running max (a cap too large for one reference) --",
+                });
+                for (&d, x) in lse.iter().zip(tile(b, &mut o, fixed)) {
+                    b.assign(d, x);
+                }
+            };
+            match fixed {
+                Some(_) => b.if_uniform(fits, arm),
+                None => b.unless_uniform(fits, arm),
             }
-        });
-        b.unless_uniform(fits, |b| {
-            b.comment("-- the tile on the running max (a cap too large for one reference) --");
-            let l = running(b, &mut o);
-            for (&d, x) in lse.iter().zip(l) {
-                b.assign(d, x);
-            }
-        });
+        }
         (o, lse, w)
     }
 
