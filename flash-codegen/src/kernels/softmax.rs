@@ -35,12 +35,17 @@ const FIXED_HIGH: f32 = 64.0;
 /// products with values above `2^-26` stay normal in the `mma` accumulators.
 const FIXED_LOW: f32 = 100.0;
 
+/// What a row's probabilities are taken relative to.
+enum Reference {
+    /// Each row's running max of the raw scores, `m_i` (unscaled).
+    Running(Vec<Reg<F32>>),
+    /// One reference for every row, scaled (log2 units): [`OnlineSoftmax::fixed`].
+    Fixed(Reg<F32>),
+}
+
 /// The running statistics of a thread's rows.
 pub struct OnlineSoftmax {
-    /// Running row max of the raw scores (none under a fixed reference).
-    m_i: Vec<Reg<F32>>,
-    /// The fixed reference of every row, scaled (log2 units), in place of `m_i`.
-    fixed: Option<Reg<F32>>,
+    reference: Reference,
     /// Running row sum of exp2, this thread's columns only (quad-reduced at the end).
     l_i: Vec<Reg<F32>>,
     scale_log2: Reg<F32>,
@@ -55,9 +60,8 @@ impl OnlineSoftmax {
         let m_i = (0..rows).map(|_| b.mov(NEG_INF)).collect();
         let l_i = (0..rows).map(|_| b.mov(0.0f32)).collect();
         OnlineSoftmax {
-            m_i,
+            reference: Reference::Running(m_i),
             l_i,
-            fixed: None,
             scale_log2,
             fma_exp2: 0,
         }
@@ -72,9 +76,8 @@ impl OnlineSoftmax {
     pub fn fixed(b: &mut Builder, rows: usize, scale_log2: Reg<F32>, reference: Reg<F32>) -> Self {
         let l_i = (0..rows).map(|_| b.mov(0.0f32)).collect();
         OnlineSoftmax {
-            m_i: Vec::new(),
+            reference: Reference::Fixed(reference),
             l_i,
-            fixed: Some(reference),
             scale_log2,
             fma_exp2: 0,
         }
@@ -99,15 +102,16 @@ impl OnlineSoftmax {
 
     /// Whether the rows share a fixed reference ([`OnlineSoftmax::fixed`]).
     pub fn is_fixed(&self) -> bool {
-        self.fixed.is_some()
+        matches!(self.reference, Reference::Fixed(_))
     }
 
-    /// The running max's steps only: a generator bug under a fixed reference.
-    fn running(&self) {
-        assert!(
-            self.fixed.is_none(),
-            "generator bug: a row max under a fixed reference"
-        );
+    /// The running row maxima, for the running max's steps only (a generator bug under a
+    /// fixed reference).
+    fn m_i(&self) -> &[Reg<F32>] {
+        match &self.reference {
+            Reference::Running(m_i) => m_i,
+            Reference::Fixed(_) => panic!("generator bug: a row max under a fixed reference"),
+        }
     }
 
     /// The probabilities of `share` n-tiles in every 4 made on the FMA pipe
@@ -128,9 +132,9 @@ impl OnlineSoftmax {
 
     /// Row `row`'s reference, scaled: `max_scaled(m_i)`, or the fixed one.
     fn scaled_reference(&self, b: &mut Builder, row: usize) -> Reg<F32> {
-        match self.fixed {
-            Some(r) => r,
-            None => self.scaled_max(b, self.m_i[row]),
+        match &self.reference {
+            Reference::Fixed(r) => *r,
+            Reference::Running(m_i) => self.scaled_max(b, m_i[row]),
         }
     }
 
@@ -148,8 +152,8 @@ impl OnlineSoftmax {
 
     /// Each row's new max (this warp's) and whether any row's grows past the threshold.
     fn maxima(&self, b: &mut Builder, s: &AccTile) -> (Vec<Reg<F32>>, Option<Reg<Pred>>) {
-        self.running();
-        self.maxima_by(b, s.rows(), |b, row| s.row_max(b, row, self.m_i[row]))
+        let m_i = self.m_i();
+        self.maxima_by(b, s.rows(), |b, row| s.row_max(b, row, m_i[row]))
     }
 
     /// Each of `rows` rows' new max (`max_of(row)`, the running max folded in) and
@@ -201,9 +205,9 @@ impl OnlineSoftmax {
     /// Each row's `max(m_old, rowmax(S))` over the thread's quad (the row's columns of
     /// this warp), one per thread row.
     pub fn block_max(&self, b: &mut Builder, s: &AccTile) -> Vec<Reg<F32>> {
-        self.running();
+        let m_i = self.m_i();
         (0..s.rows())
-            .map(|row| s.row_max(b, row, self.m_i[row]))
+            .map(|row| s.row_max(b, row, m_i[row]))
             .collect()
     }
 
@@ -217,7 +221,7 @@ impl OnlineSoftmax {
         acc: Option<Reg<Pred>>,
     ) -> Reg<Pred> {
         let new_s = b.mul_f32(mx, self.scale_log2);
-        let old_s = b.mul_f32(self.m_i[row], self.scale_log2);
+        let old_s = b.mul_f32(self.m_i()[row], self.scale_log2);
         let diff = b.sub_f32(new_s, old_s);
         let g = b.setp_f32(Cmp::Gt, diff, RESCALE_LOG2);
         match acc {
@@ -240,7 +244,6 @@ impl OnlineSoftmax {
         o: &mut AccTile,
         m_new: &[Reg<F32>],
     ) {
-        self.running();
         let mut grows = None;
         for (row, &mx) in m_new.iter().enumerate() {
             grows = Some(self.grows(b, row, mx, grows));
@@ -278,14 +281,14 @@ impl OnlineSoftmax {
         s: &mut AccTile,
         block_max: &[Reg<F32>],
     ) -> Rescale {
-        self.running();
+        let m_i = self.m_i();
         let (m_new, grows) = self.maxima_by(b, block_max.len(), |b, row| {
-            b.max_f32(self.m_i[row], block_max[row])
+            b.max_f32(m_i[row], block_max[row])
         });
         let any = b.vote_any(grows.expect("a tile of one row or more"));
         let mut sums = Vec::new();
         for (row, &m) in m_new.iter().enumerate() {
-            let reference = b.selp_f32(m, self.m_i[row], any);
+            let reference = b.selp_f32(m, m_i[row], any);
             let zero = b.mov(0.0f32);
             let ms = self.scaled_max(b, reference);
             sums.push(self.exp_row(b, s, row, ms, zero));
@@ -314,7 +317,7 @@ impl OnlineSoftmax {
                 b.assign(alpha[row], a);
                 let l = b.mul_f32(self.l_i[row], a);
                 b.assign(self.l_i[row], l);
-                b.assign(self.m_i[row], m);
+                b.assign(self.m_i()[row], m);
             }
         });
         alpha
@@ -324,7 +327,7 @@ impl OnlineSoftmax {
     fn alpha(&self, b: &mut Builder, row: usize, m: Reg<F32>) -> Reg<F32> {
         let ms = self.scaled_max(b, m);
         let neg_ms = b.neg_f32(ms);
-        let x = b.fma_f32(self.m_i[row], self.scale_log2, neg_ms);
+        let x = b.fma_f32(self.m_i()[row], self.scale_log2, neg_ms);
         b.ex2(x)
     }
 
@@ -352,7 +355,7 @@ impl OnlineSoftmax {
                 let alpha = self.alpha(b, row, m);
                 let l = b.mul_f32(self.l_i[row], alpha);
                 b.assign(self.l_i[row], l);
-                b.assign(self.m_i[row], m);
+                b.assign(self.m_i()[row], m);
                 o.scale_row(b, row, alpha);
             }
         });

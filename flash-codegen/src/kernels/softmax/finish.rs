@@ -56,10 +56,13 @@ impl OnlineSoftmax {
         self.final_rows(b, None, None)
     }
 
-    /// Fresh statistics again (`m_i = -inf`, `l_i = 0`), in the same registers.
+    /// Fresh statistics again (`m_i = -inf` where the max runs, `l_i = 0`), in the same
+    /// registers.
     pub fn reset(&self, b: &mut Builder) {
-        for &m in &self.m_i {
-            b.assign(m, NEG_INF);
+        if !self.is_fixed() {
+            for &m in self.m_i() {
+                b.assign(m, NEG_INF);
+            }
         }
         for &l in &self.l_i {
             b.assign(l, 0.0f32);
