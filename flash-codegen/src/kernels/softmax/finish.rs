@@ -1,7 +1,7 @@
 //! Kernel layer: the end of [`OnlineSoftmax`]'s rows (O normalised, the LSE, the state
 //! that merges with other warps'), and O's deferred rescale ([`Rescale`]).
 
-use super::{LN_2, NEG_INF, OnlineSoftmax};
+use super::{LN_2, NEG_INF, OnlineSoftmax, Reference};
 use crate::ptx::{Builder, Cmp, F32, Pred, Reg};
 use crate::tile::acc::AccTile;
 
@@ -59,8 +59,8 @@ impl OnlineSoftmax {
     /// Fresh statistics again (`m_i = -inf` where the max runs, `l_i = 0`), in the same
     /// registers.
     pub fn reset(&self, b: &mut Builder) {
-        if !self.is_fixed() {
-            for &m in self.m_i() {
+        if let Reference::Running(m_i) = &self.reference {
+            for &m in m_i {
                 b.assign(m, NEG_INF);
             }
         }
